@@ -1,0 +1,48 @@
+-- async-exec: request records and attempt logs (SQLite).
+-- Times are unix milliseconds (INTEGER), the same in every dialect.
+CREATE TABLE IF NOT EXISTS async_req (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    application_name TEXT    NOT NULL,
+    executor         TEXT    NOT NULL,
+    sign             TEXT    NOT NULL,
+    strategy         TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    exec_count       INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL,
+    param_json       TEXT    NOT NULL,
+    remark           TEXT    NOT NULL DEFAULT '',
+    idempotency_key  TEXT,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    run_at           INTEGER NOT NULL,
+    lease_owner      TEXT,
+    lease_until      INTEGER,
+    last_error       TEXT,
+    trace_json       TEXT,
+    create_time      INTEGER NOT NULL,
+    update_time      INTEGER NOT NULL
+);
+
+-- NULL keys are distinct, so only calls that pass a key are deduplicated.
+CREATE UNIQUE INDEX IF NOT EXISTS async_req_idempotency
+    ON async_req (application_name, idempotency_key);
+
+-- The sweeps: due records by status.
+CREATE INDEX IF NOT EXISTS async_req_due
+    ON async_req (application_name, status, run_at);
+
+-- The rescuer: running records by lease end.
+CREATE INDEX IF NOT EXISTS async_req_lease
+    ON async_req (status, lease_until);
+
+CREATE TABLE IF NOT EXISTS async_log (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    req_id     INTEGER NOT NULL,
+    attempt    INTEGER NOT NULL,
+    worker     TEXT    NOT NULL,
+    started    INTEGER NOT NULL,
+    finished   INTEGER NOT NULL,
+    outcome    TEXT    NOT NULL,
+    error      TEXT
+);
+
+CREATE INDEX IF NOT EXISTS async_log_req ON async_log (req_id, attempt);

@@ -1,0 +1,160 @@
+//! `Builder`: settings, `Data<T>` values and the store, then `start()`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::data::DataMap;
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::settings::{Settings, TestMode};
+use crate::store::Store;
+
+/// Configures and starts a [`Runtime`]. Every setting has a default that works.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), async_exec_runtime::Error> {
+/// use std::time::Duration;
+/// use async_exec_runtime::Runtime;
+/// struct Mailer;
+/// let rt = Runtime::builder()
+///     .database_url("sqlite:app.db")
+///     .application_name("shop")
+///     .concurrency(16)
+///     .retry_base_delay(Duration::from_secs(2))
+///     .data(Mailer)
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+#[must_use = "a builder does nothing until `.start()`"]
+pub struct Builder {
+    settings: Settings,
+    data: DataMap,
+    store: Option<Arc<dyn Store>>,
+}
+
+impl std::fmt::Debug for dyn Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}Store", self.backend_name())
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.settings.$name = value;
+            self
+        }
+    )*};
+}
+
+impl Builder {
+    setters! {
+        /// Accept calls and run workers (default `true`).
+        enabled: bool;
+        /// Bodies running at once in this instance (default 8).
+        concurrency: usize;
+        /// Capacity of the channel from commit to workers (default 2048).
+        channel_capacity: usize;
+        /// Connections in the runtime's pool (default 8).
+        max_connections: u32;
+        /// Delete records that succeed (default `true`), else mark them `success`.
+        delete_on_success: bool;
+        /// Log successful attempts in `async_log` too (default `false`).
+        log_success: bool;
+        /// Attempts for executors without `max_attempts` (default 5).
+        default_max_attempts: u32;
+        /// Timeout for executors without `timeout` (default 5 minutes).
+        default_timeout: Duration;
+        /// How often the retry sweep runs (default 1 s).
+        retry_interval: Duration;
+        /// Records per retry sweep (default 100).
+        retry_batch: i64;
+        /// First retry delay; doubles per attempt, ±25% jitter (default 1 s).
+        retry_base_delay: Duration;
+        /// Longest retry delay (default 10 minutes).
+        retry_max_delay: Duration;
+        /// How often the compensation sweep runs (default 30 s).
+        compensate_interval: Duration;
+        /// Age past due at which an `init` record counts as never dispatched (default 60 s).
+        stale_after: Duration;
+        /// Records per compensation sweep (default 100).
+        compensate_batch: i64;
+        /// Lease length of a claim (default 30 s).
+        lease: Duration;
+        /// Lease renewal interval (default 10 s); must be shorter than `lease`.
+        heartbeat_interval: Duration;
+        /// How long shutdown waits for running bodies (default 10 s).
+        shutdown_grace: Duration;
+        /// Outside a transaction, run a `SaveAsync` call in memory when its record cannot
+        /// be written (default `true`, as the seed SDK).
+        degrade_to_memory: bool;
+        /// Run the embedded migrations at start (default `true`).
+        migrate: bool;
+        /// Become the global runtime used by a bare `.await` (default `true`).
+        install_global: bool;
+    }
+
+    /// The application whose records this runtime runs (default: the executable's name).
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.application_name = name.into();
+        self
+    }
+
+    /// Where records live (default `sqlite:async_exec.db`).
+    pub fn database_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.database_url = url.into();
+        self
+    }
+
+    /// Runs calls inline or holds them, for an application's own tests.
+    pub fn test_mode(mut self, mode: TestMode) -> Self {
+        self.settings.test_mode = Some(mode);
+        self
+    }
+
+    /// Registers a value that bodies receive as a `Data<T>` parameter.
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(Arc::new(value));
+        self
+    }
+
+    /// Registers a shared value that bodies receive as a `Data<T>` parameter.
+    pub fn data_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.data.insert(value);
+        self
+    }
+
+    /// Uses the application's own SQLite pool instead of opening one.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_pool(mut self, pool: sqlx::SqlitePool) -> Self {
+        self.store = Some(Arc::new(crate::store::sqlite::SqliteStore::from_pool(pool)));
+        self
+    }
+
+    /// Replaces all settings at once.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Connects, migrates, checks the executors (two with one name are an error), starts the
+    /// workers and sweeps, and installs the runtime as the global one.
+    pub async fn start(self) -> Result<Runtime> {
+        Runtime::start_with(self.settings, self.data, self.store).await
+    }
+}
+
+/// Opens the store that the URL names.
+pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
+    let url = settings.database_url.as_str();
+    #[cfg(feature = "sqlite")]
+    if url.starts_with("sqlite:") {
+        let store =
+            crate::store::sqlite::SqliteStore::connect(url, settings.max_connections).await?;
+        return Ok(Arc::new(store));
+    }
+    Err(Error::UnsupportedUrl(url.to_string(), ""))
+}

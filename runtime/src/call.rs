@@ -1,0 +1,195 @@
+//! The call builder that an `#[async_exec]` function returns.
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::record::RequestId;
+use crate::registry::{BoxFuture, ExecutorDef};
+use crate::runtime::{global, Runtime};
+use crate::store::Backend;
+use crate::trace::TraceContext;
+use crate::tx::Tx;
+
+/// A call of an `#[async_exec]` function, not yet submitted. Set options, then `.await` it
+/// to submit; the result says what happened ([`Receipt`]).
+///
+/// ```ignore
+/// send_welcome(42, "a@b.c".into())
+///     .key("welcome-42")              // a second call with this key returns the first
+///     .delay(Duration::from_secs(60))
+///     .priority(10)
+///     .within(&mut tx)                // in the caller's transaction
+///     .await?;
+/// ```
+#[must_use = "a call does nothing until it is `.await`ed"]
+#[derive(Debug)]
+pub struct Call {
+    def: &'static ExecutorDef,
+    params: std::result::Result<Arc<str>, serde_json::Error>,
+    key: Option<String>,
+    delay: Option<Duration>,
+    priority: i32,
+    runtime: Option<Runtime>,
+}
+
+/// Everything about a call that the runtime needs to submit it.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    pub(crate) def: &'static ExecutorDef,
+    pub(crate) params: Arc<str>,
+    pub(crate) key: Option<String>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) priority: i32,
+    pub(crate) trace: Option<TraceContext>,
+}
+
+impl Call {
+    /// Used by the macro: a call of `def` with these arguments.
+    #[doc(hidden)]
+    pub fn __new<A: Serialize>(def: &'static ExecutorDef, args: &A) -> Call {
+        let params = serde_json::to_string(args).map(Into::into);
+        Call {
+            def,
+            params,
+            key: None,
+            delay: None,
+            priority: 0,
+            runtime: None,
+        }
+    }
+
+    /// An idempotency key: while a request with this key exists for the application, a
+    /// call with the same key returns it ([`Outcome::Existing`]) instead of adding another,
+    /// also when two calls race. Applies to what is persisted.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Run no sooner than `delay` after the commit.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Higher runs first among records claimed from the store (default 0).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Submit through this runtime instead of the global one.
+    pub fn on(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
+        self
+    }
+
+    /// Submit inside the caller's transaction: the record is written with the caller's
+    /// data, and nothing runs unless the transaction commits.
+    pub fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> CallIn<'_, DB> {
+        CallIn { call: self, tx }
+    }
+
+    /// The executor's stable name.
+    pub fn executor(&self) -> &'static str {
+        self.def.name
+    }
+
+    fn into_submission(self) -> Result<(Submission, Option<Runtime>)> {
+        let executor = self.def.name;
+        let params = self
+            .params
+            .map_err(|source| Error::Serialize { executor, source })?;
+        let submission = Submission {
+            def: self.def,
+            params,
+            key: self.key,
+            delay: self.delay,
+            priority: self.priority,
+            trace: TraceContext::capture(),
+        };
+        Ok((submission, self.runtime))
+    }
+}
+
+impl IntoFuture for Call {
+    type Output = Result<Receipt>;
+    type IntoFuture = BoxFuture<'static, Result<Receipt>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let prepared = self.into_submission();
+        Box::pin(async move {
+            let (submission, runtime) = prepared?;
+            let runtime = runtime.or_else(global).ok_or(Error::NoRuntime)?;
+            runtime.inner.submit(submission).await
+        })
+    }
+}
+
+/// A call inside the caller's transaction; `.await` it to write its record there.
+#[must_use = "a call does nothing until it is `.await`ed"]
+#[derive(Debug)]
+pub struct CallIn<'t, DB: Backend> {
+    call: Call,
+    tx: &'t mut Tx<DB>,
+}
+
+impl<'t, DB: Backend> IntoFuture for CallIn<'t, DB> {
+    type Output = Result<Receipt>;
+    type IntoFuture = BoxFuture<'t, Result<Receipt>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let prepared = self.call.into_submission();
+        let tx = self.tx;
+        Box::pin(async move {
+            let (submission, _) = prepared?;
+            let inner = tx.inner.clone();
+            inner.submit_in(submission, tx).await
+        })
+    }
+}
+
+/// What a submitted call did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// The request record, when one was written.
+    pub id: Option<RequestId>,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl Receipt {
+    pub(crate) fn new(id: Option<RequestId>, outcome: Outcome) -> Self {
+        Receipt { id, outcome }
+    }
+}
+
+/// What happened to a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// `SaveAsync`: the record is written; it runs after the commit (or its delay).
+    Queued,
+    /// The idempotency key was taken: `id` is the existing request; nothing was added.
+    Existing,
+    /// `SyncSave`: the body ran at the call and succeeded.
+    Ran,
+    /// `SyncSave`: the body ran at the call and failed; it is persisted for retry
+    /// (or `dead`, when the failure was final or it has a single attempt).
+    Deferred {
+        /// The failure's message.
+        error: String,
+    },
+    /// `AsyncSave`, `Async`, `Thread`: held in memory, dispatched after the commit.
+    InMemory,
+    /// `SaveAsync` outside a transaction whose record could not be written: it runs in
+    /// memory (the `degrade_to_memory` setting), and a crash before it runs loses it.
+    Degraded {
+        /// Why the record could not be written.
+        error: String,
+    },
+}

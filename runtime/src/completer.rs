@@ -1,0 +1,124 @@
+//! Writes the outcomes of attempts, many per transaction (group commit): the next batch
+//! is whatever finished while the previous one was being written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::record::RequestId;
+use crate::runtime::Inner;
+use crate::store::Completion;
+
+/// The most completions written in one transaction.
+const BATCH: usize = 256;
+
+/// The sending side, held by the runtime.
+#[derive(Debug)]
+pub(crate) struct Completer {
+    tx: mpsc::UnboundedSender<Completion>,
+    /// Notified after every batch written.
+    pub(crate) written: Notify,
+}
+
+/// The receiving side, moved into the completer task.
+#[derive(Debug)]
+pub(crate) struct CompleterTask {
+    rx: mpsc::UnboundedReceiver<Completion>,
+}
+
+/// What one batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompleteReport {
+    /// Completions in the batch.
+    pub completions: usize,
+    /// Records written (the rest had been claimed again by someone else: their lease expired).
+    pub written: u64,
+}
+
+impl Completer {
+    pub(crate) fn new() -> (Completer, CompleterTask) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Completer {
+                tx,
+                written: Notify::new(),
+            },
+            CompleterTask { rx },
+        )
+    }
+
+    /// Queues an outcome for writing.
+    pub(crate) fn send(&self, completion: Completion) -> Result<(), Completion> {
+        self.tx.send(completion).map_err(|e| e.0)
+    }
+}
+
+impl CompleterTask {
+    /// Writes batches until every sender is gone and the queue is empty. A batch that fails
+    /// to write is tried again with a backoff: outcomes are never dropped (their fencing
+    /// makes a late write harmless).
+    pub(crate) async fn run(mut self, inner: Arc<Inner>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        let stop = inner.completer_stop.clone();
+        loop {
+            let received = tokio::select! {
+                received = self.rx.recv_many(&mut batch, BATCH) => received,
+                _ = stop.cancelled() => {
+                    // Shutdown: write what is left, then end.
+                    while let Ok(completion) = self.rx.try_recv() {
+                        batch.push(completion);
+                    }
+                    if !batch.is_empty() {
+                        write_until_done(&inner, &batch, Duration::from_secs(10)).await;
+                    }
+                    return;
+                }
+            };
+            if received == 0 {
+                return;
+            }
+            write_until_done(&inner, &batch, Duration::MAX).await;
+            batch.clear();
+        }
+    }
+}
+
+/// Writes a batch, trying again with a backoff while the store fails, for at most `patience`.
+async fn write_until_done(inner: &Inner, batch: &[Completion], patience: Duration) {
+    let give_up = tokio::time::Instant::now().checked_add(patience);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match write_batch(inner, batch).await {
+            Ok(_) => return,
+            Err(error) => {
+                if give_up.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                    tracing::error!(%error, completions = batch.len(),
+                        "giving up writing outcomes; their leases will expire and they will run again");
+                    return;
+                }
+                tracing::error!(%error, completions = batch.len(), retry_in = ?backoff,
+                    "could not write outcomes; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Writes one batch and forgets its jobs; used by the task and by inline execution.
+pub(crate) async fn write_batch(
+    inner: &Inner,
+    batch: &[Completion],
+) -> crate::Result<CompleteReport> {
+    let written = inner.store.request_complete_many(batch).await?;
+    let done: Vec<(RequestId, i32)> = batch.iter().map(|c| (c.id, c.attempt)).collect();
+    for (id, attempt) in done {
+        inner.pool.forget(id, attempt);
+    }
+    inner.completer.written.notify_waiters();
+    Ok(CompleteReport {
+        completions: batch.len(),
+        written,
+    })
+}

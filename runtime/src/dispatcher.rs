@@ -1,0 +1,205 @@
+//! The after-commit hand-off: a bounded in-process channel from the caller to the
+//! workers, and the producer task that claims what arrives and starts it.
+//!
+//! A full channel never blocks the caller: a stored request stays `init` and the producer
+//! claims it from the store once workers are free again.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::executor::{Job, RecordRef};
+use crate::record::{now_ms, RequestId};
+use crate::runtime::Inner;
+use crate::store::{ClaimDue, ClaimIds, DueKind};
+use crate::strategy::Strategy;
+
+/// The most messages claimed together.
+const BATCH: usize = 64;
+
+/// The sending side of the channel.
+#[derive(Debug)]
+pub(crate) struct Dispatcher {
+    tx: mpsc::Sender<Job>,
+    /// Set when a stored request could not be sent: the producer looks in the store.
+    overflow: AtomicBool,
+    wake: Notify,
+    /// Jobs sent and not yet started (or dropped) by the producer.
+    queued: AtomicUsize,
+}
+
+/// The receiving side, moved into the producer task.
+#[derive(Debug)]
+pub(crate) struct Producer {
+    rx: mpsc::Receiver<Job>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new(capacity: usize) -> (Dispatcher, Producer) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let dispatcher = Dispatcher {
+            tx,
+            overflow: AtomicBool::new(false),
+            wake: Notify::new(),
+            queued: AtomicUsize::new(0),
+        };
+        (dispatcher, Producer { rx })
+    }
+
+    /// Hands a job to the workers without waiting. Returns the job when the channel is full
+    /// or closed; a stored job is then left to the store (the producer is told to look).
+    pub(crate) fn try_dispatch(&self, job: Job) -> Result<(), Job> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                if job.record.is_some() {
+                    self.overflow.store(true, Ordering::Release);
+                    self.wake.notify_one();
+                }
+                Err(job)
+            }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Whether every job sent has been started or dropped by the producer.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
+}
+
+impl Producer {
+    /// Receives jobs until shutdown: claims stored ones in batches, then starts each
+    /// under a worker permit.
+    pub(crate) async fn run(mut self, inner: Arc<Inner>) {
+        let shutdown = inner.shutdown.clone();
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                received = self.rx.recv_many(&mut batch, BATCH) => {
+                    if received == 0 {
+                        break;
+                    }
+                    let started = start_batch(&inner, std::mem::take(&mut batch)).await;
+                    inner.dispatcher.queued.fetch_sub(received, Ordering::AcqRel);
+                    if !started {
+                        break;
+                    }
+                }
+                _ = inner.dispatcher.wake.notified() => {}
+            }
+            if self.rx.is_empty() && inner.dispatcher.overflow.swap(false, Ordering::AcqRel) {
+                claim_overflow(&inner).await;
+            }
+        }
+    }
+}
+
+/// Claims the stored jobs of a batch and starts every job. Returns `false` at shutdown.
+async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
+    let ids: Vec<RequestId> = batch
+        .iter()
+        .filter_map(|j| j.record.as_ref().map(|r| r.id))
+        .collect();
+    let claimed = if ids.is_empty() {
+        Vec::new()
+    } else {
+        let now = now_ms();
+        let params = ClaimIds {
+            ids: &ids,
+            owner: &inner.owner,
+            now,
+            lease_until: now + inner.lease_ms(),
+        };
+        match inner.store.request_claim_ids(params).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                // The records stay `init`: the compensation sweep finds them.
+                tracing::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
+                Vec::new()
+            }
+        }
+    };
+    for mut job in batch {
+        if let Some(record) = &mut job.record {
+            match claimed.iter().find(|c| c.id == record.id) {
+                Some(c) => {
+                    record.attempt = c.attempt;
+                    record.max_attempts = c.max_attempts;
+                }
+                None => continue, // claimed elsewhere, cancelled, or left to the sweep
+            }
+        }
+        if !inner.start(job).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// After an overflow: claims `init` records from the store as workers free up, until
+/// none is left.
+async fn claim_overflow(inner: &Arc<Inner>) {
+    loop {
+        // Wait for a free worker rather than claim records that would wait for one.
+        let permit = tokio::select! {
+            _ = inner.shutdown.cancelled() => return,
+            permit = inner.pool.permits.clone().acquire_owned() => permit,
+        };
+        drop(permit);
+        let free = inner.pool.available().max(1);
+        let now = now_ms();
+        let params = ClaimDue {
+            application: &inner.app,
+            executors: inner.registry.names(),
+            kind: DueKind::Stale { older_than: 0 },
+            owner: &inner.owner,
+            now,
+            lease_until: now + inner.lease_ms(),
+            limit: free.min(BATCH) as i64,
+        };
+        let claimed = match inner.store.request_claim_due(params).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                tracing::error!(%error, "could not claim overflowed requests; the sweep will");
+                return;
+            }
+        };
+        if claimed.is_empty() {
+            return;
+        }
+        for claimed in claimed {
+            let Some(job) = inner.job_from_claim(claimed) else {
+                continue;
+            };
+            if !inner.start(job).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether a strategy's calls go through the channel (all but `Thread` and `SyncSave`).
+pub(crate) fn uses_channel(strategy: Strategy) -> bool {
+    !matches!(strategy, Strategy::Thread | Strategy::SyncSave)
+}
+
+/// A stored job for a record just written with the caller's arguments.
+pub(crate) fn stored_job(job: Job, id: RequestId) -> Job {
+    let sign = job.def.sign.into();
+    Job {
+        record: Some(RecordRef {
+            id,
+            attempt: 0,
+            max_attempts: 0,
+            sign,
+        }),
+        ..job
+    }
+}

@@ -1,0 +1,99 @@
+//! The one error type of the runtime.
+
+/// What went wrong, with a message that says what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database refused or failed a statement.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    /// The schema migrations could not be applied.
+    #[error("could not migrate the async-exec tables")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+
+    /// The call's arguments could not be serialized to JSON.
+    #[error("executor `{executor}`: the arguments could not be serialized to JSON")]
+    Serialize {
+        /// The executor called.
+        executor: &'static str,
+        /// Serde's reason.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// Two `#[async_exec]` functions in this binary have the same executor name.
+    #[error(
+        "two executors are named `{name}`: one with parameters {first}, one with {second}; \
+         give one of them another `name = \"...\"`"
+    )]
+    DuplicateExecutor {
+        /// The name both use.
+        name: String,
+        /// The first one's persisted parameters.
+        first: String,
+        /// The second one's persisted parameters.
+        second: String,
+    },
+
+    /// A call was awaited without `.on(&rt)` or `.within(&mut tx)` and no runtime is running.
+    #[error(
+        "no async-exec runtime is running: start one with `Runtime::builder().start().await`, \
+         or pass one with `.on(&rt)`"
+    )]
+    NoRuntime,
+
+    /// The runtime has been shut down.
+    #[error("the async-exec runtime has been shut down")]
+    ShutDown,
+
+    /// The runtime is disabled by its `enabled(false)` setting.
+    #[error("the async-exec runtime is disabled (`enabled(false)`): calls are refused")]
+    Disabled,
+
+    /// A transaction of one database kind was asked from a runtime on another.
+    #[error(
+        "this runtime stores its records in {actual}, not {requested}: begin a `Tx<{actual}>`"
+    )]
+    WrongBackend {
+        /// The backend the runtime uses.
+        actual: &'static str,
+        /// The backend that was asked for.
+        requested: &'static str,
+    },
+
+    /// The database URL names no backend compiled into this build.
+    #[error("unsupported database URL `{0}`: expected `sqlite:`{1}")]
+    UnsupportedUrl(String, &'static str),
+
+    /// A setting is out of range.
+    #[error("invalid setting `{setting}`: {reason}")]
+    Config {
+        /// The setting's builder method.
+        setting: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+
+    /// No request has this id.
+    #[error("no request with id {0}")]
+    NotFound(i64),
+
+    /// The operation does not apply to the request in its current status.
+    #[error("request {id} is `{status}`: {reason}")]
+    InvalidState {
+        /// The request.
+        id: i64,
+        /// Its status.
+        status: String,
+        /// Why the operation is refused.
+        reason: &'static str,
+    },
+
+    /// The executor named by a record is not linked into this binary.
+    #[error("executor `{0}` is not linked into this binary")]
+    UnknownExecutor(String),
+}
+
+/// The runtime's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,341 @@
+//! Runs bodies: one execution at a time per permit, each in a `tracing` span, with errors,
+//! panics and timeouts caught and turned into outcomes.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::backoff::retry_delay;
+use crate::context::Context;
+use crate::outcome::{Failure, FailureKind};
+use crate::record::{now_ms, AttemptLog, NewRequest, RequestId, Status};
+use crate::registry::{ExecutorDef, Invocation};
+use crate::runtime::Inner;
+use crate::store::{Completion, CompletionResult};
+use crate::strategy::Strategy;
+use crate::trace::{scope_baggage, TraceContext};
+
+/// One execution to perform.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) def: &'static ExecutorDef,
+    pub(crate) params: Arc<str>,
+    pub(crate) trace: Option<TraceContext>,
+    /// For in-memory jobs: wait this long after commit before dispatching.
+    pub(crate) delay: Option<Duration>,
+    /// The record it runs for; `None` for the in-memory strategies.
+    pub(crate) record: Option<RecordRef>,
+}
+
+/// The record behind a stored job, as claimed.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordRef {
+    pub(crate) id: RequestId,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    /// The sign the arguments were written with.
+    pub(crate) sign: Arc<str>,
+}
+
+/// What one run of a body did.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) started: i64,
+    pub(crate) finished: i64,
+    pub(crate) result: Result<(), Failure>,
+}
+
+/// Runs the body of `job` once: decodes, injects, enforces the timeout, catches panics.
+pub(crate) async fn run_body(inner: &Inner, job: &Job) -> Attempt {
+    let def = job.def;
+    let attempt = job.record.as_ref().map_or(1, |r| r.attempt.max(1) as u32);
+    let trace = job.trace.clone().unwrap_or_default();
+    let span = tracing::info_span!(
+        "async_exec",
+        request_id = job.record.as_ref().map(|r| r.id),
+        executor = def.name,
+        attempt,
+        strategy = def.strategy.as_str(),
+        caller_span = trace.span,
+        baggage = tracing::field::Empty,
+    );
+    if !trace.baggage.is_empty() {
+        span.record("baggage", trace.baggage_field());
+    }
+    if let Some(caller) = trace.span {
+        span.follows_from(tracing::Id::from_u64(caller));
+    }
+    let invocation = Invocation {
+        def,
+        params: job.params.clone(),
+        stored_sign: job.record.as_ref().map(|r| r.sign.clone()),
+        context: Context {
+            request_id: job.record.as_ref().map(|r| r.id),
+            attempt,
+            executor: def.name,
+            baggage: trace.baggage.clone(),
+        },
+        data: inner.data.clone(),
+    };
+    let timeout = inner.timeout_of(def);
+    let started = now_ms();
+    let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
+    let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
+        .instrument(span.clone())
+        .await
+    {
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => Err(Failure::new(FailureKind::Panic, panic_message(&*panic))),
+        Err(_) => Err(Failure::new(
+            FailureKind::Timeout,
+            format!(
+                "timed out after {timeout:?}; raise it with `timeout = \"...\"` on the attribute"
+            ),
+        )),
+    };
+    let finished = now_ms();
+    span.in_scope(|| match &result {
+        Ok(()) => tracing::debug!(elapsed_ms = finished - started, "executed"),
+        Err(failure) => tracing::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
+    });
+    Attempt {
+        started,
+        finished,
+        result,
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".into());
+    format!("panicked: {text}")
+}
+
+/// The completion to write for a stored job's attempt.
+pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attempt) -> Completion {
+    let settings = &inner.settings;
+    let mut log = AttemptLog {
+        request_id: record.id,
+        attempt: record.attempt,
+        worker: inner.owner.clone(),
+        started: attempt.started,
+        finished: attempt.finished,
+        outcome: "success".into(),
+        error: None,
+    };
+    let result = match &attempt.result {
+        Ok(()) if settings.delete_on_success => CompletionResult::Delete,
+        Ok(()) => CompletionResult::Succeeded,
+        Err(failure) => {
+            log.outcome = failure.kind.as_str().into();
+            log.error = Some(failure.message.clone());
+            failed_result(inner, record.attempt, record.max_attempts, failure)
+        }
+    };
+    let keep_log = attempt.result.is_err() || settings.log_success;
+    Completion {
+        id: record.id,
+        attempt: record.attempt,
+        owner: inner.owner.clone(),
+        result,
+        log: keep_log.then_some(log),
+    }
+}
+
+/// `failed` with a backoff while attempts remain and the failure is retryable, else `dead`.
+fn failed_result(
+    inner: &Inner,
+    attempt: i32,
+    max_attempts: i32,
+    failure: &Failure,
+) -> CompletionResult {
+    if !failure.kind.is_retryable() {
+        return CompletionResult::Dead {
+            error: failure.message.clone(),
+        };
+    }
+    if attempt >= max_attempts {
+        return CompletionResult::Dead {
+            error: format!(
+                "gave up after {attempt} attempts; last: {}",
+                failure.message
+            ),
+        };
+    }
+    let settings = &inner.settings;
+    let delay = retry_delay(attempt, settings.retry_base_delay, settings.retry_max_delay);
+    CompletionResult::Failed {
+        error: failure.message.clone(),
+        run_at: now_ms() + delay.as_millis() as i64,
+    }
+}
+
+/// The record to insert after an in-memory attempt failed (`SyncSave`, `AsyncSave`):
+/// `failed` with a backoff, or `dead` when the failure is final or attempts are spent.
+pub(crate) fn failure_record(
+    inner: &Inner,
+    job: &Job,
+    attempt: &Attempt,
+    key: Option<String>,
+    priority: i32,
+) -> Option<NewRequest> {
+    let failure = attempt.result.as_ref().err()?;
+    let max_attempts = inner.max_attempts_of(job.def) as i32;
+    let (status, run_at, error) = match failed_result(inner, 1, max_attempts, failure) {
+        CompletionResult::Failed { error, run_at } => (Status::Failed, run_at, error),
+        CompletionResult::Dead { error } => (Status::Dead, attempt.finished, error),
+        CompletionResult::Delete | CompletionResult::Succeeded => unreachable!("a failure"),
+    };
+    let mut request = inner.new_request(
+        job.def,
+        job.params.clone(),
+        key,
+        priority,
+        run_at,
+        job.trace.as_ref(),
+    );
+    request.status = status;
+    request.exec_count = 1;
+    request.last_error = Some(error);
+    request.log = Some(AttemptLog {
+        request_id: 0,
+        attempt: 1,
+        worker: inner.owner.clone(),
+        started: attempt.started,
+        finished: attempt.finished,
+        outcome: failure.kind.as_str().into(),
+        error: Some(failure.message.clone()),
+    });
+    Some(request)
+}
+
+/// A running stored job, as the heartbeat and shutdown see it.
+#[derive(Debug)]
+struct InFlight {
+    attempt: i32,
+    /// Past this time (unix ms) the body has overrun its timeout without yielding:
+    /// its lease is no longer renewed, so that another worker can take the record.
+    renew_until: i64,
+    abort: Option<AbortHandle>,
+}
+
+/// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
+#[derive(Debug)]
+pub(crate) struct ExecutorPool {
+    pub(crate) permits: Arc<Semaphore>,
+    in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// Every body running in this instance, pooled or not.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl ExecutorPool {
+    pub(crate) fn new(concurrency: usize) -> Self {
+        ExecutorPool {
+            permits: Arc::new(Semaphore::new(concurrency)),
+            in_flight: Mutex::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Runs `job` on its own task under `permit`; stored jobs' outcomes go to the completer.
+    pub(crate) fn spawn(&self, inner: Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) {
+        let record = job.record.as_ref().map(|r| (r.id, r.attempt));
+        if let Some((id, attempt)) = record {
+            // Registered before the task starts, so that its completion always finds it.
+            let overrun = inner.timeout_of(job.def) + inner.settings.heartbeat_interval;
+            let flight = InFlight {
+                attempt,
+                renew_until: now_ms() + overrun.as_millis() as i64,
+                abort: None,
+            };
+            self.in_flight
+                .lock()
+                .expect("in-flight lock")
+                .insert(id, flight);
+        }
+        let handle = self.tasks.spawn(async move {
+            let attempt = run_body(&inner, &job).await;
+            drop(permit);
+            inner.finish(job, attempt).await;
+        });
+        if let Some((id, attempt)) = record {
+            let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+            if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+                flight.abort = Some(handle.abort_handle());
+            }
+        }
+    }
+
+    /// Forgets a stored job once its outcome is written.
+    pub(crate) fn forget(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if in_flight.get(&id).is_some_and(|f| f.attempt == attempt) {
+            in_flight.remove(&id);
+        }
+    }
+
+    /// Ids whose leases the heartbeat should renew now.
+    pub(crate) fn renewable(&self, now: i64) -> Vec<RequestId> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .iter()
+            .filter(|(_, f)| f.renew_until > now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Every stored job not yet completed.
+    pub(crate) fn in_flight_ids(&self) -> Vec<RequestId> {
+        self.in_flight
+            .lock()
+            .expect("in-flight lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Jobs running or waiting for their outcome to be written.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tasks.is_empty() && self.in_flight.lock().expect("in-flight lock").is_empty()
+    }
+
+    /// Waits until every running body has finished, or `grace` has passed.
+    /// Returns whether all finished.
+    pub(crate) async fn wait(&self, grace: Duration) -> bool {
+        self.tasks.close();
+        let done = tokio::time::timeout(grace, self.tasks.wait()).await.is_ok();
+        self.tasks.reopen();
+        done
+    }
+
+    /// Aborts the bodies still running; returns the ids of their records.
+    pub(crate) fn abort_all(&self) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        for flight in in_flight.values_mut() {
+            if let Some(abort) = flight.abort.take() {
+                abort.abort();
+            }
+        }
+        in_flight.keys().copied().collect()
+    }
+
+    /// Releases the permit count for tests of a full pool.
+    pub(crate) fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+/// What happens to an in-memory job's failure, by strategy.
+pub(crate) fn memory_failure_is_persisted(strategy: Strategy) -> bool {
+    matches!(strategy, Strategy::AsyncSave | Strategy::SyncSave)
+}

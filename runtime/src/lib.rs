@@ -1,0 +1,72 @@
+//! The runtime of [async-exec](https://docs.rs/async-exec): records, stores, the
+//! after-commit dispatcher, workers and sweeps. Use it through the `async-exec` crate,
+//! whose `#[async_exec]` attribute generates the calls this crate runs.
+//!
+//! Parts, one module each: [`store`] (all SQL), `dispatcher` (channel and after-commit
+//! hook), `executor` (claims and runs bodies), `completer` (writes outcomes in batches),
+//! [`Heartbeat`] (renews leases), [`Rescuer`] (expired leases), [`Retrier`] (due retries),
+//! [`Compensator`] (committed but never dispatched).
+#![deny(missing_docs)]
+#![warn(unreachable_pub, missing_debug_implementations)]
+
+#[cfg(not(feature = "sqlite"))]
+compile_error!("async-exec needs a database backend: enable the `sqlite` feature");
+
+mod backoff;
+mod builder;
+mod call;
+mod compensator;
+mod completer;
+mod context;
+mod data;
+mod dispatcher;
+mod error;
+mod executor;
+mod heartbeat;
+mod ops;
+mod outcome;
+mod record;
+mod registry;
+mod rescuer;
+mod retrier;
+mod runtime;
+mod settings;
+pub mod store;
+mod strategy;
+mod submit;
+mod sweep;
+mod trace;
+mod tx;
+
+pub use builder::Builder;
+pub use call::{Call, CallIn, Outcome, Receipt};
+pub use compensator::{CompensateReport, Compensator};
+pub use completer::CompleteReport;
+pub use context::Context;
+pub use data::Data;
+pub use error::{Error, Result};
+pub use heartbeat::{Heartbeat, HeartbeatReport};
+pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use record::{AttemptLog, Request, RequestId, Status};
+pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
+pub use rescuer::{RescueReport, Rescuer};
+pub use retrier::{Retrier, RetryReport};
+pub use runtime::{global, Runtime, ShutdownReport};
+pub use settings::{Settings, TestMode};
+pub use store::{Backend, RequestFilter};
+pub use strategy::Strategy;
+pub use submit::DrainReport;
+pub use trace::{baggage, with_baggage};
+pub use tx::Tx;
+
+/// Backend types, re-exported from sqlx.
+#[cfg(feature = "sqlite")]
+pub use sqlx::Sqlite;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::outcome::{Failure, IntoOutcome};
+    pub use crate::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use inventory;
+    pub use serde;
+}

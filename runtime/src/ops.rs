@@ -1,0 +1,95 @@
+//! Operations on records from code: look, list, retry, cancel, delete.
+
+use crate::error::{Error, Result};
+use crate::record::{now_ms, AttemptLog, Request, RequestId, Status};
+use crate::runtime::Runtime;
+use crate::store::RequestFilter;
+
+impl Runtime {
+    /// One request of this application, if it exists.
+    pub async fn get(&self, id: RequestId) -> Result<Option<Request>> {
+        self.inner.store.request_get(&self.inner.app, id).await
+    }
+
+    /// Requests of this application, newest first (oldest first when paging with `after_id`).
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// use async_exec_runtime::{RequestFilter, Status};
+    /// for dead in rt.list(RequestFilter::default().status(Status::Dead)).await? {
+    ///     println!("{} {}: {:?}", dead.id, dead.executor, dead.last_error);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, filter: RequestFilter) -> Result<Vec<Request>> {
+        self.inner
+            .store
+            .request_list(&self.inner.app, &filter)
+            .await
+    }
+
+    /// How many requests of this application are in each status.
+    pub async fn count_by_status(&self) -> Result<Vec<(Status, i64)>> {
+        self.inner
+            .store
+            .request_count_by_status(&self.inner.app)
+            .await
+    }
+
+    /// The attempts logged for a request, oldest first.
+    pub async fn attempts(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+        self.inner.store.log_list(id).await
+    }
+
+    /// Runs a request again as soon as a worker is free: a `failed` one keeps its attempt
+    /// count; a `dead`, `cancelled` or `success` one is replayed with fresh attempts.
+    /// Refused for `init` and `running` requests, which will run anyway.
+    pub async fn retry_now(&self, id: RequestId) -> Result<()> {
+        let status = self
+            .inner
+            .store
+            .request_retry_now(&self.inner.app, id, now_ms())
+            .await?;
+        match status {
+            None => Err(Error::NotFound(id)),
+            Some(Status::Init | Status::Running) => Err(Error::InvalidState {
+                id,
+                status: status.map(|s| s.to_string()).unwrap_or_default(),
+                reason: "it is queued or running already",
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Cancels a request that has not succeeded and is not running (`init` or `failed`).
+    pub async fn cancel(&self, id: RequestId) -> Result<()> {
+        let status = self
+            .inner
+            .store
+            .request_cancel(&self.inner.app, id, now_ms())
+            .await?;
+        match status {
+            None => Err(Error::NotFound(id)),
+            Some(Status::Init | Status::Failed) => Ok(()),
+            Some(other) => Err(Error::InvalidState {
+                id,
+                status: other.to_string(),
+                reason: "only `init` and `failed` requests can be cancelled",
+            }),
+        }
+    }
+
+    /// Deletes a request and its attempt log. Refused while it is `running`.
+    pub async fn delete(&self, id: RequestId) -> Result<()> {
+        let status = self.inner.store.request_delete(&self.inner.app, id).await?;
+        match status {
+            None => Err(Error::NotFound(id)),
+            Some(Status::Running) => Err(Error::InvalidState {
+                id,
+                status: "running".into(),
+                reason: "wait for it to finish, or for its lease to expire",
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The records: `async_req` (one row per request) and `async_log` (one row per attempt
+//! that failed, and per success when `log_success` is on).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// The id of a request record.
+pub type RequestId = i64;
+
+/// Where a request is in its life.
+///
+/// `init -> running -> success | failed -> (retry) running ... -> dead`; `cancelled`.
+/// `success`, `dead` and `cancelled` are terminal: only an explicit replay
+/// ([`Runtime::retry_now`](crate::Runtime::retry_now)) moves a request out of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Status {
+    /// Committed, waiting for its first execution.
+    Init,
+    /// Claimed by a worker that holds a lease on it.
+    Running,
+    /// Executed successfully (kept only when `delete_on_success` is off).
+    Success,
+    /// Failed; the retry sweep runs it again at `run_at`.
+    Failed,
+    /// Failed for good: out of attempts, a final error, or arguments that no longer decode.
+    Dead,
+    /// Cancelled by an operator before it ran.
+    Cancelled,
+}
+
+impl Status {
+    /// Every status, in the order of the life cycle.
+    pub const ALL: [Status; 6] = [
+        Status::Init,
+        Status::Running,
+        Status::Success,
+        Status::Failed,
+        Status::Dead,
+        Status::Cancelled,
+    ];
+
+    /// The word stored in the `status` column.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Init => "init",
+            Status::Running => "running",
+            Status::Success => "success",
+            Status::Failed => "failed",
+            Status::Dead => "dead",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the status only changes by an explicit replay.
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Status::Success | Status::Dead | Status::Cancelled)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown status `{s}`"))
+    }
+}
+
+/// One request record, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Its id.
+    pub id: RequestId,
+    /// The application that submitted it (only its instances run it).
+    pub application_name: String,
+    /// The executor's stable name.
+    pub executor: String,
+    /// The signature hash of the arguments when they were written.
+    pub sign: String,
+    /// The strategy of the call.
+    pub strategy: String,
+    /// Where it is in its life.
+    pub status: Status,
+    /// How many attempts have started.
+    pub exec_count: i32,
+    /// How many attempts it may have.
+    pub max_attempts: i32,
+    /// The arguments, as JSON.
+    pub param_json: String,
+    /// The executor's remark.
+    pub remark: String,
+    /// The caller's idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Not before this time (unix milliseconds).
+    pub run_at: i64,
+    /// The instance holding the lease while `running`.
+    pub lease_owner: Option<String>,
+    /// When the lease ends (unix milliseconds).
+    pub lease_until: Option<i64>,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// The caller's tracing context, as JSON.
+    pub trace_json: Option<String>,
+    /// Created (unix milliseconds).
+    pub create_time: i64,
+    /// Last changed (unix milliseconds).
+    pub update_time: i64,
+}
+
+/// One attempt, as logged in `async_log`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptLog {
+    /// The request.
+    pub request_id: RequestId,
+    /// Attempt number, from 1.
+    pub attempt: i32,
+    /// The instance that ran it.
+    pub worker: String,
+    /// Started (unix milliseconds).
+    pub started: i64,
+    /// Finished (unix milliseconds).
+    pub finished: i64,
+    /// `success`, `error`, `panic`, `timeout`, `final`, `decode`, `missing_data`, `lease_expired`.
+    pub outcome: String,
+    /// The failure's message.
+    pub error: Option<String>,
+}
+
+/// A request to insert.
+#[derive(Debug, Clone)]
+pub(crate) struct NewRequest {
+    pub(crate) application_name: Arc<str>,
+    pub(crate) executor: &'static str,
+    pub(crate) sign: &'static str,
+    pub(crate) strategy: &'static str,
+    pub(crate) status: Status,
+    pub(crate) exec_count: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) param_json: Arc<str>,
+    pub(crate) remark: &'static str,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) priority: i32,
+    pub(crate) run_at: i64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) trace_json: Option<String>,
+    pub(crate) now: i64,
+    /// An attempt already made (a failed inline or in-memory run), logged with the insert;
+    /// its `request_id` is filled in by the store.
+    pub(crate) log: Option<AttemptLog>,
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inserted {
+    /// A new record.
+    New(RequestId),
+    /// The idempotency key was taken: this is the existing record.
+    Existing(RequestId),
+}
+
+/// A record claimed by this instance: `running`, leased, its attempt counted.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) id: RequestId,
+    pub(crate) executor: String,
+    pub(crate) sign: String,
+    pub(crate) param_json: Arc<str>,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) trace_json: Option<String>,
+}
+
+/// A record claimed by id: what the dispatcher did not already know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimedId {
+    pub(crate) id: RequestId,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+}
+
+/// The time now, in unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

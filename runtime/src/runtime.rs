@@ -1,0 +1,414 @@
+//! The runtime: its shared state, start-up, global installation and shutdown.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::completer::{Completer, CompleterTask};
+use crate::data::DataMap;
+use crate::dispatcher::Dispatcher;
+use crate::error::{Error, Result};
+use crate::executor::{ExecutorPool, Job, RecordRef};
+use crate::record::{now_ms, Claimed, NewRequest, Status};
+use crate::registry::{ExecutorDef, Registry};
+use crate::settings::{Settings, TestMode};
+use crate::store::Store;
+use crate::trace::TraceContext;
+
+/// The running async-exec: a store, the channel, the workers and the sweeps.
+///
+/// Cheap to clone; every clone is the same runtime.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), async_exec_runtime::Error> {
+/// use async_exec_runtime::Runtime;
+/// let rt = Runtime::builder().database_url("sqlite:app.db").start().await?;
+/// // ... calls ...
+/// rt.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The state every part of a runtime shares.
+pub(crate) struct Inner {
+    pub(crate) settings: Settings,
+    pub(crate) app: Arc<str>,
+    /// This instance's name in `lease_owner` and `async_log.worker`.
+    pub(crate) owner: String,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) registry: Registry,
+    pub(crate) data: Arc<DataMap>,
+    pub(crate) dispatcher: Dispatcher,
+    pub(crate) pool: ExecutorPool,
+    pub(crate) completer: Completer,
+    /// Stops the producer and the sweeps.
+    pub(crate) shutdown: CancellationToken,
+    /// Stops the completer, after the workers.
+    pub(crate) completer_stop: CancellationToken,
+    /// Set once shutdown begins: calls are refused.
+    pub(crate) closed: AtomicBool,
+    pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
+    pub(crate) held: Mutex<Vec<Job>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("application", &self.app)
+            .field("owner", &self.owner)
+            .field("backend", &self.store.backend_name())
+            .field("executors", &self.registry.names())
+            .finish_non_exhaustive()
+    }
+}
+
+static GLOBAL: RwLock<Option<Runtime>> = RwLock::new(None);
+
+/// The runtime that a bare `.await` on a call uses: the last one started with
+/// `install_global` on (the default) and not yet shut down.
+pub fn global() -> Option<Runtime> {
+    GLOBAL.read().expect("global runtime lock").clone()
+}
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every running body finished within the grace period.
+    pub finished: bool,
+    /// Records handed back to the queue (their bodies were stopped): they run again
+    /// elsewhere or at the next start, without counting the interrupted attempt.
+    pub released: u64,
+}
+
+impl Runtime {
+    /// A builder with the defaults: a SQLite file `async_exec.db` in the current directory.
+    pub fn builder() -> crate::Builder {
+        crate::Builder::default()
+    }
+
+    pub(crate) async fn start_with(
+        settings: Settings,
+        data: DataMap,
+        store: Option<Arc<dyn Store>>,
+    ) -> Result<Runtime> {
+        settings.validate()?;
+        let store = match store {
+            Some(store) => store,
+            None => crate::builder::connect(&settings).await?,
+        };
+        if settings.migrate {
+            store.migrate().await?;
+        }
+        let registry = Registry::from_inventory()?;
+        let (dispatcher, producer) = Dispatcher::new(settings.channel_capacity);
+        let (completer, completer_task) = Completer::new();
+        let owner = format!(
+            "{}@{}:{:04x}",
+            settings.application_name,
+            std::process::id(),
+            rand::random::<u16>()
+        );
+        let inner = Arc::new(Inner {
+            app: settings.application_name.as_str().into(),
+            owner,
+            store,
+            registry,
+            data: Arc::new(data),
+            dispatcher,
+            pool: ExecutorPool::new(settings.concurrency),
+            completer,
+            shutdown: CancellationToken::new(),
+            completer_stop: CancellationToken::new(),
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            held: Mutex::new(Vec::new()),
+            settings,
+        });
+        let runtime = Runtime {
+            inner: inner.clone(),
+        };
+        runtime.spawn_parts(producer, completer_task);
+        if inner.settings.install_global {
+            *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
+        }
+        tracing::info!(
+            application = %inner.app,
+            owner = %inner.owner,
+            backend = inner.store.backend_name(),
+            executors = inner.registry.names().len(),
+            "async-exec runtime started"
+        );
+        Ok(runtime)
+    }
+
+    fn spawn_parts(&self, producer: crate::dispatcher::Producer, completer: CompleterTask) {
+        let inner = &self.inner;
+        let mut tasks = inner.tasks.lock().expect("tasks lock");
+        tasks.push(tokio::spawn(completer.run(inner.clone())));
+        if !inner.settings.enabled || inner.settings.test_mode.is_some() {
+            return;
+        }
+        tasks.push(tokio::spawn(producer.run(inner.clone())));
+        let s = &inner.settings;
+        tasks.push(tokio::spawn(crate::sweep::every(
+            inner.clone(),
+            "retrier",
+            s.retry_interval,
+            |inner| async move { crate::Retrier { inner }.run_once().await.map(drop) },
+        )));
+        tasks.push(tokio::spawn(crate::sweep::every(
+            inner.clone(),
+            "compensator",
+            s.compensate_interval,
+            |inner| async move {
+                crate::Rescuer {
+                    inner: inner.clone(),
+                }
+                .run_once()
+                .await?;
+                crate::Compensator { inner }.run_once().await.map(drop)
+            },
+        )));
+        tasks.push(tokio::spawn(crate::sweep::every(
+            inner.clone(),
+            "heartbeat",
+            s.heartbeat_interval,
+            |inner| async move { crate::Heartbeat { inner }.run_once().await.map(drop) },
+        )));
+    }
+
+    /// The retry sweep, to run by hand (tests, or with background sweeps off).
+    pub fn retrier(&self) -> crate::Retrier {
+        crate::Retrier {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The compensation sweep for records committed but never dispatched.
+    pub fn compensator(&self) -> crate::Compensator {
+        crate::Compensator {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The sweep that recovers records whose lease expired.
+    pub fn rescuer(&self) -> crate::Rescuer {
+        crate::Rescuer {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The lease renewal of this instance's running records.
+    pub fn heartbeat(&self) -> crate::Heartbeat {
+        crate::Heartbeat {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// This instance's name, as written in `lease_owner` and `async_log.worker`.
+    pub fn instance(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The `Data<T>` registered on the builder, if any.
+    pub fn data<T: Send + Sync + 'static>(&self) -> Option<crate::Data<T>> {
+        self.inner.data.get::<T>()
+    }
+
+    /// The names of the executors linked into this binary, sorted.
+    pub fn executors(&self) -> &[&'static str] {
+        self.inner.registry.names()
+    }
+
+    /// Waits until every dispatched call has run and its outcome is written.
+    pub async fn wait_idle(&self) {
+        loop {
+            let written = self.inner.completer.written.notified();
+            if self.inner.dispatcher.is_empty() && self.inner.pool.is_idle() {
+                return;
+            }
+            tokio::select! {
+                _ = written => {}
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+        }
+    }
+
+    /// Stops gracefully: refuses new calls, stops claiming, waits up to `shutdown_grace`
+    /// for running bodies, then stops the rest and hands their records back to the queue
+    /// at once (no lease expiry needed), writes every outcome, and uninstalls itself as
+    /// the global runtime.
+    pub async fn shutdown(&self) -> Result<ShutdownReport> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(ShutdownReport::default());
+        }
+        inner.shutdown.cancel();
+        let finished = inner.pool.wait(inner.settings.shutdown_grace).await;
+        if !finished {
+            let stopped = inner.pool.abort_all();
+            tracing::warn!(requests = ?stopped, "shutdown grace expired: stopping running bodies");
+            inner.pool.wait(Duration::from_secs(5)).await;
+        }
+        inner.completer_stop.cancel();
+        let tasks: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *inner.tasks.lock().expect("tasks lock"));
+        for task in tasks {
+            let _ = task.await;
+        }
+        let unfinished = inner.pool.in_flight_ids();
+        let released = inner
+            .store
+            .lease_release(&inner.owner, &unfinished, now_ms())
+            .await?;
+        self.uninstall();
+        tracing::info!(finished, released, "async-exec runtime stopped");
+        Ok(ShutdownReport { finished, released })
+    }
+
+    /// Stops at once, as if the process had died: running bodies are dropped, outcomes not
+    /// yet written are lost, leases are not released. For tests of crash recovery.
+    pub fn abort(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Release);
+        inner.shutdown.cancel();
+        inner.pool.abort_all();
+        for task in inner.tasks.lock().expect("tasks lock").drain(..) {
+            task.abort();
+        }
+        self.uninstall();
+    }
+
+    fn uninstall(&self) {
+        let mut global = GLOBAL.write().expect("global runtime lock");
+        if global
+            .as_ref()
+            .is_some_and(|rt| Arc::ptr_eq(&rt.inner, &self.inner))
+        {
+            *global = None;
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn timeout_of(&self, def: &ExecutorDef) -> Duration {
+        def.timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.settings.default_timeout)
+    }
+
+    pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
+        def.max_attempts
+            .unwrap_or(self.settings.default_max_attempts)
+    }
+
+    pub(crate) fn lease_ms(&self) -> i64 {
+        self.settings.lease.as_millis() as i64
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if !self.settings.enabled {
+            return Err(Error::Disabled);
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// A new `init` record for a call.
+    pub(crate) fn new_request(
+        &self,
+        def: &'static ExecutorDef,
+        params: Arc<str>,
+        key: Option<String>,
+        priority: i32,
+        run_at: i64,
+        trace: Option<&TraceContext>,
+    ) -> NewRequest {
+        NewRequest {
+            application_name: self.app.clone(),
+            executor: def.name,
+            sign: def.sign,
+            strategy: def.strategy.as_str(),
+            status: Status::Init,
+            exec_count: 0,
+            max_attempts: self.max_attempts_of(def) as i32,
+            param_json: params,
+            remark: def.remark,
+            idempotency_key: key,
+            priority,
+            run_at,
+            last_error: None,
+            trace_json: trace.map(TraceContext::to_json),
+            now: now_ms(),
+            log: None,
+        }
+    }
+
+    /// The job for a record claimed from the store (its executor is known: claims filter).
+    pub(crate) fn job_from_claim(&self, claimed: Claimed) -> Option<Job> {
+        let Some(def) = self.registry.get(&claimed.executor) else {
+            tracing::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
+            return None;
+        };
+        let trace = claimed
+            .trace_json
+            .as_deref()
+            .map(|j| TraceContext::from_json(Some(j)));
+        Some(Job {
+            def,
+            params: claimed.param_json,
+            trace,
+            delay: None,
+            record: Some(RecordRef {
+                id: claimed.id,
+                attempt: claimed.attempt,
+                max_attempts: claimed.max_attempts,
+                sign: claimed.sign.into(),
+            }),
+        })
+    }
+
+    /// Starts a job under a worker permit. Returns `false` (dropping the job) at shutdown;
+    /// a stored job then stays claimed until it is released or its lease expires.
+    pub(crate) async fn start(self: &Arc<Self>, job: Job) -> bool {
+        let permit = tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => None,
+            permit = self.pool.permits.clone().acquire_owned() => permit.ok(),
+        };
+        match permit {
+            Some(permit) => {
+                self.pool.spawn(self.clone(), job, permit);
+                true
+            }
+            None => {
+                if let Some(record) = &job.record {
+                    let _ = self
+                        .store
+                        .lease_release(&self.owner, &[record.id], now_ms())
+                        .await;
+                }
+                false
+            }
+        }
+    }
+
+    /// Whether calls run inline (test mode) instead of through the workers.
+    pub(crate) fn test_mode(&self) -> Option<TestMode> {
+        self.settings.test_mode
+    }
+}

@@ -1,0 +1,209 @@
+//! Where records live. One [`Store`] implementation per backend; all SQL lives in the
+//! backend modules (`sqlite.rs`, later `postgres.rs` and `mysql.rs`) and nowhere else.
+
+use std::any::Any;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::record::{
+    AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
+};
+use crate::registry::BoxFuture;
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// Which records a sweep claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DueKind {
+    /// `failed` records whose `run_at` has come, and `init` records that were delayed
+    /// (or released) and whose `run_at` has come.
+    Scheduled,
+    /// `init` records that should have been dispatched at least `older_than` ms ago:
+    /// committed but never dispatched (a crash between commit and dispatch, a full channel).
+    Stale {
+        /// Only records with `run_at <= now - older_than`.
+        older_than: i64,
+    },
+}
+
+/// Parameters of [`Store::request_claim_due`].
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimDue<'a> {
+    pub(crate) application: &'a str,
+    pub(crate) executors: &'a [&'static str],
+    pub(crate) kind: DueKind,
+    pub(crate) owner: &'a str,
+    pub(crate) now: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) limit: i64,
+}
+
+/// Parameters of [`Store::request_claim_ids`].
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimIds<'a> {
+    pub(crate) ids: &'a [RequestId],
+    pub(crate) owner: &'a str,
+    pub(crate) now: i64,
+    pub(crate) lease_until: i64,
+}
+
+/// The outcome of one attempt, to be written by the completer.
+#[derive(Debug, Clone)]
+pub(crate) struct Completion {
+    pub(crate) id: RequestId,
+    pub(crate) attempt: i32,
+    pub(crate) owner: String,
+    pub(crate) result: CompletionResult,
+    /// The `async_log` row to write, if any.
+    pub(crate) log: Option<AttemptLog>,
+}
+
+/// What the completer does with a record.
+#[derive(Debug, Clone)]
+pub(crate) enum CompletionResult {
+    /// Delete the record.
+    Delete,
+    /// Mark it `success`.
+    Succeeded,
+    /// Mark it `failed`, to run again at `run_at`.
+    Failed { error: String, run_at: i64 },
+    /// Mark it `dead`.
+    Dead { error: String },
+}
+
+/// What a rescue of expired leases did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rescued {
+    /// Put back to `failed`, to run again.
+    pub(crate) retried: Vec<RequestId>,
+    /// Out of attempts: `dead`.
+    pub(crate) dead: Vec<RequestId>,
+}
+
+/// Which records to list.
+#[derive(Debug, Clone, Default)]
+pub struct RequestFilter {
+    /// Only records in this status.
+    pub status: Option<Status>,
+    /// Only records of this executor.
+    pub executor: Option<String>,
+    /// At most this many (default 100).
+    pub limit: Option<i64>,
+    /// Only records with an id greater than this one (for paging).
+    pub after_id: Option<RequestId>,
+}
+
+impl RequestFilter {
+    /// Records in this status.
+    pub fn status(mut self, status: Status) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Records of this executor.
+    pub fn executor(mut self, executor: impl Into<String>) -> Self {
+        self.executor = Some(executor.into());
+        self
+    }
+
+    /// At most this many.
+    pub fn limit(mut self, limit: i64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+}
+
+/// The storage of one backend. All methods are scoped to records of one application.
+#[async_trait]
+pub(crate) trait Store: Send + Sync + 'static {
+    /// `SQLite`, `PostgreSQL`, ...
+    fn backend_name(&self) -> &'static str;
+
+    /// For downcasting to the backend's store (to begin a typed transaction).
+    fn as_any(&self) -> &dyn Any;
+
+    /// Creates or updates the tables.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Inserts one request in its own transaction.
+    async fn request_insert(&self, request: &NewRequest) -> Result<Inserted>;
+
+    /// Claims the given `init` records (the hot path after commit). Returns, for each record
+    /// claimed, its id, attempt and max attempts: the caller already holds the rest.
+    async fn request_claim_ids(&self, params: ClaimIds<'_>) -> Result<Vec<ClaimedId>>;
+
+    /// Claims records that are due (the sweeps).
+    async fn request_claim_due(&self, params: ClaimDue<'_>) -> Result<Vec<Claimed>>;
+
+    /// Writes attempts' outcomes, in one transaction. Each write is fenced by owner and
+    /// attempt: a record claimed again by someone else since is left alone.
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64>;
+
+    /// Extends the leases of these records while this owner holds them.
+    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64>;
+
+    /// Hands records back to the queue at once, without counting the attempt (shutdown).
+    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;
+
+    /// Running records whose lease expired: back to `failed`, or `dead` when out of attempts.
+    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued>;
+
+    /// One record.
+    async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>>;
+
+    /// Records, newest first unless paging with `after_id`.
+    async fn request_list(&self, application: &str, filter: &RequestFilter)
+        -> Result<Vec<Request>>;
+
+    /// How many records are in each status.
+    async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>>;
+
+    /// Makes a record due now. `failed` keeps its attempts; `dead`, `cancelled` and
+    /// `success` start over with fresh attempts (an operator replay).
+    async fn request_retry_now(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>>;
+
+    /// Cancels a record that is `init` or `failed`.
+    async fn request_cancel(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>>;
+
+    /// Deletes a record that is not `running`, with its log rows.
+    async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>>;
+
+    /// The attempts of one request, oldest first.
+    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>>;
+}
+
+/// A database kind whose transactions can carry requests: `Tx<DB>` works for each.
+/// Implemented for the sqlx database types of the compiled backends.
+pub trait Backend: sqlx::Database + sealed::BackendOps {}
+
+#[allow(private_interfaces)]
+pub(crate) mod sealed {
+    use super::*;
+
+    /// What the runtime needs of a backend's own connection type. Sealed: implemented
+    /// only by this crate, next to the backend's store.
+    pub trait BackendOps: sqlx::Database {
+        /// Begins a transaction on the store, if the store is of this backend.
+        fn begin_on(
+            store: &dyn Any,
+        ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
+
+        /// Inserts a request inside the caller's transaction.
+        fn insert_in<'c>(
+            conn: &'c mut Self::Connection,
+            request: &'c NewRequest,
+        ) -> BoxFuture<'c, Result<Inserted>>;
+    }
+}

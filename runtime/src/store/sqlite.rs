@@ -1,0 +1,587 @@
+//! The SQLite store: the embedded default, for one process.
+
+use std::any::Any;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
+
+use super::sealed::BackendOps;
+use super::{
+    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
+    Store,
+};
+use crate::error::{Error, Result};
+use crate::record::{
+    AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
+};
+use crate::registry::BoxFuture;
+
+/// Records in a SQLite database file (WAL mode).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` (`sqlite:path.db`, `sqlite::memory:`).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// Uses an existing pool (the application's own).
+    pub fn from_pool(pool: SqlitePool) -> Self {
+        SqliteStore { pool }
+    }
+
+    /// The pool behind this store.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+const REQUEST_COLUMNS: &str =
+    "id, application_name, executor, sign, strategy, status, exec_count, \
+    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
+    last_error, trace_json, create_time, update_time";
+
+const CLAIMED_COLUMNS: &str =
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+
+fn request_from_row(row: &SqliteRow) -> Result<Request> {
+    let status: String = row.try_get("status")?;
+    Ok(Request {
+        id: row.try_get("id")?,
+        application_name: row.try_get("application_name")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        strategy: row.try_get("strategy")?,
+        status: Status::from_str(&status)
+            .map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))?,
+        exec_count: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        param_json: row.try_get("param_json")?,
+        remark: row.try_get("remark")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_until: row.try_get("lease_until")?,
+        last_error: row.try_get("last_error")?,
+        trace_json: row.try_get("trace_json")?,
+        create_time: row.try_get("create_time")?,
+        update_time: row.try_get("update_time")?,
+    })
+}
+
+fn claimed_from_row(row: &SqliteRow) -> Result<Claimed> {
+    let params: String = row.try_get("param_json")?;
+    Ok(Claimed {
+        id: row.try_get("id")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        param_json: params.into(),
+        attempt: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        trace_json: row.try_get("trace_json")?,
+    })
+}
+
+fn log_from_row(row: &SqliteRow) -> Result<AttemptLog> {
+    Ok(AttemptLog {
+        request_id: row.try_get("req_id")?,
+        attempt: row.try_get("attempt")?,
+        worker: row.try_get("worker")?,
+        started: row.try_get("started")?,
+        finished: row.try_get("finished")?,
+        outcome: row.try_get("outcome")?,
+        error: row.try_get("error")?,
+    })
+}
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> String {
+    serde_json::to_string(items).expect("a list of ids or names serializes")
+}
+
+async fn insert_log(conn: &mut SqliteConnection, log: &AttemptLog) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(log.request_id)
+    .bind(log.attempt)
+    .bind(&log.worker)
+    .bind(log.started)
+    .bind(log.finished)
+    .bind(&log.outcome)
+    .bind(&log.error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
+    let inserted: Option<(i64,)> = sqlx::query_as(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT DO NOTHING RETURNING id",
+    )
+    .bind(&*r.application_name)
+    .bind(r.executor)
+    .bind(r.sign)
+    .bind(r.strategy)
+    .bind(r.status.as_str())
+    .bind(r.exec_count)
+    .bind(r.max_attempts)
+    .bind(&*r.param_json)
+    .bind(r.remark)
+    .bind(&r.idempotency_key)
+    .bind(r.priority)
+    .bind(r.run_at)
+    .bind(&r.last_error)
+    .bind(&r.trace_json)
+    .bind(r.now)
+    .bind(r.now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match inserted {
+        Some((id,)) => {
+            if let Some(log) = &r.log {
+                let log = AttemptLog {
+                    request_id: id,
+                    ..log.clone()
+                };
+                insert_log(conn, &log).await?;
+            }
+            Ok(Inserted::New(id))
+        }
+        None => {
+            let (id,): (i64,) = sqlx::query_as(
+                "SELECT id FROM async_req WHERE application_name = ? AND idempotency_key = ?",
+            )
+            .bind(&*r.application_name)
+            .bind(&r.idempotency_key)
+            .fetch_one(conn)
+            .await?;
+            Ok(Inserted::Existing(id))
+        }
+    }
+}
+
+#[allow(private_interfaces)]
+impl BackendOps for Sqlite {
+    fn begin_on(
+        store: &dyn Any,
+    ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+        let store = store.downcast_ref::<SqliteStore>()?;
+        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn insert_in<'c>(
+        conn: &'c mut SqliteConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<Inserted>> {
+        Box::pin(insert_request(conn, request))
+    }
+}
+
+impl Backend for Sqlite {}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend_name(&self) -> &'static str {
+        "Sqlite"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let mut migrator = sqlx::migrate!("../migrations/sqlite");
+        // The application may keep its own sqlx migrations in the same database.
+        migrator.set_ignore_missing(true);
+        migrator.run(&self.pool).await.map_err(Error::Migrate)
+    }
+
+    async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = insert_request(&mut tx, request).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        if p.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+             exec_count = exec_count + 1, update_time = ? \
+             WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
+             RETURNING id, exec_count, max_attempts"
+        );
+        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(&sql)
+            .bind(p.owner)
+            .bind(p.lease_until)
+            .bind(p.now)
+            .bind(json_list(p.ids))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, attempt, max_attempts)| ClaimedId {
+                id,
+                attempt,
+                max_attempts,
+            })
+            .collect())
+    }
+
+    async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        if p.executors.is_empty() || p.limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let (condition, due_before) = match p.kind {
+            DueKind::Scheduled => (
+                "((status = 'failed' AND run_at <= ?) OR (status = 'init' AND run_at <= ? AND run_at > create_time))",
+                p.now,
+            ),
+            DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ? AND run_at <= ?)", p.now - older_than),
+        };
+        let sql = format!(
+            "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+             exec_count = exec_count + 1, update_time = ? \
+             WHERE id IN (SELECT id FROM async_req WHERE application_name = ? AND {condition} \
+               AND executor IN (SELECT value FROM json_each(?)) \
+               ORDER BY priority DESC, run_at, id LIMIT ?) \
+             RETURNING {CLAIMED_COLUMNS}"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(p.owner)
+            .bind(p.lease_until)
+            .bind(p.now)
+            .bind(p.application)
+            .bind(due_before)
+            .bind(due_before)
+            .bind(json_list(p.executors))
+            .bind(p.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let mut written = 0;
+        for c in completions {
+            const FENCE: &str =
+                "id = ? AND status = 'running' AND lease_owner = ? AND exec_count = ?";
+            let now = c
+                .log
+                .as_ref()
+                .map(|l| l.finished)
+                .unwrap_or_else(crate::record::now_ms);
+            let result = match &c.result {
+                CompletionResult::Delete => {
+                    sqlx::query(&format!("DELETE FROM async_req WHERE {FENCE}"))
+                        .bind(c.id)
+                        .bind(&c.owner)
+                        .bind(c.attempt)
+                        .execute(&mut *tx)
+                        .await?
+                }
+                CompletionResult::Succeeded => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'success', lease_owner = NULL, lease_until = NULL, \
+                         update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+                CompletionResult::Failed { error, run_at } => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'failed', run_at = ?, last_error = ?, lease_owner = NULL, \
+                         lease_until = NULL, update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(run_at)
+                    .bind(error)
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+                CompletionResult::Dead { error } => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'dead', last_error = ?, lease_owner = NULL, \
+                         lease_until = NULL, update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(error)
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+            };
+            if result.rows_affected() == 0 {
+                continue;
+            }
+            written += 1;
+            if let Some(log) = &c.log {
+                insert_log(&mut tx, log).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(written)
+    }
+
+    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
+             AND id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(until)
+        .bind(owner)
+        .bind(json_list(ids))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
+             lease_owner = NULL, lease_until = NULL, update_time = ? \
+             WHERE status = 'running' AND lease_owner = ? AND id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(now.max(1))
+        .bind(now)
+        .bind(owner)
+        .bind(json_list(ids))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+        let mut tx = self.pool.begin().await?;
+        let expired: Vec<(i64, i32, i32, Option<String>, Option<i64>)> = sqlx::query_as(
+            "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
+             WHERE application_name = ? AND status = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?",
+        )
+        .bind(application)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut rescued = Rescued::default();
+        for (id, attempt, max_attempts, owner, until) in expired {
+            let owner = owner.unwrap_or_default();
+            let error = format!(
+                "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
+                until.unwrap_or_default()
+            );
+            let dead = attempt >= max_attempts;
+            let done = sqlx::query(
+                "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
+                 lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
+                 AND lease_until < ?",
+            )
+            .bind(if dead { "dead" } else { "failed" })
+            .bind(&error)
+            .bind(now)
+            .bind(now)
+            .bind(id)
+            .bind(attempt)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                continue;
+            }
+            let log = AttemptLog {
+                request_id: id,
+                attempt,
+                worker: owner,
+                started: until.unwrap_or(now),
+                finished: now,
+                outcome: "lease_expired".into(),
+                error: Some(error),
+            };
+            insert_log(&mut tx, &log).await?;
+            if dead {
+                rescued.dead.push(id);
+            } else {
+                rescued.retried.push(id);
+            }
+        }
+        tx.commit().await?;
+        Ok(rescued)
+    }
+
+    async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? AND id = ?"
+        );
+        let row = sqlx::query(&sql)
+            .bind(application)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(request_from_row).transpose()
+    }
+
+    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
+        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? \
+             AND (? IS NULL OR status = ?) AND (? IS NULL OR executor = ?) AND (? IS NULL OR id > ?) \
+             ORDER BY id {order} LIMIT ?"
+        );
+        let status = f.status.map(Status::as_str);
+        let rows = sqlx::query(&sql)
+            .bind(application)
+            .bind(status)
+            .bind(status)
+            .bind(&f.executor)
+            .bind(&f.executor)
+            .bind(f.after_id)
+            .bind(f.after_id)
+            .bind(f.limit.unwrap_or(100))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(request_from_row).collect()
+    }
+
+    async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(status, n)| Status::from_str(&status).ok().map(|s| (s, n)))
+            .collect())
+    }
+
+    async fn request_retry_now(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
+            sqlx::query(
+                "UPDATE async_req SET status = 'failed', run_at = ?, update_time = ?, \
+                 exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END \
+                 WHERE application_name = ? AND id = ?",
+            )
+            .bind(now)
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn request_cancel(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Init | Status::Failed) = status {
+            sqlx::query(
+                "UPDATE async_req SET status = 'cancelled', update_time = ? WHERE application_name = ? AND id = ?",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if matches!(status, Some(s) if s != Status::Running) {
+            sqlx::query("DELETE FROM async_req WHERE application_name = ? AND id = ?")
+                .bind(application)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM async_log WHERE req_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+        let rows = sqlx::query(
+            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
+             WHERE req_id = ? ORDER BY attempt, id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(log_from_row).collect()
+    }
+}
+
+async fn current_status(
+    conn: &mut SqliteConnection,
+    application: &str,
+    id: RequestId,
+) -> Result<Option<Status>> {
+    let status: Option<(String,)> =
+        sqlx::query_as("SELECT status FROM async_req WHERE application_name = ? AND id = ?")
+            .bind(application)
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(status.and_then(|(s,)| Status::from_str(&s).ok()))
+}

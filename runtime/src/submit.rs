@@ -1,0 +1,343 @@
+//! What happens at a call and after its commit, strategy by strategy; and the inline
+//! execution of test modes and [`Runtime::drain`].
+
+use std::sync::Arc;
+
+use crate::call::{Outcome, Receipt, Submission};
+use crate::completer::write_batch;
+use crate::dispatcher::{stored_job, uses_channel};
+use crate::error::Result;
+use crate::executor::{
+    completion_for, failure_record, memory_failure_is_persisted, run_body, Attempt, Job,
+};
+use crate::record::{now_ms, Inserted, NewRequest};
+use crate::runtime::{Inner, Runtime};
+use crate::settings::TestMode;
+use crate::store::{Backend, ClaimDue, ClaimIds, DueKind};
+use crate::strategy::Strategy;
+use crate::tx::Tx;
+
+impl Submission {
+    fn job(&self) -> Job {
+        Job {
+            def: self.def,
+            params: self.params.clone(),
+            trace: self.trace.clone(),
+            delay: self.delay,
+            record: None,
+        }
+    }
+
+    fn run_at(&self, now: i64) -> i64 {
+        now + self.delay.map_or(0, |d| d.as_millis() as i64)
+    }
+
+    fn request(&self, inner: &Inner) -> NewRequest {
+        let now = now_ms();
+        let mut request = inner.new_request(
+            self.def,
+            self.params.clone(),
+            self.key.clone(),
+            self.priority,
+            self.run_at(now),
+            self.trace.as_ref(),
+        );
+        request.now = now;
+        request
+    }
+}
+
+/// The store writes of a submission, outside or inside the caller's transaction.
+trait Writer {
+    async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted>;
+    /// Called with the jobs to run once the data is committed.
+    async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
+    fn in_transaction(&self) -> bool;
+}
+
+struct Autocommit;
+
+impl Writer for Autocommit {
+    async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted> {
+        inner.store.request_insert(request).await
+    }
+    async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>) {
+        inner.after_commit(jobs).await;
+    }
+    fn in_transaction(&self) -> bool {
+        false
+    }
+}
+
+impl<DB: Backend> Writer for &mut Tx<DB> {
+    async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
+        DB::insert_in(self.conn(), request).await
+    }
+    async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
+        self.pending.extend(jobs);
+    }
+    fn in_transaction(&self) -> bool {
+        true
+    }
+}
+
+impl Inner {
+    /// A call outside any transaction.
+    pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
+        self.check_open()?;
+        self.submit_with(call, Autocommit).await
+    }
+
+    /// A call inside the caller's transaction.
+    pub(crate) async fn submit_in<DB: Backend>(
+        self: &Arc<Self>,
+        call: Submission,
+        tx: &mut Tx<DB>,
+    ) -> Result<Receipt> {
+        self.check_open()?;
+        self.submit_with(call, tx).await
+    }
+
+    async fn submit_with(
+        self: &Arc<Self>,
+        call: Submission,
+        mut writer: impl Writer,
+    ) -> Result<Receipt> {
+        match call.def.strategy {
+            Strategy::SaveAsync => {
+                let request = call.request(self);
+                match writer.insert(self, &request).await {
+                    Ok(Inserted::New(id)) => {
+                        if call.delay.is_none() {
+                            writer
+                                .after_commit(self, vec![stored_job(call.job(), id)])
+                                .await;
+                        }
+                        Ok(Receipt::new(Some(id), Outcome::Queued))
+                    }
+                    Ok(Inserted::Existing(id)) => Ok(Receipt::new(Some(id), Outcome::Existing)),
+                    Err(error) if !writer.in_transaction() && self.settings.degrade_to_memory => {
+                        tracing::error!(executor = call.def.name, %error,
+                            "could not persist the request: running it in memory only; a crash now loses it");
+                        writer.after_commit(self, vec![call.job()]).await;
+                        Ok(Receipt::new(
+                            None,
+                            Outcome::Degraded {
+                                error: error.to_string(),
+                            },
+                        ))
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            Strategy::SyncSave => {
+                let job = call.job();
+                let attempt = run_body(self, &job).await;
+                match failure_record(self, &job, &attempt, call.key.clone(), call.priority) {
+                    None => Ok(Receipt::new(None, Outcome::Ran)),
+                    Some(request) => {
+                        let error = request
+                            .log
+                            .as_ref()
+                            .and_then(|l| l.error.clone())
+                            .unwrap_or_default();
+                        let id = match writer.insert(self, &request).await? {
+                            Inserted::New(id) | Inserted::Existing(id) => id,
+                        };
+                        Ok(Receipt::new(Some(id), Outcome::Deferred { error }))
+                    }
+                }
+            }
+            Strategy::AsyncSave | Strategy::Async | Strategy::Thread => {
+                writer.after_commit(self, vec![call.job()]).await;
+                Ok(Receipt::new(None, Outcome::InMemory))
+            }
+        }
+    }
+
+    /// Hands committed jobs to the workers: through the channel, directly (`Thread`), or
+    /// inline in a test mode.
+    pub(crate) async fn after_commit(self: &Arc<Self>, jobs: Vec<Job>) {
+        for mut job in jobs {
+            match job.delay.take().filter(|_| job.record.is_none()) {
+                Some(delay) => {
+                    let inner = self.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        inner.dispatch_one(job).await;
+                    });
+                }
+                None => self.dispatch_one(job).await,
+            }
+        }
+    }
+
+    async fn dispatch_one(self: &Arc<Self>, job: Job) {
+        match self.test_mode() {
+            Some(TestMode::Inline) => {
+                if let Err(error) = self.execute_inline(job).await {
+                    tracing::error!(%error, "test mode: could not run a call inline");
+                }
+                return;
+            }
+            Some(TestMode::Hold) => {
+                if job.record.is_none() {
+                    self.held.lock().expect("held lock").push(job);
+                }
+                return;
+            }
+            None => {}
+        }
+        if !uses_channel(job.def.strategy) {
+            self.spawn_direct(job);
+        } else if let Err(job) = self.dispatcher.try_dispatch(job) {
+            self.overflowed(job).await;
+        }
+    }
+
+    /// A job the channel could not take. Stored ones wait in the store for the producer.
+    async fn overflowed(self: &Arc<Self>, job: Job) {
+        if job.record.is_some() {
+            return;
+        }
+        if job.def.strategy == Strategy::AsyncSave {
+            // Persist it rather than lose it: it runs from the store like a SaveAsync call.
+            let request = self.new_request(
+                job.def,
+                job.params.clone(),
+                None,
+                0,
+                now_ms(),
+                job.trace.as_ref(),
+            );
+            if let Err(error) = self.store.request_insert(&request).await {
+                tracing::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
+                self.spawn_direct(job);
+            }
+            return;
+        }
+        tracing::warn!(
+            executor = job.def.name,
+            "channel full: spawning the call directly"
+        );
+        self.spawn_direct(job);
+    }
+
+    /// Runs an in-memory job on its own task, outside the worker pool.
+    fn spawn_direct(self: &Arc<Self>, job: Job) {
+        let inner = self.clone();
+        self.pool.tasks.spawn(async move {
+            let attempt = run_body(&inner, &job).await;
+            inner.finish(job, attempt).await;
+        });
+    }
+
+    /// Records the outcome of an attempt.
+    pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
+        if let Some(record) = &job.record {
+            let completion = completion_for(self, record, &attempt);
+            if let Err(completion) = self.completer.send(completion) {
+                // The completer is gone (an aborted runtime): the lease expires and the
+                // record runs again elsewhere.
+                tracing::warn!(id = completion.id, "outcome not written: runtime stopped");
+            }
+            return;
+        }
+        let Err(failure) = &attempt.result else {
+            return;
+        };
+        if !memory_failure_is_persisted(job.def.strategy) {
+            tracing::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
+            return;
+        }
+        if let Some(request) = failure_record(self, &job, &attempt, None, 0) {
+            if let Err(error) = self.store.request_insert(&request).await {
+                tracing::error!(executor = job.def.name, %error, failure = %failure.message,
+                    "call failed and its retry record could not be written: it is lost");
+            }
+        }
+    }
+
+    /// Runs a job to completion now, outcome written: test modes and [`Runtime::drain`].
+    /// Returns whether it succeeded (`None` when a stored job could not be claimed).
+    pub(crate) async fn execute_inline(&self, mut job: Job) -> Result<Option<bool>> {
+        if let Some(record) = &mut job.record {
+            if record.attempt == 0 {
+                let now = now_ms();
+                let claimed = self
+                    .store
+                    .request_claim_ids(ClaimIds {
+                        ids: &[record.id],
+                        owner: &self.owner,
+                        now,
+                        lease_until: now + self.lease_ms(),
+                    })
+                    .await?;
+                let Some(claimed) = claimed.first() else {
+                    return Ok(None);
+                };
+                record.attempt = claimed.attempt;
+                record.max_attempts = claimed.max_attempts;
+            }
+        }
+        let attempt = run_body(self, &job).await;
+        let ok = attempt.result.is_ok();
+        match &job.record {
+            Some(record) => {
+                let completion = completion_for(self, record, &attempt);
+                write_batch(self, &[completion]).await?;
+            }
+            None => self.finish(job, attempt).await,
+        }
+        Ok(Some(ok))
+    }
+}
+
+/// What [`Runtime::drain`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Executions that succeeded.
+    pub succeeded: usize,
+    /// Executions that failed (now `failed` with a backoff, or `dead`).
+    pub failed: usize,
+}
+
+impl Runtime {
+    /// Runs, one after another in the caller's task, every held in-memory call and every
+    /// record that is due now (`init`, and `failed` whose retry time has come), until none
+    /// is left. Retries whose backoff has not passed are left (set `retry_base_delay` to
+    /// zero in tests to run them too). Meant for [`TestMode::Hold`], and works in any mode.
+    pub async fn drain(&self) -> Result<DrainReport> {
+        let inner = &self.inner;
+        let mut report = DrainReport::default();
+        loop {
+            let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
+            let now = now_ms();
+            for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
+                let claimed = inner
+                    .store
+                    .request_claim_due(ClaimDue {
+                        application: &inner.app,
+                        executors: inner.registry.names(),
+                        kind,
+                        owner: &inner.owner,
+                        now,
+                        lease_until: now + inner.lease_ms(),
+                        limit: 100,
+                    })
+                    .await?;
+                jobs.extend(claimed.into_iter().filter_map(|c| inner.job_from_claim(c)));
+            }
+            if jobs.is_empty() {
+                return Ok(report);
+            }
+            for job in jobs {
+                match inner.execute_inline(job).await? {
+                    Some(true) => report.succeeded += 1,
+                    Some(false) => report.failed += 1,
+                    None => {}
+                }
+            }
+        }
+    }
+}

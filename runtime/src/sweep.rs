@@ -1,0 +1,87 @@
+//! What the sweeps share: claiming due records into free workers, and the periodic loop
+//! with a backoff while the database fails.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::record::now_ms;
+use crate::runtime::Inner;
+use crate::store::{ClaimDue, DueKind};
+
+/// Claims up to `limit` due records of `kind` (never more than there are free workers)
+/// and starts them. Returns how many were started.
+pub(crate) async fn claim_and_start(
+    inner: &Arc<Inner>,
+    kind: DueKind,
+    limit: i64,
+) -> Result<usize> {
+    let free = inner.pool.available() as i64;
+    let limit = limit.min(free);
+    if limit <= 0 {
+        return Ok(0);
+    }
+    let now = now_ms();
+    let claimed = inner
+        .store
+        .request_claim_due(ClaimDue {
+            application: &inner.app,
+            executors: inner.registry.names(),
+            kind,
+            owner: &inner.owner,
+            now,
+            lease_until: now + inner.lease_ms(),
+            limit,
+        })
+        .await?;
+    let mut started = 0;
+    for claimed in claimed {
+        if let Some(job) = inner.job_from_claim(claimed) {
+            if inner.start(job).await {
+                started += 1;
+            }
+        }
+    }
+    Ok(started)
+}
+
+/// Runs `once` every `interval` until shutdown. While it fails, the wait doubles (up to a
+/// minute) and each failure is logged; the first success after failures says so.
+pub(crate) async fn every<F, Fut>(
+    inner: Arc<Inner>,
+    name: &'static str,
+    interval: Duration,
+    mut once: F,
+) where
+    F: FnMut(Arc<Inner>) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let shutdown = inner.shutdown.clone();
+    let mut failures = 0u32;
+    loop {
+        let wait = if failures == 0 {
+            interval
+        } else {
+            interval
+                .saturating_mul(1 << failures.min(6))
+                .min(Duration::from_secs(60))
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match once(inner.clone()).await {
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!(sweep = name, after_failures = failures, "sweep recovered");
+                }
+                failures = 0;
+            }
+            Err(error) => {
+                failures += 1;
+                tracing::error!(sweep = name, %error, failures, "sweep failed; backing off");
+            }
+        }
+    }
+}
