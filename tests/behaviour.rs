@@ -69,7 +69,12 @@ struct NeverRegistered;
 async fn needs_missing(_label: String, _missing: Data<NeverRegistered>) {}
 
 #[async_exec(type = SyncSave, max_attempts = 3)]
-async fn sync_save(label: String, fail: bool, probe: Data<Probe>, ctx: Context) -> Result<(), String> {
+async fn sync_save(
+    label: String,
+    fail: bool,
+    probe: Data<Probe>,
+    ctx: Context,
+) -> Result<(), String> {
     probe.record(&label, ctx.attempt());
     if fail && ctx.attempt() == 1 {
         return Err("sync failure".into());
@@ -78,7 +83,12 @@ async fn sync_save(label: String, fail: bool, probe: Data<Probe>, ctx: Context) 
 }
 
 #[async_exec(type = AsyncSave, max_attempts = 3)]
-async fn async_save(label: String, fail: bool, probe: Data<Probe>, ctx: Context) -> Result<(), String> {
+async fn async_save(
+    label: String,
+    fail: bool,
+    probe: Data<Probe>,
+    ctx: Context,
+) -> Result<(), String> {
     probe.record(&label, ctx.attempt());
     if fail && ctx.attempt() == 1 {
         return Err("async-save failure".into());
@@ -87,7 +97,12 @@ async fn async_save(label: String, fail: bool, probe: Data<Probe>, ctx: Context)
 }
 
 #[async_exec(type = Async)]
-async fn async_plain(label: String, fail: bool, probe: Data<Probe>, ctx: Context) -> Result<(), String> {
+async fn async_plain(
+    label: String,
+    fail: bool,
+    probe: Data<Probe>,
+    ctx: Context,
+) -> Result<(), String> {
     probe.record(&label, ctx.attempt());
     if fail {
         return Err("async failure".into());
@@ -134,7 +149,10 @@ async fn commit_runs_exactly_once() {
     let rt = db.builder().start().await.unwrap();
     let probe = probe_of(&rt).await;
     let mut tx: Tx = rt.begin().await.unwrap();
-    sqlx::query("CREATE TABLE users (id INTEGER)").execute(tx.conn()).await.unwrap();
+    sqlx::query("CREATE TABLE users (id INTEGER)")
+        .execute(tx.conn())
+        .await
+        .unwrap();
     let receipt = ok_job("commit".into()).within(&mut tx).await.unwrap();
     assert_eq!(receipt.outcome, Outcome::Queued);
     assert_eq!(probe.runs("commit"), 0, "nothing runs before the commit");
@@ -145,7 +163,11 @@ async fn commit_runs_exactly_once() {
     assert_eq!(rt.retrier().run_once().await.unwrap().started, 0);
     assert_eq!(rt.rescuer().run_once().await.unwrap().retried.len(), 0);
     let pool = db.pool().await;
-    assert_eq!(count(&pool, "async_req").await, 0, "success deletes the record");
+    assert_eq!(
+        count(&pool, "async_req").await,
+        0,
+        "success deletes the record"
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(probe.attempts("commit"), vec![1]);
     rt.shutdown().await.unwrap();
@@ -171,10 +193,19 @@ async fn rollback_runs_nothing_under_every_strategy() {
     for explicit in [true, false] {
         let mut tx: Tx = rt.begin().await.unwrap();
         ok_job("rb".into()).within(&mut tx).await.unwrap();
-        async_save("rb".into(), false).within(&mut tx).await.unwrap();
-        async_plain("rb".into(), false).within(&mut tx).await.unwrap();
+        async_save("rb".into(), false)
+            .within(&mut tx)
+            .await
+            .unwrap();
+        async_plain("rb".into(), false)
+            .within(&mut tx)
+            .await
+            .unwrap();
         thread_job("rb".into()).within(&mut tx).await.unwrap();
-        sync_save("rb-sync".into(), true).within(&mut tx).await.unwrap();
+        sync_save("rb-sync".into(), true)
+            .within(&mut tx)
+            .await
+            .unwrap();
         if explicit {
             tx.rollback().await.unwrap();
         } else {
@@ -182,7 +213,12 @@ async fn rollback_runs_nothing_under_every_strategy() {
         }
     }
     // The sweeps would find anything that had been committed.
-    let rt2 = db.builder().stale_after(Duration::ZERO).start().await.unwrap();
+    let rt2 = db
+        .builder()
+        .stale_after(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
     rt2.compensator().run_once().await.unwrap();
     rt2.retrier().run_once().await.unwrap();
     rt2.wait_idle().await;
@@ -200,16 +236,35 @@ async fn rollback_runs_nothing_under_every_strategy() {
 async fn crash_between_commit_and_dispatch_still_runs_once() {
     let db = TestDb::new();
     // An instance that commits and then dies before it dispatches anything.
-    let crashed = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let crashed = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     let mut tx: Tx = crashed.begin().await.unwrap();
-    let id = ok_job("crash".into()).within(&mut tx).await.unwrap().id.unwrap();
+    let id = ok_job("crash".into())
+        .within(&mut tx)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     tx.commit().await.unwrap();
     crashed.abort();
     assert_eq!(crashed.probe().runs("crash"), 0);
 
     // A new instance on the same file.
-    let rt = db.builder().stale_after(Duration::from_millis(200)).start().await.unwrap();
-    assert_eq!(rt.compensator().run_once().await.unwrap().started, 0, "not stale yet");
+    let rt = db
+        .builder()
+        .stale_after(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.compensator().run_once().await.unwrap().started,
+        0,
+        "not stale yet"
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(rt.compensator().run_once().await.unwrap().started, 1);
     rt.wait_idle().await;
@@ -232,22 +287,40 @@ async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt() {
         .await
         .unwrap();
     let probe = rt.probe();
-    let id = fail_always("dead".into()).on(&rt).await.unwrap().id.unwrap();
+    let id = fail_always("dead".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     probe.wait_runs("dead", 1).await;
     rt.wait_idle().await;
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Failed);
     assert_eq!(record.exec_count, 1);
-    assert_eq!(record.last_error.as_deref(), Some("dead failed on attempt 1"));
+    assert_eq!(
+        record.last_error.as_deref(),
+        Some("dead failed on attempt 1")
+    );
     let first_delay = record.run_at - record.update_time;
-    assert!((75..=125).contains(&first_delay), "first retry after ~100 ms, got {first_delay}");
-    assert_eq!(rt.retrier().run_once().await.unwrap().started, 0, "not due yet");
+    assert!(
+        (75..=125).contains(&first_delay),
+        "first retry after ~100 ms, got {first_delay}"
+    );
+    assert_eq!(
+        rt.retrier().run_once().await.unwrap().started,
+        0,
+        "not due yet"
+    );
 
     // Drive the retries as the sweep would.
     let mut delays = vec![first_delay];
     while rt.get(id).await.unwrap().unwrap().status == Status::Failed {
         let record = rt.get(id).await.unwrap().unwrap();
-        tokio::time::sleep(Duration::from_millis((record.run_at - async_exec_now()).max(0) as u64 + 5)).await;
+        tokio::time::sleep(Duration::from_millis(
+            (record.run_at - async_exec_now()).max(0) as u64 + 5,
+        ))
+        .await;
         assert_eq!(rt.retrier().run_once().await.unwrap().started, 1);
         rt.wait_idle().await;
         let after = rt.get(id).await.unwrap().unwrap();
@@ -258,13 +331,21 @@ async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt() {
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Dead);
     assert_eq!(record.exec_count, 3);
-    assert!(record.last_error.unwrap().contains("gave up after 3 attempts"));
+    assert!(record
+        .last_error
+        .unwrap()
+        .contains("gave up after 3 attempts"));
     assert_eq!(probe.attempts("dead"), vec![1, 2, 3]);
     assert_eq!(delays.len(), 2);
     assert!(delays[1] > delays[0], "delays grow: {delays:?}");
     let logs = rt.attempts(id).await.unwrap();
-    assert_eq!(logs.iter().map(|l| l.attempt).collect::<Vec<_>>(), vec![1, 2, 3]);
-    assert!(logs.iter().all(|l| l.outcome == "error" && l.error.is_some()));
+    assert_eq!(
+        logs.iter().map(|l| l.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(logs
+        .iter()
+        .all(|l| l.outcome == "error" && l.error.is_some()));
     // Dead is terminal: sweeps leave it alone.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(rt.retrier().run_once().await.unwrap().started, 0);
@@ -293,7 +374,11 @@ async fn retried_body_succeeds_on_its_second_attempt() {
     assert_eq!(rt.probe().attempts("once"), vec![1, 2]);
     assert!(rt.get(id).await.unwrap().is_none());
     let logs = rt.attempts(id).await.unwrap();
-    assert_eq!(logs.len(), 1, "only the failed attempt is logged by default");
+    assert_eq!(
+        logs.len(),
+        1,
+        "only the failed attempt is logged by default"
+    );
     assert_eq!(logs[0].error.as_deref(), Some("first attempt fails"));
     rt.shutdown().await.unwrap();
 }
@@ -302,12 +387,21 @@ async fn retried_body_succeeds_on_its_second_attempt() {
 async fn panic_is_recorded_and_the_worker_lives_on() {
     let db = TestDb::new();
     let rt = db.builder().concurrency(1).start().await.unwrap();
-    let id = panics_once("panic".into()).on(&rt).await.unwrap().id.unwrap();
+    let id = panics_once("panic".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     rt.probe().wait_runs("panic", 1).await;
     rt.wait_idle().await;
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Failed);
-    assert!(record.last_error.as_deref().unwrap().contains("boom on attempt one"));
+    assert!(record
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("boom on attempt one"));
     assert_eq!(rt.attempts(id).await.unwrap()[0].outcome, "panic");
     // The only worker still runs calls.
     ok_job("after-panic".into()).on(&rt).await.unwrap();
@@ -319,12 +413,21 @@ async fn panic_is_recorded_and_the_worker_lives_on() {
 async fn timeout_is_recorded() {
     let db = TestDb::new();
     let rt = db.builder().start().await.unwrap();
-    let id = sleeps("slow".into(), 5_000).on(&rt).await.unwrap().id.unwrap();
+    let id = sleeps("slow".into(), 5_000)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     rt.probe().wait_runs("slow", 1).await;
     rt.wait_idle().await;
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Failed);
-    assert!(record.last_error.as_deref().unwrap().contains("timed out after 100ms"));
+    assert!(record
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("timed out after 100ms"));
     assert_eq!(rt.attempts(id).await.unwrap()[0].outcome, "timeout");
     rt.shutdown().await.unwrap();
 }
@@ -339,7 +442,10 @@ async fn final_error_goes_dead_at_once() {
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Dead);
     assert_eq!(record.exec_count, 1);
-    assert_eq!(record.last_error.as_deref(), Some("the address does not exist"));
+    assert_eq!(
+        record.last_error.as_deref(),
+        Some("the address does not exist")
+    );
     rt.shutdown().await.unwrap();
 }
 
@@ -354,7 +460,12 @@ async fn expired_lease_of_a_stuck_worker_is_recovered_and_runs_again() {
         .await
         .unwrap();
     let probe = rt.probe();
-    let id = blocks_once("stuck".into()).on(&rt).await.unwrap().id.unwrap();
+    let id = blocks_once("stuck".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     probe.wait_runs("stuck", 1).await;
     // The heartbeat keeps the lease while the body is within its timeout...
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -367,7 +478,10 @@ async fn expired_lease_of_a_stuck_worker_is_recovered_and_runs_again() {
     probe.wait_runs("stuck", 2).await;
     rt.wait_idle().await;
     assert_eq!(probe.attempts("stuck"), vec![1, 2]);
-    assert!(rt.get(id).await.unwrap().is_none(), "the second attempt succeeded");
+    assert!(
+        rt.get(id).await.unwrap().is_none(),
+        "the second attempt succeeded"
+    );
     let logs = rt.attempts(id).await.unwrap();
     assert_eq!(logs.len(), 1);
     assert_eq!(logs[0].outcome, "lease_expired");
@@ -399,7 +513,12 @@ async fn insert_raw(db: &TestDb, executor: &str, sign: &str, params: &str) -> i6
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tampered_arguments_go_dead_with_a_clear_message() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     let id = ok_job("tampered".into()).on(&rt).await.unwrap().id.unwrap();
     sqlx::query("UPDATE async_req SET param_json = '{\"label\": 42}' WHERE id = ?")
         .bind(id)
@@ -412,7 +531,10 @@ async fn tampered_arguments_go_dead_with_a_clear_message() {
     assert_eq!(record.status, Status::Dead);
     let error = record.last_error.unwrap();
     assert!(error.contains(&executor_name("ok_job")), "{error}");
-    assert!(error.contains("invalid type: integer `42`, expected a string"), "{error}");
+    assert!(
+        error.contains("invalid type: integer `42`, expected a string"),
+        "{error}"
+    );
     assert_eq!(rt.probe().runs("tampered"), 0);
     rt.shutdown().await.unwrap();
 }
@@ -420,11 +542,28 @@ async fn tampered_arguments_go_dead_with_a_clear_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn signature_changes_compatible_run_incompatible_go_dead() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     // Written by an older build whose function had only `label`: a new Option parameter is compatible.
-    let compatible = insert_raw(&db, "tests::versioned", "00000000000000aa", r#"{"label":"v1"}"#).await;
+    let compatible = insert_raw(
+        &db,
+        "tests::versioned",
+        "00000000000000aa",
+        r#"{"label":"v1"}"#,
+    )
+    .await;
     // Written by a build where `label` was a number: incompatible.
-    let incompatible = insert_raw(&db, "tests::versioned", "00000000000000bb", r#"{"label":7}"#).await;
+    let incompatible = insert_raw(
+        &db,
+        "tests::versioned",
+        "00000000000000bb",
+        r#"{"label":7}"#,
+    )
+    .await;
     rt.drain().await.unwrap();
     assert_eq!(rt.probe().runs("v1:extra=None"), 1);
     assert!(rt.get(compatible).await.unwrap().is_none());
@@ -432,15 +571,26 @@ async fn signature_changes_compatible_run_incompatible_go_dead() {
     assert_eq!(record.status, Status::Dead);
     let error = record.last_error.unwrap();
     assert!(error.contains("tests::versioned"), "{error}");
-    assert!(error.contains("00000000000000bb"), "names the stored signature: {error}");
-    assert!(error.contains("(label: String, extra: Option<String>)"), "names the current one: {error}");
+    assert!(
+        error.contains("00000000000000bb"),
+        "names the stored signature: {error}"
+    );
+    assert!(
+        error.contains("(label: String, extra: Option<String>)"),
+        "names the current one: {error}"
+    );
     rt.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_of_unknown_executors_are_left_alone() {
     let db = TestDb::new();
-    let rt = db.builder().stale_after(Duration::ZERO).start().await.unwrap();
+    let rt = db
+        .builder()
+        .stale_after(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
     let id = insert_raw(&db, "other_service::job", "0123456789abcdef", "{}").await;
     assert_eq!(rt.compensator().run_once().await.unwrap().started, 0);
     assert_eq!(rt.drain().await.unwrap(), Default::default());
@@ -453,7 +603,12 @@ async fn records_of_unknown_executors_are_left_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn data_is_injected_and_missing_data_is_a_clear_dead() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     ok_job("data".into()).on(&rt).await.unwrap();
     let id = needs_missing("x".into()).on(&rt).await.unwrap().id.unwrap();
     rt.drain().await.unwrap();
@@ -461,7 +616,10 @@ async fn data_is_injected_and_missing_data_is_a_clear_dead() {
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!(record.status, Status::Dead);
     let error = record.last_error.unwrap();
-    assert!(error.contains("Data<behaviour::NeverRegistered>") && error.contains(".data(value)"), "{error}");
+    assert!(
+        error.contains("Data<behaviour::NeverRegistered>") && error.contains(".data(value)"),
+        "{error}"
+    );
     rt.shutdown().await.unwrap();
 }
 
@@ -470,7 +628,12 @@ async fn data_is_injected_and_missing_data_is_a_clear_dead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotency_key_holds_under_concurrent_calls() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     let mut calls = Vec::new();
     for i in 0..20 {
         let rt = rt.clone();
@@ -512,10 +675,25 @@ async fn sync_save_runs_inline_and_defers_a_failure() {
     let db = TestDb::new();
     let rt = db.builder().start().await.unwrap();
     let ran = sync_save("sync-ok".into(), false).on(&rt).await.unwrap();
-    assert_eq!(ran, async_exec::Receipt { id: None, outcome: Outcome::Ran });
-    assert_eq!(rt.probe().runs("sync-ok"), 1, "ran before the call returned");
+    assert_eq!(
+        ran,
+        async_exec::Receipt {
+            id: None,
+            outcome: Outcome::Ran
+        }
+    );
+    assert_eq!(
+        rt.probe().runs("sync-ok"),
+        1,
+        "ran before the call returned"
+    );
     let deferred = sync_save("sync-fail".into(), true).on(&rt).await.unwrap();
-    assert_eq!(deferred.outcome, Outcome::Deferred { error: "sync failure".into() });
+    assert_eq!(
+        deferred.outcome,
+        Outcome::Deferred {
+            error: "sync failure".into()
+        }
+    );
     let id = deferred.id.unwrap();
     let record = rt.get(id).await.unwrap().unwrap();
     assert_eq!((record.status, record.exec_count), (Status::Failed, 1));
@@ -533,8 +711,17 @@ async fn async_save_writes_nothing_unless_it_fails() {
     let rt = db.builder().start().await.unwrap();
     let pool = db.pool().await;
     let mut tx: Tx = rt.begin().await.unwrap();
-    let receipt = async_save("as-ok".into(), false).within(&mut tx).await.unwrap();
-    assert_eq!(receipt, async_exec::Receipt { id: None, outcome: Outcome::InMemory });
+    let receipt = async_save("as-ok".into(), false)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        receipt,
+        async_exec::Receipt {
+            id: None,
+            outcome: Outcome::InMemory
+        }
+    );
     assert_eq!(count(&pool, "async_req").await, 0);
     tx.commit().await.unwrap();
     rt.probe().wait_runs("as-ok", 1).await;
@@ -558,7 +745,11 @@ async fn async_and_thread_write_nothing_even_on_failure() {
     let mut tx: Tx = rt.begin().await.unwrap();
     async_plain("a".into(), true).within(&mut tx).await.unwrap();
     thread_job("t".into()).within(&mut tx).await.unwrap();
-    assert_eq!(rt.probe().runs("a") + rt.probe().runs("t"), 0, "nothing before commit");
+    assert_eq!(
+        rt.probe().runs("a") + rt.probe().runs("t"),
+        0,
+        "nothing before commit"
+    );
     tx.commit().await.unwrap();
     rt.probe().wait_runs("a", 1).await;
     rt.probe().wait_runs("t", 1).await;
@@ -588,15 +779,28 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_shutdown_finishes_short_work() {
     let db = TestDb::new();
-    let rt = db.builder().shutdown_grace(Duration::from_secs(5)).start().await.unwrap();
+    let rt = db
+        .builder()
+        .shutdown_grace(Duration::from_secs(5))
+        .start()
+        .await
+        .unwrap();
     // 80 ms of work, within its 100 ms timeout and the grace period.
-    let id = sleeps("short".into(), 80).on(&rt).await.unwrap().id.unwrap();
+    let id = sleeps("short".into(), 80)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     rt.probe().wait_runs("short", 1).await;
     let report = rt.shutdown().await.unwrap();
     assert!(report.finished);
     assert_eq!(report.released, 0);
     let rt2 = db.builder().start().await.unwrap();
-    assert!(rt2.get(id).await.unwrap().is_none(), "finished and deleted before shutdown returned");
+    assert!(
+        rt2.get(id).await.unwrap().is_none(),
+        "finished and deleted before shutdown returned"
+    );
     rt2.shutdown().await.unwrap();
 }
 
@@ -619,10 +823,22 @@ async fn graceful_shutdown_releases_long_work_at_once() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(!report.finished);
     assert_eq!(report.released, 1);
-    let rt2 = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt2 = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     let record = rt2.get(id).await.unwrap().unwrap();
-    assert_eq!(record.status, Status::Init, "handed back without waiting for the lease");
-    assert_eq!(record.exec_count, 0, "the interrupted attempt does not count");
+    assert_eq!(
+        record.status,
+        Status::Init,
+        "handed back without waiting for the lease"
+    );
+    assert_eq!(
+        record.exec_count, 0,
+        "the interrupted attempt does not count"
+    );
     assert!(record.lease_owner.is_none());
     rt2.shutdown().await.unwrap();
 }
@@ -634,7 +850,12 @@ async fn waits_forever(label: String, probe: Data<Probe>, ctx: Context) {
 }
 
 async fn blocks_forever_call(rt: &async_exec::Runtime) -> i64 {
-    waits_forever("forever".into()).on(rt).await.unwrap().id.unwrap()
+    waits_forever("forever".into())
+        .on(rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap()
 }
 
 // ---- operations, test modes, tracing context ------------------------------------------
@@ -642,21 +863,42 @@ async fn blocks_forever_call(rt: &async_exec::Runtime) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operations_get_list_retry_cancel_delete() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).delete_on_success(false).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .delete_on_success(false)
+        .start()
+        .await
+        .unwrap();
     let a = ok_job("ops-a".into()).on(&rt).await.unwrap().id.unwrap();
     let b = ok_job("ops-b".into()).on(&rt).await.unwrap().id.unwrap();
     let c = gives_up("ops-c".into()).on(&rt).await.unwrap().id.unwrap();
-    let listed = rt.list(RequestFilter::default().status(Status::Init)).await.unwrap();
-    assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), vec![c, b, a]);
+    let listed = rt
+        .list(RequestFilter::default().status(Status::Init))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![c, b, a]
+    );
     rt.cancel(b).await.unwrap();
-    assert!(matches!(rt.cancel(b).await, Err(async_exec::Error::InvalidState { .. })));
+    assert!(matches!(
+        rt.cancel(b).await,
+        Err(async_exec::Error::InvalidState { .. })
+    ));
     rt.drain().await.unwrap();
     assert_eq!(rt.get(a).await.unwrap().unwrap().status, Status::Success);
     assert_eq!(rt.get(b).await.unwrap().unwrap().status, Status::Cancelled);
     assert_eq!(rt.get(c).await.unwrap().unwrap().status, Status::Dead);
-    let dead = rt.list(RequestFilter::default().status(Status::Dead)).await.unwrap();
+    let dead = rt
+        .list(RequestFilter::default().status(Status::Dead))
+        .await
+        .unwrap();
     assert_eq!(dead.len(), 1);
-    let by_executor = rt.list(RequestFilter::default().executor(executor_name("ok_job"))).await.unwrap();
+    let by_executor = rt
+        .list(RequestFilter::default().executor(executor_name("ok_job")))
+        .await
+        .unwrap();
     assert_eq!(by_executor.len(), 2);
     // Replays: a dead request runs again with fresh attempts, a cancelled one too.
     rt.retry_now(c).await.unwrap();
@@ -666,21 +908,35 @@ async fn operations_get_list_retry_cancel_delete() {
     assert_eq!(rt.probe().runs("ops-b"), 1);
     rt.delete(a).await.unwrap();
     assert!(rt.get(a).await.unwrap().is_none());
-    assert!(matches!(rt.delete(a).await, Err(async_exec::Error::NotFound(_))));
+    assert!(matches!(
+        rt.delete(a).await,
+        Err(async_exec::Error::NotFound(_))
+    ));
     let counts = rt.count_by_status().await.unwrap();
-    assert!(counts.contains(&(Status::Dead, 1)) && counts.contains(&(Status::Success, 1)), "{counts:?}");
+    assert!(
+        counts.contains(&(Status::Dead, 1)) && counts.contains(&(Status::Success, 1)),
+        "{counts:?}"
+    );
     rt.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn inline_test_mode_runs_every_call_before_it_returns() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Inline).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Inline)
+        .start()
+        .await
+        .unwrap();
     ok_job("inline".into()).on(&rt).await.unwrap();
     assert_eq!(rt.probe().runs("inline"), 1);
     let mut tx: Tx = rt.begin().await.unwrap();
     ok_job("inline-tx".into()).within(&mut tx).await.unwrap();
-    async_plain("inline-async".into(), false).within(&mut tx).await.unwrap();
+    async_plain("inline-async".into(), false)
+        .within(&mut tx)
+        .await
+        .unwrap();
     assert_eq!(rt.probe().runs("inline-tx"), 0);
     tx.commit().await.unwrap();
     assert_eq!(rt.probe().runs("inline-tx"), 1);
@@ -691,7 +947,12 @@ async fn inline_test_mode_runs_every_call_before_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hold_test_mode_runs_nothing_until_drain() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     ok_job("held".into()).on(&rt).await.unwrap();
     thread_job("held-thread".into()).on(&rt).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -706,14 +967,21 @@ async fn hold_test_mode_runs_nothing_until_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn caller_baggage_travels_with_the_record() {
     let db = TestDb::new();
-    let rt = db.builder().test_mode(TestMode::Hold).start().await.unwrap();
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
     async_exec::with_baggage([("tenant", "acme")], async {
         reads_baggage("bag".into()).on(&rt).await.unwrap();
     })
     .await;
     reads_baggage("nobag".into()).on(&rt).await.unwrap();
     let stored = rt.list(RequestFilter::default()).await.unwrap();
-    assert!(stored.iter().any(|r| r.trace_json.as_deref() == Some(r#"{"baggage":[["tenant","acme"]]}"#)));
+    assert!(stored
+        .iter()
+        .any(|r| r.trace_json.as_deref() == Some(r#"{"baggage":[["tenant","acme"]]}"#)));
     rt.drain().await.unwrap();
     assert_eq!(rt.probe().runs("bag:acme:acme"), 1);
     assert_eq!(rt.probe().runs("nobag:none:none"), 1);
@@ -723,7 +991,13 @@ async fn caller_baggage_travels_with_the_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn full_channel_never_blocks_the_caller_and_loses_nothing() {
     let db = TestDb::new();
-    let rt = db.builder().channel_capacity(1).concurrency(2).start().await.unwrap();
+    let rt = db
+        .builder()
+        .channel_capacity(1)
+        .concurrency(2)
+        .start()
+        .await
+        .unwrap();
     let calls = 200;
     let started = std::time::Instant::now();
     for _ in 0..calls {
@@ -753,5 +1027,8 @@ async fn bare_await_uses_the_global_runtime() {
     rt.wait_idle().await;
     wait_for(|| async { GLOBAL_RUNS.load(Ordering::SeqCst) == 1 }).await;
     rt.shutdown().await.unwrap();
-    assert!(matches!(counts_globally().await, Err(async_exec::Error::NoRuntime)));
+    assert!(matches!(
+        counts_globally().await,
+        Err(async_exec::Error::NoRuntime)
+    ));
 }

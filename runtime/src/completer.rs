@@ -48,9 +48,9 @@ impl Completer {
         )
     }
 
-    /// Queues an outcome for writing.
-    pub(crate) fn send(&self, completion: Completion) -> Result<(), Completion> {
-        self.tx.send(completion).map_err(|e| e.0)
+    /// Queues an outcome for writing. Returns the request id when the completer is gone.
+    pub(crate) fn send(&self, completion: Completion) -> Result<(), RequestId> {
+        self.tx.send(completion).map_err(|e| e.0.id)
     }
 }
 

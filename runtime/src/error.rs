@@ -24,15 +24,15 @@ pub enum Error {
 
     /// Two `#[async_exec]` functions in this binary have the same executor name.
     #[error(
-        "two executors are named `{name}`: one with parameters {first}, one with {second}; \
+        "two executors are named `{name}`: {first} and {second}; \
          give one of them another `name = \"...\"`"
     )]
     DuplicateExecutor {
         /// The name both use.
         name: String,
-        /// The first one's persisted parameters.
+        /// The first one: its path and persisted parameters.
         first: String,
-        /// The second one's persisted parameters.
+        /// The second one: its path and persisted parameters.
         second: String,
     },
 

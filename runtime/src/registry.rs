@@ -25,6 +25,8 @@ pub type RunFn = fn(Invocation) -> BoxFuture<'static, Result<(), Failure>>;
 pub struct ExecutorDef {
     /// Stable name: `module::path::function`, or the attribute's `name = "..."`.
     pub name: &'static str,
+    /// Where the function is: `module::path::function`.
+    pub path: &'static str,
     /// Hash of the persisted parameters' names and types (16 hex digits).
     pub sign: &'static str,
     /// The persisted parameters, for people: `(user_id: i64, email: String)`.
@@ -45,6 +47,7 @@ impl fmt::Debug for ExecutorDef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExecutorDef")
             .field("name", &self.name)
+            .field("path", &self.path)
             .field("sign", &self.sign)
             .field("signature", &self.signature)
             .field("strategy", &self.strategy)
@@ -140,8 +143,8 @@ impl Registry {
                 if !std::ptr::eq(previous, def) {
                     return Err(Error::DuplicateExecutor {
                         name: def.name.to_string(),
-                        first: previous.signature.to_string(),
-                        second: def.signature.to_string(),
+                        first: format!("`{}{}`", previous.path, previous.signature),
+                        second: format!("`{}{}`", def.path, def.signature),
                     });
                 }
                 continue;
@@ -159,5 +162,50 @@ impl Registry {
     /// The names of all known executors, sorted.
     pub(crate) fn names(&self) -> &[&'static str] {
         &self.names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: Invocation) -> BoxFuture<'static, Result<(), Failure>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    const fn def(name: &'static str, signature: &'static str) -> ExecutorDef {
+        ExecutorDef {
+            name,
+            path: "billing::v1::charge",
+            sign: "0000000000000000",
+            signature,
+            remark: "",
+            strategy: Strategy::SaveAsync,
+            max_attempts: None,
+            timeout_ms: None,
+            run: never,
+        }
+    }
+
+    static FIRST: ExecutorDef = def("billing::charge", "(order: i64)");
+    static SECOND: ExecutorDef = def("billing::charge", "(invoice: String)");
+    static OTHER: ExecutorDef = def("billing::refund", "(order: i64)");
+
+    #[test]
+    fn two_executors_with_one_name_are_refused_naming_both() {
+        let error = Registry::from_defs([&FIRST, &OTHER, &SECOND]).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("`billing::charge`"), "{message}");
+        assert!(
+            message.contains("(order: i64)") && message.contains("(invoice: String)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_same_registration_twice_is_one_executor() {
+        let registry = Registry::from_defs([&FIRST, &OTHER, &FIRST]).unwrap();
+        assert_eq!(registry.names(), ["billing::charge", "billing::refund"]);
+        assert!(registry.get("billing::refund").is_some());
     }
 }

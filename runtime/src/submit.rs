@@ -236,10 +236,10 @@ impl Inner {
     pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
         if let Some(record) = &job.record {
             let completion = completion_for(self, record, &attempt);
-            if let Err(completion) = self.completer.send(completion) {
+            if let Err(id) = self.completer.send(completion) {
                 // The completer is gone (an aborted runtime): the lease expires and the
                 // record runs again elsewhere.
-                tracing::warn!(id = completion.id, "outcome not written: runtime stopped");
+                tracing::warn!(id, "outcome not written: runtime stopped");
             }
             return;
         }

@@ -51,7 +51,12 @@ pub struct Probe {
 
 impl Probe {
     pub fn record(&self, label: &str, attempt: u32) {
-        self.runs.lock().unwrap().entry(label.to_string()).or_default().push(attempt);
+        self.runs
+            .lock()
+            .unwrap()
+            .entry(label.to_string())
+            .or_default()
+            .push(attempt);
         self.changed.notify_waiters();
     }
 
@@ -60,7 +65,12 @@ impl Probe {
     }
 
     pub fn attempts(&self, label: &str) -> Vec<u32> {
-        self.runs.lock().unwrap().get(label).cloned().unwrap_or_default()
+        self.runs
+            .lock()
+            .unwrap()
+            .get(label)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Waits until `label` has run `n` times, for at most 10 s.

@@ -229,13 +229,11 @@ impl Store for SqliteStore {
         if p.ids.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = format!(
-            "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+        let sql = "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
              exec_count = exec_count + 1, update_time = ? \
              WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
-             RETURNING id, exec_count, max_attempts"
-        );
-        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(&sql)
+             RETURNING id, exec_count, max_attempts";
+        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(sql)
             .bind(p.owner)
             .bind(p.lease_until)
             .bind(p.now)

@@ -1,0 +1,495 @@
+//! Typed parser for the arguments of `#[async_exec(...)]`.
+//!
+//! Syntax errors stop the parse; semantic errors (unknown or duplicate keys, an
+//! unknown strategy, a bad timeout, ...) are collected so that one compile shows
+//! all of them.
+
+use proc_macro2::{Span, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Ident, LitInt, LitStr, Token};
+
+mod kw {
+    syn::custom_keyword!(remark);
+    syn::custom_keyword!(name);
+    syn::custom_keyword!(max_attempts);
+    syn::custom_keyword!(timeout);
+}
+
+/// Every key, in the order error messages list them.
+pub(crate) const KEYS: &[&str] = &["type", "remark", "name", "max_attempts", "timeout", "crate"];
+
+/// The strategies `type = ...` accepts, safest first.
+pub(crate) const STRATEGIES: &[&str] = &["SaveAsync", "SyncSave", "AsyncSave", "Async", "Thread"];
+
+/// The parsed arguments of one `#[async_exec(...)]`.
+#[derive(Debug)]
+pub(crate) struct Args {
+    /// `type = <Strategy>`: one of [`STRATEGIES`], with the user's span.
+    pub(crate) strategy: Ident,
+    /// `remark = "..."`.
+    pub(crate) remark: Option<LitStr>,
+    /// `name = "..."`: a stable executor name.
+    pub(crate) name: Option<LitStr>,
+    /// `max_attempts = N`, N >= 1.
+    pub(crate) max_attempts: Option<u32>,
+    /// `timeout = "30s"` or `timeout = 30`, converted to milliseconds.
+    pub(crate) timeout_ms: Option<u64>,
+    /// `crate = "path"`: the path of the facade crate.
+    pub(crate) crate_path: Option<syn::Path>,
+}
+
+/// Collects errors without stopping the parse.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    /// Returns all errors collected, followed by `last`.
+    fn with(mut self, last: syn::Error) -> syn::Error {
+        self.push(last);
+        self.0.expect("just pushed")
+    }
+}
+
+/// Records `value` into `slot`, or an error at `key_span` if the key was already given.
+fn set_once<T>(errors: &mut Errors, slot: &mut Option<T>, key: &str, key_span: Span, value: T) {
+    if slot.is_some() {
+        errors.push(syn::Error::new(
+            key_span,
+            format!("duplicate argument `{key}`; give it only once"),
+        ));
+    } else {
+        *slot = Some(value);
+    }
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut errors = Errors::default();
+        let mut strategy: Option<Option<Ident>> = None;
+        let mut remark = None;
+        let mut name = None;
+        let mut max_attempts = None;
+        let mut timeout_ms = None;
+        let mut crate_path = None;
+
+        while !input.is_empty() {
+            if let Err(e) = parse_one(
+                input,
+                &mut errors,
+                &mut strategy,
+                &mut remark,
+                &mut name,
+                &mut max_attempts,
+                &mut timeout_ms,
+                &mut crate_path,
+            ) {
+                return Err(errors.with(e));
+            }
+            if input.is_empty() {
+                break;
+            }
+            if let Err(e) = input.parse::<Token![,]>() {
+                return Err(errors.with(e));
+            }
+        }
+
+        let strategy = match strategy {
+            Some(Some(strategy)) => Some(strategy),
+            // `type` was given but its value was rejected: the error is already recorded.
+            Some(None) => None,
+            None => {
+                errors.push(syn::Error::new(
+                    Span::call_site(),
+                    "missing `type = ...`; write e.g. #[async_exec(type = SaveAsync)]",
+                ));
+                None
+            }
+        };
+        match (errors.0, strategy) {
+            (Some(errors), _) => Err(errors),
+            (None, Some(strategy)) => Ok(Args {
+                strategy,
+                remark: remark.flatten(),
+                name: name.flatten(),
+                max_attempts: max_attempts.flatten(),
+                timeout_ms: timeout_ms.flatten(),
+                crate_path: crate_path.flatten(),
+            }),
+            (None, None) => unreachable!("a missing strategy always records an error"),
+        }
+    }
+}
+
+/// Parses one `key = value`. Values that parse but are invalid are recorded as
+/// `None` in their slot (so a later duplicate is still reported) with an error.
+#[allow(clippy::too_many_arguments)]
+fn parse_one(
+    input: ParseStream<'_>,
+    errors: &mut Errors,
+    strategy: &mut Option<Option<Ident>>,
+    remark: &mut Option<Option<LitStr>>,
+    name: &mut Option<Option<LitStr>>,
+    max_attempts: &mut Option<Option<u32>>,
+    timeout_ms: &mut Option<Option<u64>>,
+    crate_path: &mut Option<Option<syn::Path>>,
+) -> syn::Result<()> {
+    let lookahead = input.lookahead1();
+    if lookahead.peek(Token![type]) {
+        let key: Token![type] = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: Ident = input.parse()?;
+        let value = match check_strategy(&value) {
+            Ok(()) => Some(value),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        set_once(errors, strategy, "type", key.span, value);
+    } else if lookahead.peek(kw::remark) {
+        let key: kw::remark = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        set_once(errors, remark, "remark", key.span, Some(value));
+    } else if lookahead.peek(kw::name) {
+        let key: kw::name = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let value = if value.value().trim().is_empty() {
+            errors.push(syn::Error::new(
+                value.span(),
+                "`name` must not be empty; write e.g. name = \"mail.send_welcome\", or leave \
+                 `name` out to use `module_path!()::fn_name`",
+            ));
+            None
+        } else {
+            Some(value)
+        };
+        set_once(errors, name, "name", key.span, value);
+    } else if lookahead.peek(kw::max_attempts) {
+        let key: kw::max_attempts = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitInt = input.parse()?;
+        let value = match parse_max_attempts(&value) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        set_once(errors, max_attempts, "max_attempts", key.span, value);
+    } else if lookahead.peek(kw::timeout) {
+        let key: kw::timeout = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value = if input.peek(LitStr) {
+            parse_timeout_str(&input.parse()?)
+        } else if input.peek(LitInt) {
+            parse_timeout_int(&input.parse()?)
+        } else {
+            return Err(input.error(TIMEOUT_FORMS));
+        };
+        let value = match value {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        set_once(errors, timeout_ms, "timeout", key.span, value);
+    } else if lookahead.peek(Token![crate]) {
+        let key: Token![crate] = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let value = match value.parse_with(syn::Path::parse_mod_style) {
+            Ok(path) => Some(path),
+            Err(_) => {
+                errors.push(syn::Error::new(
+                    value.span(),
+                    "`crate` must be a path to the async-exec crate; write e.g. \
+                     crate = \"::async_exec\"",
+                ));
+                None
+            }
+        };
+        set_once(errors, crate_path, "crate", key.span, value);
+    } else if input.peek(Ident::peek_any) {
+        let key = input.call(Ident::parse_any)?;
+        errors.push(unknown_key(&key));
+        skip_value(input)?;
+    } else {
+        return Err(lookahead.error());
+    }
+    Ok(())
+}
+
+/// Finds `crate = "path"` in arguments that failed to parse, so that the stub
+/// emitted next to the errors names the right crate.
+pub(crate) fn find_crate_path(args: &proc_macro2::TokenStream) -> Option<syn::Path> {
+    let tokens: Vec<TokenTree> = args.clone().into_iter().collect();
+    tokens.windows(3).find_map(|w| match w {
+        [TokenTree::Ident(key), TokenTree::Punct(eq), TokenTree::Literal(lit)]
+            if key == "crate" && eq.as_char() == '=' =>
+        {
+            syn::parse2::<LitStr>(lit.to_token_stream())
+                .ok()?
+                .parse_with(syn::Path::parse_mod_style)
+                .ok()
+        }
+        _ => None,
+    })
+}
+
+/// The error for a key that is not in [`KEYS`].
+fn unknown_key(key: &Ident) -> syn::Error {
+    let written = key.unraw().to_string();
+    let mut msg = format!(
+        "unknown argument `{written}`; expected one of: {}",
+        KEYS.join(", ")
+    );
+    let lower = written.to_lowercase();
+    if lower != written && KEYS.contains(&lower.as_str()) {
+        msg.push_str(&format!(" (keys are case-sensitive: write `{lower}`)"));
+    }
+    syn::Error::new(key.span(), msg)
+}
+
+/// Skips `= value` of an unknown key, up to the next top-level comma.
+fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((tt, next)) = rest.token_tree() {
+            if matches!(&tt, TokenTree::Punct(p) if p.as_char() == ',') {
+                return Ok(((), rest));
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    })
+}
+
+fn check_strategy(value: &Ident) -> syn::Result<()> {
+    if STRATEGIES.iter().any(|s| value == s) {
+        Ok(())
+    } else {
+        Err(syn::Error::new(
+            value.span(),
+            format!(
+                "unknown strategy `{value}`; expected one of: {}",
+                STRATEGIES.join(", ")
+            ),
+        ))
+    }
+}
+
+fn parse_max_attempts(lit: &LitInt) -> syn::Result<u32> {
+    const HINT: &str = "`max_attempts` must be a whole number from 1 to 4294967295; \
+                        write e.g. max_attempts = 5";
+    match lit.base10_parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(syn::Error::new(lit.span(), HINT)),
+    }
+}
+
+const TIMEOUT_FORMS: &str = "`timeout` must be a positive whole number of seconds or a \
+                             string \"<n>ms\", \"<n>s\", \"<n>m\" or \"<n>h\"; \
+                             write e.g. timeout = 30 or timeout = \"500ms\"";
+
+fn parse_timeout_int(lit: &LitInt) -> syn::Result<u64> {
+    lit.base10_parse::<u64>()
+        .ok()
+        .and_then(|secs| secs.checked_mul(1000))
+        .filter(|&ms| ms > 0)
+        .ok_or_else(|| syn::Error::new(lit.span(), TIMEOUT_FORMS))
+}
+
+fn parse_timeout_str(lit: &LitStr) -> syn::Result<u64> {
+    timeout_millis(&lit.value()).ok_or_else(|| syn::Error::new(lit.span(), TIMEOUT_FORMS))
+}
+
+/// `"500ms"`, `"30s"`, `"5m"`, `"2h"` → milliseconds; `None` for 0, overflow or
+/// anything else.
+pub(crate) fn timeout_millis(text: &str) -> Option<u64> {
+    let (digits, factor) = if let Some(d) = text.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = text.strip_suffix('s') {
+        (d, 1_000)
+    } else if let Some(d) = text.strip_suffix('m') {
+        (d, 60_000)
+    } else if let Some(d) = text.strip_suffix('h') {
+        (d, 3_600_000)
+    } else {
+        return None;
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(factor)
+        .filter(|&ms| ms > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tokens: &str) -> syn::Result<Args> {
+        syn::parse_str::<Args>(tokens)
+    }
+
+    fn messages(tokens: &str) -> Vec<String> {
+        parse(tokens)
+            .expect_err("expected an error")
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn minimal() {
+        let args = parse("type = SaveAsync").unwrap();
+        assert_eq!(args.strategy, "SaveAsync");
+        assert!(args.remark.is_none() && args.name.is_none() && args.crate_path.is_none());
+        assert_eq!((args.max_attempts, args.timeout_ms), (None, None));
+    }
+
+    #[test]
+    fn all_keys_any_order_trailing_comma() {
+        let args = parse(
+            r#"remark = "send mail", name = "mail.welcome", max_attempts = 3,
+               timeout = "2m", crate = "::my_facade", type = Thread,"#,
+        )
+        .unwrap();
+        assert_eq!(args.strategy, "Thread");
+        assert_eq!(args.remark.unwrap().value(), "send mail");
+        assert_eq!(args.name.unwrap().value(), "mail.welcome");
+        assert_eq!(args.max_attempts, Some(3));
+        assert_eq!(args.timeout_ms, Some(120_000));
+        let path = args.crate_path.unwrap();
+        assert!(path.leading_colon.is_some());
+        assert_eq!(path.segments[0].ident, "my_facade");
+    }
+
+    #[test]
+    fn every_strategy() {
+        for s in STRATEGIES {
+            assert_eq!(parse(&format!("type = {s}")).unwrap().strategy, s);
+        }
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(
+            parse("type = Async, timeout = 30").unwrap().timeout_ms,
+            Some(30_000)
+        );
+        assert_eq!(timeout_millis("250ms"), Some(250));
+        assert_eq!(timeout_millis("30s"), Some(30_000));
+        assert_eq!(timeout_millis("5m"), Some(300_000));
+        assert_eq!(timeout_millis("2h"), Some(7_200_000));
+        for bad in [
+            "0s",
+            "0",
+            "30",
+            "s",
+            "1.5s",
+            "-1s",
+            " 1s",
+            "1 s",
+            "1d",
+            "",
+            "99999999999999999h",
+        ] {
+            assert_eq!(timeout_millis(bad), None, "{bad:?}");
+        }
+        let errs = messages("type = Async, timeout = 0");
+        assert!(errs[0].contains("\"<n>ms\""), "{errs:?}");
+        let errs = messages("type = Async, timeout = \"3 days\"");
+        assert!(errs[0].starts_with("`timeout` must be"), "{errs:?}");
+    }
+
+    #[test]
+    fn missing_type() {
+        assert_eq!(
+            messages("remark = \"x\""),
+            ["missing `type = ...`; write e.g. #[async_exec(type = SaveAsync)]"]
+        );
+        assert_eq!(messages("").len(), 1);
+    }
+
+    #[test]
+    fn unknown_strategy() {
+        assert_eq!(
+            messages("type = Later"),
+            ["unknown strategy `Later`; expected one of: SaveAsync, SyncSave, AsyncSave, Async, Thread"]
+        );
+    }
+
+    #[test]
+    fn unknown_and_case_sensitive_keys() {
+        assert_eq!(
+            messages("type = Async, foo = 1 + 2, remark = \"x\""),
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, crate"]
+        );
+        let errs = messages("Type = Async");
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].ends_with("(keys are case-sensitive: write `type`)"),
+            "{errs:?}"
+        );
+        assert!(errs[1].starts_with("missing `type"), "{errs:?}");
+    }
+
+    #[test]
+    fn duplicates_reported_at_second() {
+        let errs = messages("type = Async, type = Thread");
+        assert_eq!(errs, ["duplicate argument `type`; give it only once"]);
+        let errs = messages("type = Async, remark = \"a\", remark = \"b\"");
+        assert_eq!(errs, ["duplicate argument `remark`; give it only once"]);
+        // A rejected value still counts as given.
+        let errs = messages("type = Async, max_attempts = 0, max_attempts = 2");
+        assert_eq!(errs.len(), 2, "{errs:?}");
+    }
+
+    #[test]
+    fn bad_values() {
+        assert!(messages("type = Async, max_attempts = 0")[0].contains("max_attempts = 5"));
+        assert!(messages("type = Async, name = \"\"")[0].contains("must not be empty"));
+        assert!(messages("type = Async, crate = \"not a path\"")[0]
+            .contains("crate = \"::async_exec\""));
+    }
+
+    #[test]
+    fn crate_path_is_found_in_bad_arguments() {
+        let args: proc_macro2::TokenStream =
+            syn::parse_str(r#"type = Nope, crate = "::facade""#).unwrap();
+        let path = find_crate_path(&args).unwrap();
+        assert_eq!(path.segments[0].ident, "facade");
+        assert!(find_crate_path(&syn::parse_str("type = Nope").unwrap()).is_none());
+    }
+
+    #[test]
+    fn errors_are_collected() {
+        let errs = messages("type = Nope, foo = 1, timeout = \"1d\", max_attempts = 0");
+        assert_eq!(errs.len(), 4, "{errs:?}");
+    }
+
+    #[test]
+    fn syntax_errors_keep_earlier_errors() {
+        let errs = messages("foo = 1, type SaveAsync");
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[1].contains("expected `=`"), "{errs:?}");
+        let errs = messages("42");
+        assert!(errs[0].starts_with("expected one of"), "{errs:?}");
+    }
+}

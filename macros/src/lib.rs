@@ -1,0 +1,155 @@
+//! The `#[async_exec]` attribute of [async-exec].
+//!
+//! Use it through the `async-exec` crate (`use async_exec::async_exec;`), which
+//! re-exports it together with the runtime the generated code calls into.
+//!
+//! [async-exec]: https://docs.rs/async-exec
+#![deny(missing_docs)]
+
+use proc_macro::TokenStream;
+
+mod attr;
+mod expand;
+mod validate;
+
+/// Turns an `async fn` into a persisted, retried executor.
+///
+/// ```ignore
+/// use async_exec::{async_exec, Data};
+///
+/// /// Sends the welcome mail once the user's row is committed.
+/// #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
+/// pub async fn send_welcome(user_id: i64, email: String, mailer: Data<Mailer>) -> anyhow::Result<()> {
+///     mailer.send(&email, "welcome").await
+/// }
+///
+/// let mut tx = rt.begin().await?;
+/// send_welcome(42, "a@b.c".into()).within(&mut tx).await?; // request row written in `tx`
+/// tx.commit().await?;                                       // dispatched after the commit
+/// ```
+///
+/// # What it generates
+///
+/// The function is replaced by a plain `fn` with the same name, visibility,
+/// attributes (docs included) and *persisted* parameters, which returns an
+/// `async_exec::Call`: a builder (`.within(&mut tx)`, `.key(..)`, `.delay(..)`,
+/// `.priority(..)`) that submits the request when awaited. The body moves,
+/// unchanged, into a hidden executor that the runtime runs later, and that
+/// executor is registered with `inventory`, so no registration call is needed.
+///
+/// # Parameters
+///
+/// * `Data<T>` (the last path segment is `Data`, with one type argument) is
+///   *injected*: at execution the runtime passes the value of type `T`
+///   registered on its builder. It is not a parameter of the generated `fn`.
+/// * `Context` (request id, attempt, executor) is injected as well.
+/// * Every other parameter is *persisted*: it is stored with the request as
+///   JSON, so its type must implement `serde::Serialize` and
+///   `serde::de::DeserializeOwned`, and it must be owned (no `&T`, no
+///   `impl Trait`). Patterns must be plain identifiers (`mut x` is fine).
+///
+/// The body may return `()` or `Result<(), E>` with `E: Display`
+/// (`anyhow::Result<()>` is the usual choice); an `Err` is retried according
+/// to the strategy.
+///
+/// The executor records a `sign`: a hash of the persisted parameters' names
+/// and types, so that a record written by an older build with a different
+/// signature is recognised.
+///
+/// # Arguments
+///
+/// ## `type = <Strategy>` (required)
+///
+/// When the call is persisted and how the body runs. One of:
+///
+/// | strategy | at the call | executes | persisted |
+/// |---|---|---|---|
+/// | `SaveAsync` | persist (in the caller's tx when given) | after commit, through the dispatcher | always |
+/// | `SyncSave` | run the body inline | now | on failure, for retry |
+/// | `AsyncSave` | nothing written | after commit, through the dispatcher | on failure |
+/// | `Async` | nothing written | after commit, through the dispatcher | never (failures logged) |
+/// | `Thread` | nothing written | after commit, spawned on the runtime | never |
+///
+/// ```ignore
+/// #[async_exec(type = SyncSave)]
+/// async fn charge(order_id: i64, amount_cents: i64, psp: Data<Psp>) -> anyhow::Result<()> {
+///     psp.charge(order_id, amount_cents).await
+/// }
+/// ```
+///
+/// Leaving it out is an error: ``missing `type = ...` ``.
+///
+/// ## `remark = "..."`
+///
+/// A free-text description stored with every request (default: empty).
+///
+/// ```ignore
+/// #[async_exec(type = Async, remark = "refresh the search index")]
+/// async fn reindex(product_id: i64) {}
+/// ```
+///
+/// ## `name = "..."`
+///
+/// The executor's stable name, stored in each request record and used to find
+/// the executor when the record runs. The default is
+/// `concat!(module_path!(), "::", fn_name)`, which changes when the function
+/// moves or is renamed; set a name so that records written before such a move
+/// still run. Names must be unique in the program and must not be empty.
+///
+/// ```ignore
+/// #[async_exec(type = SaveAsync, name = "mail.send_welcome")]
+/// async fn send_welcome(user_id: i64) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
+/// ## `max_attempts = N`
+///
+/// How many times the body runs at most before the request is `dead`
+/// (N >= 1; default: the runtime's setting).
+///
+/// ```ignore
+/// #[async_exec(type = SaveAsync, max_attempts = 5)]
+/// async fn sync_crm(account_id: i64) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
+/// ## `timeout = "30s"` or `timeout = 30`
+///
+/// How long one attempt may run before it is cancelled and counted as failed.
+/// A number is seconds; a string is `"<n>ms"`, `"<n>s"`, `"<n>m"` or `"<n>h"`
+/// with a whole number `n`. Zero is rejected. Default: the runtime's setting.
+///
+/// ```ignore
+/// #[async_exec(type = SaveAsync, timeout = "500ms")]
+/// async fn ping(url: String) -> anyhow::Result<()> { Ok(()) }
+///
+/// #[async_exec(type = SaveAsync, timeout = 120)] // two minutes
+/// async fn export(report_id: i64) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
+/// ## `crate = "path"`
+///
+/// The path of the `async-exec` crate in the generated code (default:
+/// `::async_exec`). Set it when the dependency is renamed or re-exported.
+///
+/// ```ignore
+/// // Cargo.toml: outbox = { package = "async-exec", version = "0.1" }
+/// #[outbox::async_exec(type = SaveAsync, crate = "::outbox")]
+/// async fn audit(event: String) {}
+/// ```
+///
+/// # Errors
+///
+/// Misuse is a compile error at the offending token that says what to write
+/// instead: unknown or duplicate arguments, an unknown strategy, a bad
+/// `timeout` or `max_attempts`, a function that is not `async`, generic,
+/// `const`, `unsafe` or `extern`, a method (`self`), and parameters that are
+/// references, `impl Trait` or patterns. Persisted parameter types without
+/// serde support fail at the parameter's type.
+///
+/// ```ignore
+/// #[async_exec(type = SaveAsync)]
+/// async fn bad(email: &str) {} // error: parameters are persisted, so they must be owned
+/// ```
+#[proc_macro_attribute]
+pub fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::async_exec(args.into(), item.into()).into()
+}
