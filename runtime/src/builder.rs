@@ -147,14 +147,39 @@ impl Builder {
     }
 }
 
+/// The URL schemes of the backends compiled in, for error messages.
+fn compiled_schemes() -> String {
+    let mut schemes = Vec::new();
+    if cfg!(feature = "sqlite") {
+        schemes.push("`sqlite:`");
+    }
+    if cfg!(feature = "postgres") {
+        schemes.push("`postgres:`");
+    }
+    if cfg!(feature = "mysql") {
+        schemes.push("`mysql:`/`mariadb:`");
+    }
+    format!(
+        "{} (each backend is a Cargo feature of async-exec: `sqlite`, `postgres`, `mysql`)",
+        schemes.join(", ")
+    )
+}
+
 /// Opens the store that the URL names.
 pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
     let url = settings.database_url.as_str();
-    #[cfg(feature = "sqlite")]
-    if url.starts_with("sqlite:") {
-        let store =
-            crate::store::sqlite::SqliteStore::connect(url, settings.max_connections).await?;
-        return Ok(Arc::new(store));
+    let scheme = url.split(':').next().unwrap_or_default();
+    let max = settings.max_connections;
+    match scheme {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(crate::store::sqlite::SqliteStore::connect(url, max).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(crate::store::postgres::PostgresStore::connect(url, max).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => {
+            let url = url.replacen("mariadb:", "mysql:", 1);
+            Ok(Arc::new(crate::store::mysql::MySqlStore::connect(&url, max).await?))
+        }
+        _ => Err(Error::UnsupportedUrl(url.to_string(), compiled_schemes())),
     }
-    Err(Error::UnsupportedUrl(url.to_string(), ""))
 }

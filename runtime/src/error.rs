@@ -63,8 +63,8 @@ pub enum Error {
     },
 
     /// The database URL names no backend compiled into this build.
-    #[error("unsupported database URL `{0}`: expected `sqlite:`{1}")]
-    UnsupportedUrl(String, &'static str),
+    #[error("unsupported database URL `{0}`: expected {1}")]
+    UnsupportedUrl(String, String),
 
     /// A setting is out of range.
     #[error("invalid setting `{setting}`: {reason}")]

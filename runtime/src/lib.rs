@@ -9,8 +9,8 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
-#[cfg(not(feature = "sqlite"))]
-compile_error!("async-exec needs a database backend: enable the `sqlite` feature");
+#[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+compile_error!("async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`");
 
 mod backoff;
 mod builder;
@@ -60,6 +60,10 @@ pub use trace::{baggage, with_baggage};
 pub use tx::Tx;
 
 /// Backend types, re-exported from sqlx.
+#[cfg(feature = "mysql")]
+pub use sqlx::MySql;
+#[cfg(feature = "postgres")]
+pub use sqlx::Postgres;
 #[cfg(feature = "sqlite")]
 pub use sqlx::Sqlite;
 

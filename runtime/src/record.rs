@@ -158,6 +158,10 @@ pub(crate) struct NewRequest {
     pub(crate) last_error: Option<String>,
     pub(crate) trace_json: Option<String>,
     pub(crate) now: i64,
+    /// For a record to run now: the submitting instance, so that a backend with
+    /// notifications (PostgreSQL `NOTIFY`, sent inside the same transaction) can wake the
+    /// other instances. `None` for records that must not run yet.
+    pub(crate) notify: Option<Arc<str>>,
     /// An attempt already made (a failed inline or in-memory run), logged with the insert;
     /// its `request_id` is filled in by the store.
     pub(crate) log: Option<AttemptLog>,

@@ -354,6 +354,7 @@ impl Inner {
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
             now: now_ms(),
+            notify: None,
             log: None,
         }
     }

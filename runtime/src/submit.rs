@@ -43,6 +43,9 @@ impl Submission {
             self.trace.as_ref(),
         );
         request.now = now;
+        if self.delay.is_none() {
+            request.notify = Some(inner.owner.as_str().into());
+        }
         request
     }
 }

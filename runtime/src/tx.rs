@@ -17,7 +17,7 @@ use crate::store::Backend;
 /// tx.commit().await?; // then dispatched at once
 /// ```
 #[derive(Debug)]
-pub struct Tx<DB: Backend = sqlx::Sqlite> {
+pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
     tx: sqlx::Transaction<'static, DB>,
     pub(crate) inner: Arc<Inner>,
     /// Jobs to hand to the workers once committed.

@@ -11,6 +11,10 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -150,6 +154,16 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Running records whose lease expired: back to `failed`, or `dead` when out of attempts.
     async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued>;
 
+    /// Wake-ups sent when other instances commit new requests for `application`
+    /// (PostgreSQL `LISTEN`); `None` when the backend has no such thing and other
+    /// instances' requests are found by polling. The listener ignores notifications sent by
+    /// `owner` itself, re-connects with a backoff when its connection drops, and sends one
+    /// wake-up after re-connecting to cover the gap.
+    async fn listen(&self, application: &str, owner: &str) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+        let _ = (application, owner);
+        Ok(None)
+    }
+
     /// One record.
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>>;
 
@@ -183,6 +197,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The attempts of one request, oldest first.
     async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>>;
 }
+
+/// The backend `Tx` means without a type parameter: SQLite when compiled in, else
+/// PostgreSQL, else MySQL.
+#[cfg(feature = "sqlite")]
+pub type DefaultBackend = sqlx::Sqlite;
+/// The backend `Tx` means without a type parameter.
+#[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
+pub type DefaultBackend = sqlx::Postgres;
+/// The backend `Tx` means without a type parameter.
+#[cfg(all(not(feature = "sqlite"), not(feature = "postgres"), feature = "mysql"))]
+pub type DefaultBackend = sqlx::MySql;
 
 /// A database kind whose transactions can carry requests: `Tx<DB>` works for each.
 /// Implemented for the sqlx database types of the compiled backends.
