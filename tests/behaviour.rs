@@ -1,12 +1,15 @@
 //! The promise, proved on SQLite: what runs, how often, and what is recorded when it fails.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_exec::{async_exec, Context, Data, Final, Outcome, RequestFilter, Status, TestMode, Tx};
-use common::{count, Probe, TestDb};
+use async_exec::{
+    async_exec, Backend, Context, Data, Final, Outcome, RequestFilter, Status, TestMode, Tx,
+};
+use common::{now_ms, wait_for, Probe, TestDb};
 
 // ---- executors -------------------------------------------------------------------------
 
@@ -143,13 +146,17 @@ fn executor_name(f: &str) -> String {
 
 // ---- commit, rollback, crash -----------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn commit_runs_exactly_once() {
-    let db = TestDb::new();
+async fn commit_runs_exactly_once<DB: Backend>(db: TestDb)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
     let rt = db.builder().start().await.unwrap();
     let probe = probe_of(&rt).await;
-    let mut tx: Tx = rt.begin().await.unwrap();
-    sqlx::query("CREATE TABLE users (id INTEGER)")
+    db.exec("CREATE TABLE users (id INTEGER)").await;
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    // The caller's own statement, in the same transaction as the request.
+    sqlx::query::<DB>("INSERT INTO users (id) VALUES (1)")
         .execute(tx.conn())
         .await
         .unwrap();
@@ -157,25 +164,19 @@ async fn commit_runs_exactly_once() {
     assert_eq!(receipt.outcome, Outcome::Queued);
     assert_eq!(probe.runs("commit"), 0, "nothing runs before the commit");
     tx.commit().await.unwrap();
+    assert_eq!(db.count("users").await, 1);
     probe.wait_runs("commit", 1).await;
     rt.wait_idle().await;
     // Every sweep finds nothing more to run.
     assert_eq!(rt.retrier().run_once().await.unwrap().started, 0);
     assert_eq!(rt.rescuer().run_once().await.unwrap().retried.len(), 0);
-    let pool = db.pool().await;
-    assert_eq!(
-        count(&pool, "async_req").await,
-        0,
-        "success deletes the record"
-    );
+    assert_eq!(db.count("async_req").await, 0, "success deletes the record");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(probe.attempts("commit"), vec![1]);
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn call_without_transaction_runs_once() {
-    let db = TestDb::new();
+async fn call_without_transaction_runs_once<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let receipt = ok_job("autocommit".into()).on(&rt).await.unwrap();
     assert!(receipt.id.is_some());
@@ -185,13 +186,11 @@ async fn call_without_transaction_runs_once() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rollback_runs_nothing_under_every_strategy() {
-    let db = TestDb::new();
+async fn rollback_runs_nothing_under_every_strategy<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let probe = rt.probe();
     for explicit in [true, false] {
-        let mut tx: Tx = rt.begin().await.unwrap();
+        let mut tx: Tx<DB> = rt.begin().await.unwrap();
         ok_job("rb".into()).within(&mut tx).await.unwrap();
         async_save("rb".into(), false)
             .within(&mut tx)
@@ -227,14 +226,12 @@ async fn rollback_runs_nothing_under_every_strategy() {
     assert_eq!(rt2.probe().runs("rb"), 0);
     // SyncSave ran inline at the call (twice); its retry records were rolled back.
     assert_eq!(probe.runs("rb-sync"), 2);
-    assert_eq!(count(&db.pool().await, "async_req").await, 0);
+    assert_eq!(db.count("async_req").await, 0);
     rt.shutdown().await.unwrap();
     rt2.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn crash_between_commit_and_dispatch_still_runs_once() {
-    let db = TestDb::new();
+async fn crash_between_commit_and_dispatch_still_runs_once<DB: Backend>(db: TestDb) {
     // An instance that commits and then dies before it dispatches anything.
     let crashed = db
         .builder()
@@ -242,7 +239,7 @@ async fn crash_between_commit_and_dispatch_still_runs_once() {
         .start()
         .await
         .unwrap();
-    let mut tx: Tx = crashed.begin().await.unwrap();
+    let mut tx: Tx<DB> = crashed.begin().await.unwrap();
     let id = ok_job("crash".into())
         .within(&mut tx)
         .await
@@ -275,11 +272,49 @@ async fn crash_between_commit_and_dispatch_still_runs_once() {
     rt.shutdown().await.unwrap();
 }
 
+async fn another_instances_request_is_picked_up<DB: Backend>(db: TestDb) {
+    // PostgreSQL: woken by NOTIFY, with polling parked; elsewhere: found by polling.
+    let notifies = <DB as sqlx::Database>::NAME == "PostgreSQL";
+    let poll = if notifies {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(100)
+    };
+    let worker = db.builder().poll_interval(poll).start().await.unwrap();
+    // An instance that only submits.
+    let submitter = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
+    let mut tx: Tx<DB> = submitter.begin().await.unwrap();
+    let id = ok_job("elsewhere".into())
+        .within(&mut tx)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let committed = std::time::Instant::now();
+    tx.commit().await.unwrap();
+    worker.probe().wait_runs("elsewhere", 1).await;
+    let took = committed.elapsed();
+    if notifies {
+        assert!(
+            took < Duration::from_secs(2),
+            "NOTIFY wakes the other instance: took {took:?}"
+        );
+    }
+    worker.wait_idle().await;
+    assert!(worker.get(id).await.unwrap().is_none());
+    assert_eq!(submitter.probe().runs("elsewhere"), 0);
+    submitter.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+}
+
 // ---- failures --------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt() {
-    let db = TestDb::new();
+async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .retry_base_delay(Duration::from_millis(100))
@@ -318,7 +353,7 @@ async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt() {
     while rt.get(id).await.unwrap().unwrap().status == Status::Failed {
         let record = rt.get(id).await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(
-            (record.run_at - async_exec_now()).max(0) as u64 + 5,
+            (record.run_at - now_ms()).max(0) as u64 + 5,
         ))
         .await;
         assert_eq!(rt.retrier().run_once().await.unwrap().started, 1);
@@ -352,16 +387,7 @@ async fn failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt() {
     rt.shutdown().await.unwrap();
 }
 
-fn async_exec_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn retried_body_succeeds_on_its_second_attempt() {
-    let db = TestDb::new();
+async fn retried_body_succeeds_on_its_second_attempt<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .retry_interval(Duration::from_millis(20))
@@ -383,9 +409,7 @@ async fn retried_body_succeeds_on_its_second_attempt() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn panic_is_recorded_and_the_worker_lives_on() {
-    let db = TestDb::new();
+async fn panic_is_recorded_and_the_worker_lives_on<DB: Backend>(db: TestDb) {
     let rt = db.builder().concurrency(1).start().await.unwrap();
     let id = panics_once("panic".into())
         .on(&rt)
@@ -409,9 +433,7 @@ async fn panic_is_recorded_and_the_worker_lives_on() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn timeout_is_recorded() {
-    let db = TestDb::new();
+async fn timeout_is_recorded<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let id = sleeps("slow".into(), 5_000)
         .on(&rt)
@@ -432,9 +454,7 @@ async fn timeout_is_recorded() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn final_error_goes_dead_at_once() {
-    let db = TestDb::new();
+async fn final_error_goes_dead_at_once<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let id = gives_up("final".into()).on(&rt).await.unwrap().id.unwrap();
     rt.probe().wait_runs("final", 1).await;
@@ -449,9 +469,7 @@ async fn final_error_goes_dead_at_once() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn expired_lease_of_a_stuck_worker_is_recovered_and_runs_again() {
-    let db = TestDb::new();
+async fn expired_lease_of_a_stuck_worker_is_recovered_and_runs_again<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .lease(Duration::from_millis(300))
@@ -490,29 +508,7 @@ async fn expired_lease_of_a_stuck_worker_is_recovered_and_runs_again() {
 
 // ---- arguments and signatures ----------------------------------------------------------
 
-async fn insert_raw(db: &TestDb, executor: &str, sign: &str, params: &str) -> i64 {
-    let pool = db.pool().await;
-    let now = async_exec_now();
-    let (id,): (i64,) = sqlx::query_as(
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, max_attempts, \
-         param_json, remark, priority, run_at, create_time, update_time) \
-         VALUES ('tests', ?, ?, 'SaveAsync', 'init', 0, 5, ?, '', 0, ?, ?, ?) RETURNING id",
-    )
-    .bind(executor)
-    .bind(sign)
-    .bind(params)
-    .bind(now)
-    .bind(now)
-    .bind(now)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    id
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tampered_arguments_go_dead_with_a_clear_message() {
-    let db = TestDb::new();
+async fn tampered_arguments_go_dead_with_a_clear_message<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -520,11 +516,10 @@ async fn tampered_arguments_go_dead_with_a_clear_message() {
         .await
         .unwrap();
     let id = ok_job("tampered".into()).on(&rt).await.unwrap().id.unwrap();
-    sqlx::query("UPDATE async_req SET param_json = '{\"label\": 42}' WHERE id = ?")
-        .bind(id)
-        .execute(&db.pool().await)
-        .await
-        .unwrap();
+    db.exec(&format!(
+        "UPDATE async_req SET param_json = '{{\"label\": 42}}' WHERE id = {id}"
+    ))
+    .await;
     let report = rt.drain().await.unwrap();
     assert_eq!(report.failed, 1);
     let record = rt.get(id).await.unwrap().unwrap();
@@ -539,9 +534,7 @@ async fn tampered_arguments_go_dead_with_a_clear_message() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn signature_changes_compatible_run_incompatible_go_dead() {
-    let db = TestDb::new();
+async fn signature_changes_compatible_run_incompatible_go_dead<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -549,21 +542,13 @@ async fn signature_changes_compatible_run_incompatible_go_dead() {
         .await
         .unwrap();
     // Written by an older build whose function had only `label`: a new Option parameter is compatible.
-    let compatible = insert_raw(
-        &db,
-        "tests::versioned",
-        "00000000000000aa",
-        r#"{"label":"v1"}"#,
-    )
-    .await;
+    let compatible = db
+        .insert_raw("tests::versioned", "00000000000000aa", r#"{"label":"v1"}"#)
+        .await;
     // Written by a build where `label` was a number: incompatible.
-    let incompatible = insert_raw(
-        &db,
-        "tests::versioned",
-        "00000000000000bb",
-        r#"{"label":7}"#,
-    )
-    .await;
+    let incompatible = db
+        .insert_raw("tests::versioned", "00000000000000bb", r#"{"label":7}"#)
+        .await;
     rt.drain().await.unwrap();
     assert_eq!(rt.probe().runs("v1:extra=None"), 1);
     assert!(rt.get(compatible).await.unwrap().is_none());
@@ -582,16 +567,16 @@ async fn signature_changes_compatible_run_incompatible_go_dead() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn records_of_unknown_executors_are_left_alone() {
-    let db = TestDb::new();
+async fn records_of_unknown_executors_are_left_alone<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .stale_after(Duration::ZERO)
         .start()
         .await
         .unwrap();
-    let id = insert_raw(&db, "other_service::job", "0123456789abcdef", "{}").await;
+    let id = db
+        .insert_raw("other_service::job", "0123456789abcdef", "{}")
+        .await;
     assert_eq!(rt.compensator().run_once().await.unwrap().started, 0);
     assert_eq!(rt.drain().await.unwrap(), Default::default());
     let record = rt.get(id).await.unwrap().unwrap();
@@ -600,9 +585,7 @@ async fn records_of_unknown_executors_are_left_alone() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn data_is_injected_and_missing_data_is_a_clear_dead() {
-    let db = TestDb::new();
+async fn data_is_injected_and_missing_data_is_a_clear_dead<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -625,9 +608,7 @@ async fn data_is_injected_and_missing_data_is_a_clear_dead() {
 
 // ---- idempotency -----------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn idempotency_key_holds_under_concurrent_calls() {
-    let db = TestDb::new();
+async fn idempotency_key_holds_under_concurrent_calls<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -641,7 +622,7 @@ async fn idempotency_key_holds_under_concurrent_calls() {
             if i % 2 == 0 {
                 ok_job("idem".into()).key("order-1").on(&rt).await
             } else {
-                let mut tx: Tx = rt.begin().await?;
+                let mut tx: Tx<DB> = rt.begin().await?;
                 let receipt = ok_job("idem".into()).key("order-1").within(&mut tx).await?;
                 tx.commit().await?;
                 Ok(receipt)
@@ -662,7 +643,7 @@ async fn idempotency_key_holds_under_concurrent_calls() {
     assert_eq!(new, 1, "exactly one call created the request");
     ids.dedup();
     assert_eq!(ids.len(), 1, "every call got the same id");
-    assert_eq!(count(&db.pool().await, "async_req").await, 1);
+    assert_eq!(db.count("async_req").await, 1);
     rt.drain().await.unwrap();
     assert_eq!(rt.probe().runs("idem"), 1);
     rt.shutdown().await.unwrap();
@@ -670,9 +651,7 @@ async fn idempotency_key_holds_under_concurrent_calls() {
 
 // ---- strategies ------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sync_save_runs_inline_and_defers_a_failure() {
-    let db = TestDb::new();
+async fn sync_save_runs_inline_and_defers_a_failure<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let ran = sync_save("sync-ok".into(), false).on(&rt).await.unwrap();
     assert_eq!(
@@ -705,12 +684,9 @@ async fn sync_save_runs_inline_and_defers_a_failure() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn async_save_writes_nothing_unless_it_fails() {
-    let db = TestDb::new();
+async fn async_save_writes_nothing_unless_it_fails<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
-    let pool = db.pool().await;
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
     let receipt = async_save("as-ok".into(), false)
         .within(&mut tx)
         .await
@@ -722,27 +698,25 @@ async fn async_save_writes_nothing_unless_it_fails() {
             outcome: Outcome::InMemory
         }
     );
-    assert_eq!(count(&pool, "async_req").await, 0);
+    assert_eq!(db.count("async_req").await, 0);
     tx.commit().await.unwrap();
     rt.probe().wait_runs("as-ok", 1).await;
     async_save("as-fail".into(), true).on(&rt).await.unwrap();
     rt.probe().wait_runs("as-fail", 1).await;
     rt.wait_idle().await;
-    wait_for(|| async { count(&pool, "async_req WHERE status = 'failed'").await == 1 }).await;
-    assert_eq!(count(&pool, "async_log WHERE outcome = 'error'").await, 1);
+    wait_for(|| async { db.count("async_req WHERE status = 'failed'").await == 1 }).await;
+    assert_eq!(db.count("async_log WHERE outcome = 'error'").await, 1);
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert_eq!(rt.retrier().run_once().await.unwrap().started, 1);
     rt.wait_idle().await;
     assert_eq!(rt.probe().attempts("as-fail"), vec![1, 2]);
-    assert_eq!(count(&pool, "async_req").await, 0);
+    assert_eq!(db.count("async_req").await, 0);
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn async_and_thread_write_nothing_even_on_failure() {
-    let db = TestDb::new();
+async fn async_and_thread_write_nothing_even_on_failure<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
     async_plain("a".into(), true).within(&mut tx).await.unwrap();
     thread_job("t".into()).within(&mut tx).await.unwrap();
     assert_eq!(
@@ -754,31 +728,14 @@ async fn async_and_thread_write_nothing_even_on_failure() {
     rt.probe().wait_runs("a", 1).await;
     rt.probe().wait_runs("t", 1).await;
     rt.wait_idle().await;
-    let pool = db.pool().await;
-    assert_eq!(count(&pool, "async_req").await, 0);
-    assert_eq!(count(&pool, "async_log").await, 0);
+    assert_eq!(db.count("async_req").await, 0);
+    assert_eq!(db.count("async_log").await, 0);
     rt.shutdown().await.unwrap();
-}
-
-async fn wait_for<F, Fut>(mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..200 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("condition not met within 2 s");
 }
 
 // ---- shutdown --------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn graceful_shutdown_finishes_short_work() {
-    let db = TestDb::new();
+async fn graceful_shutdown_finishes_short_work<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .shutdown_grace(Duration::from_secs(5))
@@ -804,9 +761,7 @@ async fn graceful_shutdown_finishes_short_work() {
     rt2.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn graceful_shutdown_releases_long_work_at_once() {
-    let db = TestDb::new();
+async fn graceful_shutdown_releases_long_work_at_once<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .shutdown_grace(Duration::from_millis(100))
@@ -860,9 +815,7 @@ async fn blocks_forever_call(rt: &async_exec::Runtime) -> i64 {
 
 // ---- operations, test modes, tracing context ------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn operations_get_list_retry_cancel_delete() {
-    let db = TestDb::new();
+async fn operations_get_list_retry_cancel_delete<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -920,9 +873,7 @@ async fn operations_get_list_retry_cancel_delete() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn inline_test_mode_runs_every_call_before_it_returns() {
-    let db = TestDb::new();
+async fn inline_test_mode_runs_every_call_before_it_returns<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Inline)
@@ -931,7 +882,7 @@ async fn inline_test_mode_runs_every_call_before_it_returns() {
         .unwrap();
     ok_job("inline".into()).on(&rt).await.unwrap();
     assert_eq!(rt.probe().runs("inline"), 1);
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
     ok_job("inline-tx".into()).within(&mut tx).await.unwrap();
     async_plain("inline-async".into(), false)
         .within(&mut tx)
@@ -944,9 +895,7 @@ async fn inline_test_mode_runs_every_call_before_it_returns() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn hold_test_mode_runs_nothing_until_drain() {
-    let db = TestDb::new();
+async fn hold_test_mode_runs_nothing_until_drain<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -964,9 +913,7 @@ async fn hold_test_mode_runs_nothing_until_drain() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn caller_baggage_travels_with_the_record() {
-    let db = TestDb::new();
+async fn caller_baggage_travels_with_the_record<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .test_mode(TestMode::Hold)
@@ -988,9 +935,7 @@ async fn caller_baggage_travels_with_the_record() {
     rt.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn full_channel_never_blocks_the_caller_and_loses_nothing() {
-    let db = TestDb::new();
+async fn full_channel_never_blocks_the_caller_and_loses_nothing<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .channel_capacity(1)
@@ -1007,7 +952,7 @@ async fn full_channel_never_blocks_the_caller_and_loses_nothing() {
     rt.probe().wait_runs("burst", calls).await;
     rt.wait_idle().await;
     assert_eq!(rt.probe().runs("burst"), calls);
-    assert_eq!(count(&db.pool().await, "async_req").await, 0);
+    assert_eq!(db.count("async_req").await, 0);
     assert!(submitting < Duration::from_secs(10));
     rt.shutdown().await.unwrap();
 }
@@ -1019,9 +964,10 @@ async fn counts_globally() {
     GLOBAL_RUNS.fetch_add(1, Ordering::SeqCst);
 }
 
+/// Backend-independent, and it installs the global runtime: run once, on SQLite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bare_await_uses_the_global_runtime() {
-    let db = TestDb::new();
+    let db = TestDb::new(common::Kind::Sqlite).await;
     let rt = db.builder().install_global(true).start().await.unwrap();
     counts_globally().await.unwrap();
     rt.wait_idle().await;
@@ -1032,3 +978,32 @@ async fn bare_await_uses_the_global_runtime() {
         Err(async_exec::Error::NoRuntime)
     ));
 }
+
+backend_suite!(
+    commit_runs_exactly_once,
+    call_without_transaction_runs_once,
+    rollback_runs_nothing_under_every_strategy,
+    crash_between_commit_and_dispatch_still_runs_once,
+    another_instances_request_is_picked_up,
+    failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt,
+    retried_body_succeeds_on_its_second_attempt,
+    panic_is_recorded_and_the_worker_lives_on,
+    timeout_is_recorded,
+    final_error_goes_dead_at_once,
+    expired_lease_of_a_stuck_worker_is_recovered_and_runs_again,
+    tampered_arguments_go_dead_with_a_clear_message,
+    signature_changes_compatible_run_incompatible_go_dead,
+    records_of_unknown_executors_are_left_alone,
+    data_is_injected_and_missing_data_is_a_clear_dead,
+    idempotency_key_holds_under_concurrent_calls,
+    sync_save_runs_inline_and_defers_a_failure,
+    async_save_writes_nothing_unless_it_fails,
+    async_and_thread_write_nothing_even_on_failure,
+    graceful_shutdown_finishes_short_work,
+    graceful_shutdown_releases_long_work_at_once,
+    operations_get_list_retry_cancel_delete,
+    inline_test_mode_runs_every_call_before_it_returns,
+    hold_test_mode_runs_nothing_until_drain,
+    caller_baggage_travels_with_the_record,
+    full_channel_never_blocks_the_caller_and_loses_nothing,
+);

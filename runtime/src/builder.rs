@@ -109,6 +109,13 @@ impl Builder {
         self
     }
 
+    /// How often to look in the store for `init` records this instance was not told about
+    /// (default: the backend's; 1 s, MySQL 250 ms).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll_interval = Some(interval);
+        self
+    }
+
     /// Runs calls inline or holds them, for an application's own tests.
     pub fn test_mode(mut self, mode: TestMode) -> Self {
         self.settings.test_mode = Some(mode);

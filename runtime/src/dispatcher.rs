@@ -2,7 +2,9 @@
 //! workers, and the producer task that claims what arrives and starts it.
 //!
 //! A full channel never blocks the caller: a stored request stays `init` and the producer
-//! claims it from the store once workers are free again.
+//! claims it from the store once workers are free again. The producer also looks in the
+//! store when another instance says it committed requests (PostgreSQL `LISTEN`), and
+//! every `poll_interval` as a backstop.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -77,8 +79,22 @@ impl Producer {
     /// under a worker permit.
     pub(crate) async fn run(mut self, inner: Arc<Inner>) {
         let shutdown = inner.shutdown.clone();
+        let mut wakeups = match inner.store.listen(&inner.app, &inner.owner).await {
+            Ok(wakeups) => wakeups,
+            Err(error) => {
+                tracing::error!(%error, "could not listen for other instances' requests; polling only");
+                None
+            }
+        };
+        let poll_every = inner
+            .settings
+            .poll_interval
+            .unwrap_or_else(|| inner.store.default_poll_interval());
+        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
         loop {
+            let mut look_in_store = false;
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -93,11 +109,30 @@ impl Producer {
                     }
                 }
                 _ = inner.dispatcher.wake.notified() => {}
+                Some(()) = next_wakeup(&mut wakeups) => look_in_store = true,
+                _ = poll.tick() => look_in_store = true,
             }
-            if self.rx.is_empty() && inner.dispatcher.overflow.swap(false, Ordering::AcqRel) {
-                claim_overflow(&inner).await;
+            let overflowed = inner.dispatcher.overflow.swap(false, Ordering::AcqRel);
+            if self.rx.is_empty() && (overflowed || look_in_store) {
+                claim_from_store(&inner).await;
+            } else if overflowed {
+                inner.dispatcher.overflow.store(true, Ordering::Release);
             }
         }
+    }
+}
+
+/// The next wake-up from other instances; never, without a listener (or once it is gone).
+async fn next_wakeup(wakeups: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+    match wakeups {
+        Some(rx) => match rx.recv().await {
+            Some(()) => Some(()),
+            None => {
+                *wakeups = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -143,9 +178,9 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
     true
 }
 
-/// After an overflow: claims `init` records from the store as workers free up, until
-/// none is left.
-async fn claim_overflow(inner: &Arc<Inner>) {
+/// Claims due `init` records from the store as workers free up, until none is left:
+/// after an overflow, a wake-up from another instance, or a poll.
+async fn claim_from_store(inner: &Arc<Inner>) {
     loop {
         // Wait for a free worker rather than claim records that would wait for one.
         let permit = tokio::select! {

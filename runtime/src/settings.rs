@@ -43,6 +43,11 @@ pub struct Settings {
     pub default_max_attempts: u32,
     /// Timeout for executors that do not set `timeout` (default 5 minutes).
     pub default_timeout: Duration,
+    /// How often each instance looks in the store for `init` records it was not told
+    /// about: other instances' submissions (the backstop for PostgreSQL's `NOTIFY`, the way
+    /// MySQL instances find each other's work) and records a full channel left there.
+    /// Default: the backend's (1 s; MySQL 250 ms).
+    pub poll_interval: Option<Duration>,
     /// How often the retry sweep looks for due `failed` records (default 1 s).
     pub retry_interval: Duration,
     /// Records claimed per retry sweep (default 100).
@@ -87,6 +92,7 @@ impl Default for Settings {
             log_success: false,
             default_max_attempts: 5,
             default_timeout: Duration::from_secs(300),
+            poll_interval: None,
             retry_interval: Duration::from_secs(1),
             retry_batch: 100,
             retry_base_delay: Duration::from_secs(1),

@@ -1,5 +1,6 @@
-//! What the behaviour tests share: a fresh database per test, a runtime builder with
-//! sweeps parked (tests drive them with `run_once`), and a probe that bodies report to.
+//! What the behaviour tests share: a database of its own per test on each backend, a
+//! runtime builder with the sweeps parked (tests drive them with `run_once`), raw SQL on
+//! the same database, and a probe that bodies report to.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -7,20 +8,92 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_exec::{Builder, Runtime};
-use sqlx::SqlitePool;
+use sqlx::AnyPool;
 use tokio::sync::Notify;
 
-/// A database of its own for one test.
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+/// A database of its own for one test; dropped with it.
 pub struct TestDb {
-    _dir: tempfile::TempDir,
+    pub kind: Kind,
     pub url: String,
+    name: String,
+    admin_url: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn unique_name() -> String {
+    format!(
+        "ae_test_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Replaces the database name (the path) of a server URL.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..path_start], database);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
 }
 
 impl TestDb {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite:{}", dir.path().join("test.db").display());
-        TestDb { _dir: dir, url }
+    pub async fn new(kind: Kind) -> TestDb {
+        sqlx::any::install_default_drivers();
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite:{}", dir.path().join("test.db").display());
+                TestDb {
+                    kind,
+                    url,
+                    name: String::new(),
+                    admin_url: None,
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Postgres | Kind::MySql => {
+                let var = if kind == Kind::Postgres {
+                    "ASYNC_EXEC_TEST_POSTGRES_URL"
+                } else {
+                    "ASYNC_EXEC_TEST_MYSQL_URL"
+                };
+                let admin_url = std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set"));
+                let name = unique_name();
+                let admin = AnyPool::connect(&admin_url)
+                    .await
+                    .unwrap_or_else(|e| panic!("{var}={admin_url} is unreachable: {e}"));
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .expect("create database");
+                admin.close().await;
+                let url = with_database(&admin_url, &name);
+                TestDb {
+                    kind,
+                    url,
+                    name,
+                    admin_url: Some(admin_url),
+                    _dir: None,
+                }
+            }
+        }
     }
 
     /// A runtime on this database: not global, sweeps parked, quick retries.
@@ -31,15 +104,89 @@ impl TestDb {
             .install_global(false)
             .retry_interval(Duration::from_secs(3600))
             .compensate_interval(Duration::from_secs(3600))
+            .poll_interval(Duration::from_secs(3600))
             .retry_base_delay(Duration::from_millis(20))
             .retry_max_delay(Duration::from_secs(2))
             .data(Probe::default())
     }
 
-    /// A plain pool on the same database, to look at or tamper with the tables.
-    pub async fn pool(&self) -> SqlitePool {
-        SqlitePool::connect(&self.url).await.expect("connect")
+    async fn pool(&self) -> AnyPool {
+        AnyPool::connect(&self.url).await.expect("connect")
     }
+
+    /// Runs a statement (no binds: write literals).
+    pub async fn exec(&self, sql: &str) {
+        let pool = self.pool().await;
+        sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        pool.close().await;
+    }
+
+    /// `SELECT COUNT(*) FROM <what>`.
+    pub async fn count(&self, what: &str) -> i64 {
+        let pool = self.pool().await;
+        let (n,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) FROM {what}"))
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        pool.close().await;
+        n
+    }
+
+    /// Inserts an `init` record as another build (or another service) would have.
+    pub async fn insert_raw(&self, executor: &str, sign: &str, params: &str) -> i64 {
+        let now = now_ms();
+        self.exec(&format!(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, max_attempts, \
+             param_json, remark, priority, run_at, create_time, update_time) \
+             VALUES ('tests', '{executor}', '{sign}', 'SaveAsync', 'init', 0, 5, '{params}', '', 0, {now}, {now}, {now})"
+        ))
+        .await;
+        let pool = self.pool().await;
+        let (id,): (i64,) = sqlx::query_as(&format!(
+            "SELECT MAX(id) FROM async_req WHERE executor = '{executor}'"
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("inserted id");
+        pool.close().await;
+        id
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(admin_url) = self.admin_url.clone() else {
+            return;
+        };
+        let drop_sql = match self.kind {
+            Kind::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            _ => format!("DROP DATABASE IF EXISTS {}", self.name),
+        };
+        // Drop runs inside the test's runtime: use a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(admin) = AnyPool::connect(&admin_url).await {
+                    let _ = sqlx::query(&drop_sql).execute(&admin).await;
+                    admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// What bodies report: one entry per run, by label.
@@ -88,11 +235,71 @@ impl Probe {
     }
 }
 
-/// Counts the rows of a table matching a condition.
-pub async fn count(pool: &SqlitePool, sql_where: &str) -> i64 {
-    let (n,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) FROM {sql_where}"))
-        .fetch_one(pool)
-        .await
-        .expect("count");
-    n
+/// Waits until `check` holds, for at most 5 s.
+pub async fn wait_for<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not met within 5 s");
+}
+
+/// Generates, for each named generic test `fn name<DB: Backend>(db: TestDb)`, one test per
+/// backend: `sqlite::name`, and `postgres::name` / `mysql::name` when their server URL is
+/// set (else one ignored test per backend says which variable to set).
+#[macro_export]
+macro_rules! backend_suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::new($crate::common::Kind::Sqlite).await;
+                    super::$name::<async_exec::Sqlite>(db).await;
+                }
+            )*
+        }
+
+        #[cfg(all(feature = "postgres", async_exec_test_postgres))]
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::new($crate::common::Kind::Postgres).await;
+                    super::$name::<async_exec::Postgres>(db).await;
+                }
+            )*
+        }
+
+        #[cfg(not(all(feature = "postgres", async_exec_test_postgres)))]
+        mod postgres {
+            #[test]
+            #[ignore = "PostgreSQL suite skipped: set ASYNC_EXEC_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test and enable --features postgres (or --all-features) to run it"]
+            fn suite() {}
+        }
+
+        #[cfg(all(feature = "mysql", async_exec_test_mysql))]
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::new($crate::common::Kind::MySql).await;
+                    super::$name::<async_exec::MySql>(db).await;
+                }
+            )*
+        }
+
+        #[cfg(not(all(feature = "mysql", async_exec_test_mysql)))]
+        mod mysql {
+            #[test]
+            #[ignore = "MySQL/MariaDB suite skipped: set ASYNC_EXEC_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test and enable --features mysql (or --all-features) to run it"]
+            fn suite() {}
+        }
+    };
 }

@@ -164,6 +164,13 @@ pub(crate) trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// How often the producer looks in the store for `init` records it was not told about
+    /// (other instances' submissions, missed dispatches), unless the `poll_interval`
+    /// setting says otherwise.
+    fn default_poll_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+
     /// One record.
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>>;
 
