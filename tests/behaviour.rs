@@ -1,4 +1,5 @@
-//! The promise, proved on SQLite: what runs, how often, and what is recorded when it fails.
+//! The promise, proved on every backend: what runs, how often, and what is recorded when it fails.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
 
 #[macro_use]
 mod common;

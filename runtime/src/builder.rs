@@ -54,6 +54,8 @@ impl Builder {
     setters! {
         /// Accept calls and run workers (default `true`).
         enabled: bool;
+        /// Run workers and sweeps here (default `true`); `false` for a submit-only instance.
+        run_workers: bool;
         /// Bodies running at once in this instance (default 8).
         concurrency: usize;
         /// Capacity of the channel from commit to workers (default 2048).
@@ -179,13 +181,19 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
     let max = settings.max_connections;
     match scheme {
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(crate::store::sqlite::SqliteStore::connect(url, max).await?)),
+        "sqlite" => Ok(Arc::new(
+            crate::store::sqlite::SqliteStore::connect(url, max).await?,
+        )),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(crate::store::postgres::PostgresStore::connect(url, max).await?)),
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::store::postgres::PostgresStore::connect(url, max).await?,
+        )),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => {
             let url = url.replacen("mariadb:", "mysql:", 1);
-            Ok(Arc::new(crate::store::mysql::MySqlStore::connect(&url, max).await?))
+            Ok(Arc::new(
+                crate::store::mysql::MySqlStore::connect(&url, max).await?,
+            ))
         }
         _ => Err(Error::UnsupportedUrl(url.to_string(), compiled_schemes())),
     }

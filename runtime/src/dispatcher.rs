@@ -90,7 +90,8 @@ impl Producer {
             .settings
             .poll_interval
             .unwrap_or_else(|| inner.store.default_poll_interval());
-        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
+        let mut poll =
+            tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
         loop {

@@ -10,7 +10,9 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
-compile_error!("async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`");
+compile_error!(
+    "async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`"
+);
 
 mod backoff;
 mod builder;

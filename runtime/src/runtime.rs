@@ -152,7 +152,8 @@ impl Runtime {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
         tasks.push(tokio::spawn(completer.run(inner.clone())));
-        if !inner.settings.enabled || inner.settings.test_mode.is_some() {
+        let settings = &inner.settings;
+        if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
             return;
         }
         tasks.push(tokio::spawn(producer.run(inner.clone())));

@@ -28,8 +28,13 @@ pub struct Settings {
     pub application_name: String,
     /// Where records live (default `sqlite:async_exec.db`, a file in the current directory).
     pub database_url: String,
-    /// Connections in the runtime's pool (default 8).
+    /// Connections in the runtime's pool (default 8). On PostgreSQL the runtime holds one
+    /// more, for `LISTEN`.
     pub max_connections: u32,
+    /// Run workers and sweeps in this instance (default `true`). When `false` the instance
+    /// only submits: its stored requests are left to the instances that run workers (woken
+    /// by PostgreSQL `NOTIFY`, or polling); in-memory strategies still run here.
+    pub run_workers: bool,
     /// Bodies running at once in this instance (default 8).
     pub concurrency: usize,
     /// Capacity of the in-process channel from commit to the workers (default 2048). When it is
@@ -86,6 +91,7 @@ impl Default for Settings {
             application_name: default_application_name(),
             database_url: "sqlite:async_exec.db".into(),
             max_connections: 8,
+            run_workers: true,
             concurrency: 8,
             channel_capacity: 2048,
             delete_on_success: true,

@@ -191,6 +191,13 @@ impl Inner {
             }
             None => {}
         }
+        if !self.settings.run_workers {
+            // Submit-only: stored requests are for the instances that run workers.
+            if job.record.is_none() {
+                self.spawn_direct(job);
+            }
+            return;
+        }
         if !uses_channel(job.def.strategy) {
             self.spawn_direct(job);
         } else if let Err(job) = self.dispatcher.try_dispatch(job) {

@@ -157,9 +157,14 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Wake-ups sent when other instances commit new requests for `application`
     /// (PostgreSQL `LISTEN`); `None` when the backend has no such thing and other
     /// instances' requests are found by polling. The listener ignores notifications sent by
-    /// `owner` itself, re-connects with a backoff when its connection drops, and sends one
-    /// wake-up after re-connecting to cover the gap.
-    async fn listen(&self, application: &str, owner: &str) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+    /// `owner` itself, re-connects with a backoff when its connection drops (also when the
+    /// first connection fails), and sends one wake-up after re-connecting to cover the gap.
+    /// Returns `Err` only when it cannot start at all.
+    async fn listen(
+        &self,
+        application: &str,
+        owner: &str,
+    ) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
         let _ = (application, owner);
         Ok(None)
     }

@@ -256,17 +256,17 @@ impl Store for SqliteStore {
         }
         let (condition, due_before) = match p.kind {
             DueKind::Scheduled => (
-                "((status = 'failed' AND run_at <= ?) OR (status = 'init' AND run_at <= ? AND run_at > create_time))",
+                "((status = 'failed' AND run_at <= ?5) OR (status = 'init' AND run_at <= ?5 AND run_at > create_time))",
                 p.now,
             ),
-            DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ? AND run_at <= ?)", p.now - older_than),
+            DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ?5)", p.now - older_than),
         };
         let sql = format!(
-            "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
-             exec_count = exec_count + 1, update_time = ? \
-             WHERE id IN (SELECT id FROM async_req WHERE application_name = ? AND {condition} \
-               AND executor IN (SELECT value FROM json_each(?)) \
-               ORDER BY priority DESC, run_at, id LIMIT ?) \
+            "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = ?2, \
+             exec_count = exec_count + 1, update_time = ?3 \
+             WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 AND {condition} \
+               AND executor IN (SELECT value FROM json_each(?6)) \
+               ORDER BY priority DESC, run_at, id LIMIT ?7) \
              RETURNING {CLAIMED_COLUMNS}"
         );
         let rows = sqlx::query(&sql)
@@ -274,7 +274,6 @@ impl Store for SqliteStore {
             .bind(p.lease_until)
             .bind(p.now)
             .bind(p.application)
-            .bind(due_before)
             .bind(due_before)
             .bind(json_list(p.executors))
             .bind(p.limit)

@@ -1,0 +1,48 @@
+-- async-exec: request records and attempt logs (PostgreSQL).
+-- Times are unix milliseconds (BIGINT), the same in every dialect.
+CREATE TABLE IF NOT EXISTS async_req (
+    id               BIGSERIAL PRIMARY KEY,
+    application_name TEXT    NOT NULL,
+    executor         TEXT    NOT NULL,
+    sign             TEXT    NOT NULL,
+    strategy         TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    exec_count       INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL,
+    param_json       TEXT    NOT NULL,
+    remark           TEXT    NOT NULL DEFAULT '',
+    idempotency_key  TEXT,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    run_at           BIGINT  NOT NULL,
+    lease_owner      TEXT,
+    lease_until      BIGINT,
+    last_error       TEXT,
+    trace_json       TEXT,
+    create_time      BIGINT  NOT NULL,
+    update_time      BIGINT  NOT NULL
+);
+
+-- NULL keys are distinct, so only calls that pass a key are deduplicated.
+CREATE UNIQUE INDEX IF NOT EXISTS async_req_idempotency
+    ON async_req (application_name, idempotency_key);
+
+-- The sweeps: due records by status.
+CREATE INDEX IF NOT EXISTS async_req_due
+    ON async_req (application_name, status, run_at);
+
+-- The rescuer: running records by lease end.
+CREATE INDEX IF NOT EXISTS async_req_lease
+    ON async_req (status, lease_until);
+
+CREATE TABLE IF NOT EXISTS async_log (
+    id         BIGSERIAL PRIMARY KEY,
+    req_id     BIGINT  NOT NULL,
+    attempt    INTEGER NOT NULL,
+    worker     TEXT    NOT NULL,
+    started    BIGINT  NOT NULL,
+    finished   BIGINT  NOT NULL,
+    outcome    TEXT    NOT NULL,
+    error      TEXT
+);
+
+CREATE INDEX IF NOT EXISTS async_log_req ON async_log (req_id, attempt);

@@ -1,0 +1,867 @@
+//! The MySQL/MariaDB store: for several processes sharing one MySQL 8 or MariaDB 10.6+
+//! database.
+//!
+//! Neither has `UPDATE ... RETURNING`, so a claim is a transaction: lock the rows with
+//! `SELECT ... FOR UPDATE SKIP LOCKED`, mark them `running`, commit. The store's own
+//! transactions run in `READ COMMITTED`, so that their locking reads take no gap locks
+//! (fewer waits for the callers' inserts, fewer deadlocks); a transaction that still
+//! deadlocks (error 1213) is run again a few times. There is no `NOTIFY`: other
+//! instances find new records by polling.
+
+use std::any::Any;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::mysql::{
+    MySqlArguments, MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow,
+};
+use sqlx::query::Query;
+use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
+
+use super::sealed::BackendOps;
+use super::{
+    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
+    Store,
+};
+use crate::error::{Error, Result};
+use crate::record::{
+    AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
+};
+use crate::registry::BoxFuture;
+
+/// Records in a MySQL or MariaDB database (InnoDB).
+#[derive(Debug, Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+}
+
+impl MySqlStore {
+    /// Connects to the database at `url` (`mysql://user:password@host:3306/database`).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let options = MySqlConnectOptions::from_str(url)?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect_with(options)
+            .await?;
+        Ok(MySqlStore { pool })
+    }
+
+    /// Uses an existing pool (the application's own).
+    pub fn from_pool(pool: MySqlPool) -> Self {
+        MySqlStore { pool }
+    }
+
+    /// The pool behind this store.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Begins one of the store's own transactions, in `READ COMMITTED` (one round trip).
+    async fn begin(&self) -> Result<Transaction<'static, MySql>> {
+        Ok(self
+            .pool
+            .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+            .await?)
+    }
+}
+
+const REQUEST_COLUMNS: &str =
+    "id, application_name, executor, sign, strategy, status, exec_count, \
+    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
+    last_error, trace_json, create_time, update_time";
+
+const CLAIMED_COLUMNS: &str =
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+
+/// The most binds in one `IN (...)` list; longer lists are split.
+const MAX_IN: usize = 1024;
+
+/// How many times a transaction that deadlocked is run again.
+const DEADLOCK_RETRIES: u32 = 5;
+
+/// `?, ?, ...` for a list of `n` items, padded (see [`padded`]).
+fn marks(n: usize) -> String {
+    let n = padded(n);
+    let mut s = String::with_capacity(n * 3);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('?');
+    }
+    s
+}
+
+/// Lists are padded to a power of two (repeating their last item), so that a few
+/// statements, each prepared once per connection, serve every length.
+fn padded(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+/// Binds the items of an `IN` list made by [`marks`].
+fn bind_list<'q, T>(
+    mut query: Query<'q, MySql, MySqlArguments>,
+    items: &'q [T],
+) -> Query<'q, MySql, MySqlArguments>
+where
+    T: sqlx::Encode<'q, MySql> + sqlx::Type<MySql> + Copy + Send + 'q,
+{
+    for i in 0..padded(items.len()) {
+        query = query.bind(items[i.min(items.len() - 1)]);
+    }
+    query
+}
+
+/// Text columns have a binary collation, which MySQL reports with the `BINARY` flag that
+/// sqlx reads as "not text": decode them without the type check (they hold UTF-8).
+fn text(row: &MySqlRow, column: &str) -> Result<String> {
+    Ok(row.try_get_unchecked(column)?)
+}
+
+/// A nullable text column; see [`text`].
+fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
+    Ok(row.try_get_unchecked(column)?)
+}
+
+fn status_from(s: &str) -> Result<Status> {
+    Status::from_str(s).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
+}
+
+fn request_from_row(row: &MySqlRow) -> Result<Request> {
+    Ok(Request {
+        id: row.try_get("id")?,
+        application_name: text(row, "application_name")?,
+        executor: text(row, "executor")?,
+        sign: text(row, "sign")?,
+        strategy: text(row, "strategy")?,
+        status: status_from(&text(row, "status")?)?,
+        exec_count: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        param_json: text(row, "param_json")?,
+        remark: text(row, "remark")?,
+        idempotency_key: opt_text(row, "idempotency_key")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
+        lease_owner: opt_text(row, "lease_owner")?,
+        lease_until: row.try_get("lease_until")?,
+        last_error: opt_text(row, "last_error")?,
+        trace_json: opt_text(row, "trace_json")?,
+        create_time: row.try_get("create_time")?,
+        update_time: row.try_get("update_time")?,
+    })
+}
+
+/// A row locked for a claim; `exec_count` is read before the claim counts the attempt.
+fn claimed_from_row(row: &MySqlRow) -> Result<Claimed> {
+    let exec_count: i32 = row.try_get("exec_count")?;
+    Ok(Claimed {
+        id: row.try_get("id")?,
+        executor: text(row, "executor")?,
+        sign: text(row, "sign")?,
+        param_json: text(row, "param_json")?.into(),
+        attempt: exec_count + 1,
+        max_attempts: row.try_get("max_attempts")?,
+        trace_json: opt_text(row, "trace_json")?,
+    })
+}
+
+fn log_from_row(row: &MySqlRow) -> Result<AttemptLog> {
+    Ok(AttemptLog {
+        request_id: row.try_get("req_id")?,
+        attempt: row.try_get("attempt")?,
+        worker: text(row, "worker")?,
+        started: row.try_get("started")?,
+        finished: row.try_get("finished")?,
+        outcome: text(row, "outcome")?,
+        error: opt_text(row, "error")?,
+    })
+}
+
+/// The server's error number, when the error is the server's.
+fn error_number(error: &sqlx::Error) -> Option<u16> {
+    match error {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(MySqlDatabaseError::number),
+        _ => None,
+    }
+}
+
+/// A deadlock (1213) rolled the transaction back; so does a snapshot conflict of MariaDB's
+/// `innodb_snapshot_isolation` (1020). Running it again is safe.
+fn is_retryable(error: &Error) -> bool {
+    matches!(error, Error::Database(e) if matches!(error_number(e), Some(1213 | 1020)))
+}
+
+/// Runs `op` (one whole transaction) again when it deadlocked.
+async fn with_retry<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut retries = 0;
+    loop {
+        match op().await {
+            Err(error) if retries < DEADLOCK_RETRIES && is_retryable(&error) => {
+                retries += 1;
+                tracing::debug!(%error, retries, "MySQL transaction deadlocked; running it again");
+                let jitter = rand::random::<u64>() % 10;
+                tokio::time::sleep(Duration::from_millis(u64::from(retries) * 5 + jitter)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(log.request_id)
+    .bind(log.attempt)
+    .bind(&log.worker)
+    .bind(log.started)
+    .bind(log.finished)
+    .bind(&log.outcome)
+    .bind(&log.error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether the error is a duplicate of the idempotency key (1062 on its unique index).
+fn is_duplicate_key(error: &sqlx::Error) -> bool {
+    error_number(error) == Some(1062)
+        && matches!(error, sqlx::Error::Database(db) if db.message().contains("async_req_idempotency"))
+}
+
+/// Inserts a request on `conn`, in its transaction if it is in one. A duplicate key only
+/// fails its own statement (InnoDB keeps the transaction), so the caller's transaction
+/// goes on with the existing record.
+async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
+    // The existing record may be deleted between the failed insert and the read: then the
+    // insert is tried again.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let inserted = sqlx::query(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+             create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&*r.application_name)
+        .bind(r.executor)
+        .bind(r.sign)
+        .bind(r.strategy)
+        .bind(r.status.as_str())
+        .bind(r.exec_count)
+        .bind(r.max_attempts)
+        .bind(&*r.param_json)
+        .bind(r.remark)
+        .bind(&r.idempotency_key)
+        .bind(r.priority)
+        .bind(r.run_at)
+        .bind(&r.last_error)
+        .bind(&r.trace_json)
+        .bind(r.now)
+        .bind(r.now)
+        .execute(&mut *conn)
+        .await;
+        match inserted {
+            Ok(done) => {
+                let id = done.last_insert_id() as i64;
+                if let Some(log) = &r.log {
+                    let log = AttemptLog {
+                        request_id: id,
+                        ..log.clone()
+                    };
+                    insert_log(conn, &log).await?;
+                }
+                return Ok(Inserted::New(id));
+            }
+            Err(e) if r.idempotency_key.is_some() && is_duplicate_key(&e) => {
+                if let Some(id) = existing_id(conn, r).await? {
+                    return Ok(Inserted::Existing(id));
+                }
+                if tries >= 3 {
+                    return Err(e.into());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The id of the record that holds the request's idempotency key.
+async fn existing_id(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Option<RequestId>> {
+    const SQL: &str = "SELECT id FROM async_req WHERE application_name = ? AND idempotency_key = ?";
+    // A plain read takes no lock (a lock would keep the record from being claimed until
+    // the caller commits), but in a REPEATABLE READ transaction it reads the snapshot, which
+    // may be older than the record that another transaction just committed: then a locking
+    // read, which reads the latest committed version.
+    for sql in [SQL.to_string(), format!("{SQL} LOCK IN SHARE MODE")] {
+        let row: Option<(i64,)> = sqlx::query_as(&sql)
+            .bind(&*r.application_name)
+            .bind(&r.idempotency_key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some((id,)) = row {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+#[allow(private_interfaces)]
+impl BackendOps for MySql {
+    fn begin_on(
+        store: &dyn Any,
+    ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+        let store = store.downcast_ref::<MySqlStore>()?;
+        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn insert_in<'c>(
+        conn: &'c mut MySqlConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<Inserted>> {
+        Box::pin(insert_request(conn, request))
+    }
+}
+
+impl Backend for MySql {}
+
+/// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
+type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
+
+/// `SET ...` of a claim: `running`, leased, its attempt counted.
+const CLAIM_SET: &str =
+    "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+     exec_count = exec_count + 1, update_time = ?";
+
+/// Marks locked rows as claimed.
+async fn mark_claimed(
+    conn: &mut MySqlConnection,
+    ids: &[RequestId],
+    owner: &str,
+    now: i64,
+    lease_until: i64,
+) -> Result<()> {
+    for chunk in ids.chunks(MAX_IN) {
+        let sql = format!("{CLAIM_SET} WHERE id IN ({})", marks(chunk.len()));
+        let query = sqlx::query(&sql).bind(owner).bind(lease_until).bind(now);
+        bind_list(query, chunk).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+impl MySqlStore {
+    async fn claim_ids_once(&self, p: &ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        let mut tx = self.begin().await?;
+        let mut claimed = Vec::new();
+        for chunk in p.ids.chunks(MAX_IN) {
+            // Through the primary key only: a locking scan of a secondary index would lock,
+            // for a moment, rows that it then filters out, and other claims would skip them.
+            let sql = format!(
+                "SELECT id, exec_count, max_attempts FROM async_req FORCE INDEX (PRIMARY) \
+                 WHERE id IN ({}) AND status = 'init' FOR UPDATE SKIP LOCKED",
+                marks(chunk.len())
+            );
+            let rows: Vec<(i64, i32, i32)> = bind_list(sqlx::query(&sql), chunk)
+                .try_map(|row: MySqlRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .fetch_all(&mut *tx)
+                .await?;
+            claimed.extend(
+                rows.into_iter()
+                    .map(|(id, exec_count, max_attempts)| ClaimedId {
+                        id,
+                        attempt: exec_count + 1,
+                        max_attempts,
+                    }),
+            );
+        }
+        if !claimed.is_empty() {
+            let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
+            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_until).await?;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn claim_due_once(&self, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        let (condition, due_before) = match p.kind {
+            DueKind::Scheduled => (
+                "((status = 'failed' AND run_at <= ?) OR (status = 'init' AND run_at <= ? AND run_at > create_time))",
+                p.now,
+            ),
+            DueKind::Stale { older_than } => (
+                "(status = 'init' AND run_at <= ? AND run_at <= ?)",
+                p.now - older_than,
+            ),
+        };
+        let mut tx = self.begin().await?;
+        // First the candidates, by a plain read that locks nothing: a locking read of the
+        // range would lock, if only for a moment, records that it then filters out, and the
+        // dispatcher's claim of a fresh record would skip it.
+        let sql = format!(
+            "SELECT id FROM async_req WHERE application_name = ? AND {condition} \
+             AND executor IN ({}) ORDER BY priority DESC, run_at, id LIMIT ?",
+            marks(p.executors.len())
+        );
+        let query = sqlx::query(&sql)
+            .bind(p.application)
+            .bind(due_before)
+            .bind(due_before);
+        let candidates: Vec<RequestId> = bind_list(query, p.executors)
+            .bind(p.limit)
+            .try_map(|row: MySqlRow| row.try_get(0))
+            .fetch_all(&mut *tx)
+            .await?;
+        // Then those still due, locked; another instance's claims are skipped.
+        let mut claimed = Vec::with_capacity(candidates.len());
+        for chunk in candidates.chunks(MAX_IN) {
+            let sql = format!(
+                "SELECT {CLAIMED_COLUMNS} FROM async_req FORCE INDEX (PRIMARY) \
+                 WHERE id IN ({}) AND {condition} \
+                 ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED",
+                marks(chunk.len())
+            );
+            let rows = bind_list(sqlx::query(&sql), chunk)
+                .bind(due_before)
+                .bind(due_before)
+                .fetch_all(&mut *tx)
+                .await?;
+            for row in &rows {
+                claimed.push(claimed_from_row(row)?);
+            }
+        }
+        if !claimed.is_empty() {
+            let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
+            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_until).await?;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn complete_once(&self, completions: &[&Completion]) -> Result<u64> {
+        const FENCE: &str = "id = ? AND status = 'running' AND lease_owner = ? AND exec_count = ?";
+        let mut tx = self.begin().await?;
+        let mut written = 0;
+        for c in completions {
+            let now = c
+                .log
+                .as_ref()
+                .map(|l| l.finished)
+                .unwrap_or_else(crate::record::now_ms);
+            let result = match &c.result {
+                CompletionResult::Delete => {
+                    sqlx::query(&format!("DELETE FROM async_req WHERE {FENCE}"))
+                        .bind(c.id)
+                        .bind(&c.owner)
+                        .bind(c.attempt)
+                        .execute(&mut *tx)
+                        .await?
+                }
+                CompletionResult::Succeeded => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'success', lease_owner = NULL, lease_until = NULL, \
+                         update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+                CompletionResult::Failed { error, run_at } => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'failed', run_at = ?, last_error = ?, lease_owner = NULL, \
+                         lease_until = NULL, update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(run_at)
+                    .bind(error)
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+                CompletionResult::Dead { error } => {
+                    sqlx::query(&format!(
+                        "UPDATE async_req SET status = 'dead', last_error = ?, lease_owner = NULL, \
+                         lease_until = NULL, update_time = ? WHERE {FENCE}"
+                    ))
+                    .bind(error)
+                    .bind(now)
+                    .bind(c.id)
+                    .bind(&c.owner)
+                    .bind(c.attempt)
+                    .execute(&mut *tx)
+                    .await?
+                }
+            };
+            // The connection reports matched rows (CLIENT_FOUND_ROWS): 0 means fenced off.
+            if result.rows_affected() == 0 {
+                continue;
+            }
+            written += 1;
+            if let Some(log) = &c.log {
+                insert_log(&mut tx, log).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(written)
+    }
+
+    /// Running records whose lease expired: back to `failed`, or `dead`.
+    async fn rescue_once(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+        let mut tx = self.begin().await?;
+        let mut expired: Vec<ExpiredLease> = sqlx::query(
+            "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
+             WHERE application_name = ? AND status = 'running' AND lease_until < ? \
+             ORDER BY lease_until LIMIT ?",
+        )
+        .bind(application)
+        .bind(now)
+        .bind(limit)
+        .try_map(|row: MySqlRow| {
+            Ok((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get_unchecked(3)?,
+                row.try_get(4)?,
+            ))
+        })
+        .fetch_all(&mut *tx)
+        .await?;
+        // Rows are locked in id order, as the completer locks them: fewer deadlocks.
+        expired.sort_by_key(|e| e.0);
+        let mut rescued = Rescued::default();
+        for (id, attempt, max_attempts, owner, until) in expired {
+            let owner = owner.unwrap_or_default();
+            let error = format!(
+                "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
+                until.unwrap_or_default()
+            );
+            let dead = attempt >= max_attempts;
+            let done = sqlx::query(
+                "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
+                 lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
+                 AND lease_until < ?",
+            )
+            .bind(if dead { "dead" } else { "failed" })
+            .bind(&error)
+            .bind(now)
+            .bind(now)
+            .bind(id)
+            .bind(attempt)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                continue;
+            }
+            let log = AttemptLog {
+                request_id: id,
+                attempt,
+                worker: owner,
+                started: until.unwrap_or(now),
+                finished: now,
+                outcome: "lease_expired".into(),
+                error: Some(error),
+            };
+            insert_log(&mut tx, &log).await?;
+            if dead {
+                rescued.dead.push(id);
+            } else {
+                rescued.retried.push(id);
+            }
+        }
+        tx.commit().await?;
+        Ok(rescued)
+    }
+
+    async fn retry_now_once(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
+            // MySQL assigns left to right: `exec_count` reads the old status, so it goes first.
+            sqlx::query(
+                "UPDATE async_req SET exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END, \
+                 status = 'failed', run_at = ?, update_time = ? \
+                 WHERE application_name = ? AND id = ?",
+            )
+            .bind(now)
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn cancel_once(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Init | Status::Failed) = status {
+            sqlx::query(
+                "UPDATE async_req SET status = 'cancelled', update_time = ? WHERE application_name = ? AND id = ?",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn delete_once(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
+        let mut tx = self.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if matches!(status, Some(s) if s != Status::Running) {
+            sqlx::query("DELETE FROM async_req WHERE application_name = ? AND id = ?")
+                .bind(application)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM async_log WHERE req_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+}
+
+#[async_trait]
+impl Store for MySqlStore {
+    fn backend_name(&self) -> &'static str {
+        "MySql"
+    }
+
+    /// No `NOTIFY`: other instances' requests are found by polling, so poll often.
+    fn default_poll_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(250)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let mut migrator = sqlx::migrate!("../migrations/mysql");
+        // The application may keep its own sqlx migrations in the same database.
+        migrator.set_ignore_missing(true);
+        migrator.run(&self.pool).await.map_err(Error::Migrate)
+    }
+
+    async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
+        with_retry(|| async {
+            if request.log.is_some() {
+                let mut tx = self.begin().await?;
+                let inserted = insert_request(&mut tx, request).await?;
+                tx.commit().await?;
+                Ok(inserted)
+            } else {
+                // One statement: autocommit is its transaction.
+                let mut conn = self.pool.acquire().await?;
+                insert_request(&mut conn, request).await
+            }
+        })
+        .await
+    }
+
+    async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        if p.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        with_retry(|| self.claim_ids_once(&p)).await
+    }
+
+    async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        if p.executors.is_empty() || p.limit <= 0 {
+            return Ok(Vec::new());
+        }
+        with_retry(|| self.claim_due_once(&p)).await
+    }
+
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
+        if completions.is_empty() {
+            return Ok(0);
+        }
+        // In id order, as the rescuer locks them: fewer deadlocks.
+        let mut sorted: Vec<&Completion> = completions.iter().collect();
+        sorted.sort_by_key(|c| c.id);
+        with_retry(|| self.complete_once(&sorted)).await
+    }
+
+    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
+        let mut renewed = 0;
+        for chunk in ids.chunks(MAX_IN) {
+            let sql = format!(
+                "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
+                 AND id IN ({})",
+                marks(chunk.len())
+            );
+            let done = with_retry(|| async {
+                let query = sqlx::query(&sql).bind(until).bind(owner);
+                Ok(bind_list(query, chunk).execute(&self.pool).await?)
+            })
+            .await?;
+            renewed += done.rows_affected();
+        }
+        Ok(renewed)
+    }
+
+    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+        let mut released = 0;
+        for chunk in ids.chunks(MAX_IN) {
+            let sql = format!(
+                "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
+                 lease_owner = NULL, lease_until = NULL, update_time = ? \
+                 WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
+                marks(chunk.len())
+            );
+            let done = with_retry(|| async {
+                let query = sqlx::query(&sql).bind(now.max(1)).bind(now).bind(owner);
+                Ok(bind_list(query, chunk).execute(&self.pool).await?)
+            })
+            .await?;
+            released += done.rows_affected();
+        }
+        Ok(released)
+    }
+
+    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+        if limit <= 0 {
+            return Ok(Rescued::default());
+        }
+        with_retry(|| self.rescue_once(application, now, limit)).await
+    }
+
+    async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? AND id = ?"
+        );
+        let row = sqlx::query(&sql)
+            .bind(application)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(request_from_row).transpose()
+    }
+
+    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
+        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? \
+             AND (? IS NULL OR status = ?) AND (? IS NULL OR executor = ?) AND (? IS NULL OR id > ?) \
+             ORDER BY id {order} LIMIT ?"
+        );
+        let status = f.status.map(Status::as_str);
+        let rows = sqlx::query(&sql)
+            .bind(application)
+            .bind(status)
+            .bind(status)
+            .bind(&f.executor)
+            .bind(&f.executor)
+            .bind(f.after_id)
+            .bind(f.after_id)
+            .bind(f.limit.unwrap_or(100).max(0))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(request_from_row).collect()
+    }
+
+    async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
+        let rows = sqlx::query(
+            "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let status: String = row.try_get_unchecked(0)?;
+            let n: i64 = row.try_get(1)?;
+            if let Ok(status) = Status::from_str(&status) {
+                counts.push((status, n));
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn request_retry_now(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        with_retry(|| self.retry_now_once(application, id, now)).await
+    }
+
+    async fn request_cancel(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        with_retry(|| self.cancel_once(application, id, now)).await
+    }
+
+    async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
+        with_retry(|| self.delete_once(application, id)).await
+    }
+
+    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+        let rows = sqlx::query(
+            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
+             WHERE req_id = ? ORDER BY attempt, id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(log_from_row).collect()
+    }
+}
+
+/// The record's status, its row locked until the transaction ends.
+async fn current_status(
+    conn: &mut MySqlConnection,
+    application: &str,
+    id: RequestId,
+) -> Result<Option<Status>> {
+    let row = sqlx::query(
+        "SELECT status FROM async_req WHERE application_name = ? AND id = ? FOR UPDATE",
+    )
+    .bind(application)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    match row {
+        Some(row) => Ok(Status::from_str(&text(&row, "status")?).ok()),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,816 @@
+//! The PostgreSQL store: several instances may share one database. Claims lock with
+//! `FOR UPDATE SKIP LOCKED`, and `LISTEN/NOTIFY` wakes the other instances after a commit.
+
+use std::any::Any;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
+use sqlx::{PgConnection, PgPool, Postgres, Row};
+use tokio::sync::mpsc;
+
+use super::sealed::BackendOps;
+use super::{
+    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
+    Store,
+};
+use crate::error::{Error, Result};
+use crate::record::{
+    AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
+};
+use crate::registry::BoxFuture;
+
+/// The channel of the wake-ups sent when requests to run now are committed.
+const CHANNEL: &str = "async_exec";
+
+/// The first delay before re-connecting a lost listener; it doubles up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+
+/// The longest delay between two attempts to re-connect a lost listener.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Records in a PostgreSQL database, which several instances may share.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .connect(url)
+            .await?;
+        Ok(PostgresStore { pool })
+    }
+
+    /// Uses an existing pool (the application's own).
+    pub fn from_pool(pool: PgPool) -> Self {
+        PostgresStore { pool }
+    }
+
+    /// The pool behind this store.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+const REQUEST_COLUMNS: &str =
+    "id, application_name, executor, sign, strategy, status, exec_count, \
+    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
+    last_error, trace_json, create_time, update_time";
+
+const CLAIMED_COLUMNS: &str =
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+
+fn request_from_row(row: &PgRow) -> Result<Request> {
+    let status: String = row.try_get("status")?;
+    Ok(Request {
+        id: row.try_get("id")?,
+        application_name: row.try_get("application_name")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        strategy: row.try_get("strategy")?,
+        status: Status::from_str(&status)
+            .map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))?,
+        exec_count: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        param_json: row.try_get("param_json")?,
+        remark: row.try_get("remark")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_until: row.try_get("lease_until")?,
+        last_error: row.try_get("last_error")?,
+        trace_json: row.try_get("trace_json")?,
+        create_time: row.try_get("create_time")?,
+        update_time: row.try_get("update_time")?,
+    })
+}
+
+fn claimed_from_row(row: &PgRow) -> Result<Claimed> {
+    let params: String = row.try_get("param_json")?;
+    Ok(Claimed {
+        id: row.try_get("id")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        param_json: params.into(),
+        attempt: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        trace_json: row.try_get("trace_json")?,
+    })
+}
+
+fn log_from_row(row: &PgRow) -> Result<AttemptLog> {
+    Ok(AttemptLog {
+        request_id: row.try_get("req_id")?,
+        attempt: row.try_get("attempt")?,
+        worker: row.try_get("worker")?,
+        started: row.try_get("started")?,
+        finished: row.try_get("finished")?,
+        outcome: row.try_get("outcome")?,
+        error: row.try_get("error")?,
+    })
+}
+
+/// The payload of a wake-up: which application has new work, and which instance sent it
+/// (it ignores its own).
+#[derive(serde::Serialize)]
+struct Wake<'a> {
+    app: &'a str,
+    owner: &'a str,
+}
+
+async fn insert_log(conn: &mut PgConnection, log: &AttemptLog) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(log.request_id)
+    .bind(log.attempt)
+    .bind(&log.worker)
+    .bind(log.started)
+    .bind(log.finished)
+    .bind(&log.outcome)
+    .bind(&log.error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
+    // A concurrent transaction inserting the same key makes this statement wait for its
+    // outcome: on commit there is no row here (and the SELECT below, a new statement, sees
+    // the committed one); on rollback this one inserts.
+    let inserted: Option<(i64,)> = sqlx::query_as(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
+         ON CONFLICT DO NOTHING RETURNING id",
+    )
+    .bind(&*r.application_name)
+    .bind(r.executor)
+    .bind(r.sign)
+    .bind(r.strategy)
+    .bind(r.status.as_str())
+    .bind(r.exec_count)
+    .bind(r.max_attempts)
+    .bind(&*r.param_json)
+    .bind(r.remark)
+    .bind(&r.idempotency_key)
+    .bind(r.priority)
+    .bind(r.run_at)
+    .bind(&r.last_error)
+    .bind(&r.trace_json)
+    .bind(r.now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match inserted {
+        Some((id,)) => {
+            if let Some(log) = &r.log {
+                let log = AttemptLog {
+                    request_id: id,
+                    ..log.clone()
+                };
+                insert_log(conn, &log).await?;
+            }
+            if let Some(owner) = &r.notify {
+                // Sent in the same transaction: delivered on commit, dropped on rollback.
+                let payload = serde_json::to_string(&Wake {
+                    app: &r.application_name,
+                    owner,
+                })
+                .expect("two strings serialize");
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(CHANNEL)
+                    .bind(payload)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(Inserted::New(id))
+        }
+        None => {
+            let (id,): (i64,) = sqlx::query_as(
+                "SELECT id FROM async_req WHERE application_name = $1 AND idempotency_key = $2",
+            )
+            .bind(&*r.application_name)
+            .bind(&r.idempotency_key)
+            .fetch_one(conn)
+            .await?;
+            Ok(Inserted::Existing(id))
+        }
+    }
+}
+
+#[allow(private_interfaces)]
+impl BackendOps for Postgres {
+    fn begin_on(
+        store: &dyn Any,
+    ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+        let store = store.downcast_ref::<PostgresStore>()?;
+        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn insert_in<'c>(
+        conn: &'c mut PgConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<Inserted>> {
+        Box::pin(insert_request(conn, request))
+    }
+}
+
+impl Backend for Postgres {}
+
+/// A listener on its own one-connection pool (so that it never takes a connection of the
+/// store's pool), subscribed to [`CHANNEL`].
+struct Listening {
+    listener: PgListener,
+    pool: PgPool,
+}
+
+impl Listening {
+    async fn connect(store_pool: &PgPool) -> std::result::Result<Self, sqlx::Error> {
+        let options = (*store_pool.connect_options()).clone();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .acquire_timeout(BACKOFF_MAX)
+            .connect_lazy_with(options);
+        let subscribed = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            // The pool is this listener's alone, and only `close` closes it.
+            listener.ignore_pool_close_event(true);
+            listener.listen(CHANNEL).await?;
+            Ok(listener)
+        }
+        .await;
+        match subscribed {
+            Ok(listener) => Ok(Listening { listener, pool }),
+            Err(error) => {
+                pool.close().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Closes the connection now (a lingering one would keep the database busy).
+    async fn close(self) {
+        drop(self.listener);
+        self.pool.close().await;
+    }
+}
+
+/// Sends one wake-up unless one is pending already; `false` when nobody receives them any more.
+fn wake(tx: &mpsc::Sender<()>) -> bool {
+    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(())))
+}
+
+/// Forwards the wake-ups for `application` not sent by `owner` until the receiver of `tx`
+/// is dropped. Without a listener (it could not connect, or its connection failed), it
+/// connects again with a backoff, then sends one wake-up for what the gap may have hidden.
+async fn forward_wakes(
+    store_pool: PgPool,
+    mut listening: Option<Listening>,
+    application: String,
+    owner: String,
+    tx: mpsc::Sender<()>,
+) {
+    #[derive(serde::Deserialize)]
+    struct Received {
+        app: String,
+        owner: String,
+    }
+
+    loop {
+        let Some(current) = listening.as_mut() else {
+            let mut delay = BACKOFF_MIN;
+            let connected = loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                match Listening::connect(&store_pool).await {
+                    Ok(connected) => break connected,
+                    Err(error) => {
+                        delay = (delay * 2).min(BACKOFF_MAX);
+                        tracing::warn!(
+                            %error,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "async-exec: could not connect the PostgreSQL LISTEN connection"
+                        );
+                    }
+                }
+            };
+            tracing::info!("async-exec: the PostgreSQL LISTEN connection is back");
+            listening = Some(connected);
+            if !wake(&tx) {
+                break;
+            }
+            continue;
+        };
+        let received = tokio::select! {
+            _ = tx.closed() => break,
+            received = current.listener.try_recv() => received,
+        };
+        match received {
+            Ok(Some(notification)) => {
+                let Ok(received) = serde_json::from_str::<Received>(notification.payload()) else {
+                    tracing::debug!(
+                        payload = notification.payload(),
+                        "async-exec: ignored a notification that is not a wake-up"
+                    );
+                    continue;
+                };
+                if received.app == application && received.owner != owner && !wake(&tx) {
+                    break;
+                }
+            }
+            Ok(None) => {
+                // Lost and re-connected already: notifications sent in between are gone.
+                tracing::warn!(
+                    "async-exec: the PostgreSQL LISTEN connection was lost and re-established"
+                );
+                if !wake(&tx) {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "async-exec: the PostgreSQL LISTEN connection failed; re-connecting"
+                );
+                if let Some(failed) = listening.take() {
+                    failed.close().await;
+                }
+            }
+        }
+    }
+    if let Some(listening) = listening {
+        listening.close().await;
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend_name(&self) -> &'static str {
+        "Postgres"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let mut migrator = sqlx::migrate!("../migrations/postgres");
+        // The application may keep its own sqlx migrations in the same database.
+        migrator.set_ignore_missing(true);
+        migrator.run(&self.pool).await.map_err(Error::Migrate)
+    }
+
+    async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = insert_request(&mut tx, request).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        if p.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A row updated concurrently is re-checked against `status = 'init'` once the other
+        // transaction commits, so a record is claimed by one worker only.
+        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(
+            "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = $2, \
+             exec_count = exec_count + 1, update_time = $3 \
+             WHERE id = ANY($4) AND status = 'init' \
+             RETURNING id, exec_count, max_attempts",
+        )
+        .bind(p.owner)
+        .bind(p.lease_until)
+        .bind(p.now)
+        .bind(p.ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, attempt, max_attempts)| ClaimedId {
+                id,
+                attempt,
+                max_attempts,
+            })
+            .collect())
+    }
+
+    async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        if p.executors.is_empty() || p.limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let (condition, due_before) = match p.kind {
+            DueKind::Scheduled => (
+                "((status = 'failed' AND run_at <= $5) \
+                 OR (status = 'init' AND run_at <= $5 AND run_at > create_time))",
+                p.now,
+            ),
+            DueKind::Stale { older_than } => {
+                ("(status = 'init' AND run_at <= $5)", p.now - older_than)
+            }
+        };
+        let sql = format!(
+            "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = $2, \
+             exec_count = exec_count + 1, update_time = $3 \
+             WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 AND {condition} \
+               AND executor = ANY($6) \
+               ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
+             RETURNING {CLAIMED_COLUMNS}"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(p.owner)
+            .bind(p.lease_until)
+            .bind(p.now)
+            .bind(p.application)
+            .bind(due_before)
+            .bind(p.executors)
+            .bind(p.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(claimed_from_row).collect()
+    }
+
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
+        if completions.is_empty() {
+            return Ok(0);
+        }
+        // One statement, so one round trip and one commit for the whole batch. Rows are
+        // locked in id order (no deadlock with a heartbeat renewing the same leases), and
+        // each write is fenced by owner and attempt like a single UPDATE would be.
+        let mut seen = std::collections::HashSet::with_capacity(completions.len());
+        let n = completions.len();
+        let (mut ids, mut owners, mut attempts, mut statuses) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut errors, mut run_ats, mut nows) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut log_for = Vec::new();
+        let mut logs: Vec<&AttemptLog> = Vec::new();
+        for c in completions {
+            // Of completions with the same fence, the first wins, as it would written one
+            // by one: it takes the record out of `running`, which fences the others off.
+            // (Completions with another owner or attempt cannot match the same row.)
+            if !seen.insert((c.id, c.owner.as_str(), c.attempt)) {
+                continue;
+            }
+            let (status, error, run_at) = match &c.result {
+                CompletionResult::Delete => ("delete", None, None),
+                CompletionResult::Succeeded => ("success", None, None),
+                CompletionResult::Failed { error, run_at } => {
+                    ("failed", Some(error.as_str()), Some(*run_at))
+                }
+                CompletionResult::Dead { error } => ("dead", Some(error.as_str()), None),
+            };
+            ids.push(c.id);
+            owners.push(c.owner.as_str());
+            attempts.push(c.attempt);
+            statuses.push(status);
+            errors.push(error);
+            run_ats.push(run_at);
+            nows.push(
+                c.log
+                    .as_ref()
+                    .map(|l| l.finished)
+                    .unwrap_or_else(crate::record::now_ms),
+            );
+            if let Some(log) = &c.log {
+                // The 1-based position of this completion among those sent.
+                log_for.push(ids.len() as i64);
+                logs.push(log);
+            }
+        }
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "WITH c AS ( \
+               SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::INTEGER[], $4::TEXT[], \
+                 $5::TEXT[], $6::BIGINT[], $7::BIGINT[]) \
+                 WITH ORDINALITY AS c(id, owner, attempt, status, error, run_at, now, n) \
+             ), locked AS ( \
+               SELECT r.id FROM async_req r JOIN c ON r.id = c.id \
+               WHERE r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+               ORDER BY r.id FOR UPDATE OF r \
+             ), updated AS ( \
+               UPDATE async_req r SET status = c.status, run_at = COALESCE(c.run_at, r.run_at), \
+                 last_error = COALESCE(c.error, r.last_error), lease_owner = NULL, \
+                 lease_until = NULL, update_time = c.now \
+               FROM c WHERE r.id = c.id AND c.status <> 'delete' \
+                 AND r.id IN (SELECT id FROM locked) \
+                 AND r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+               RETURNING r.id, c.n \
+             ), deleted AS ( \
+               DELETE FROM async_req r USING c WHERE r.id = c.id AND c.status = 'delete' \
+                 AND r.id IN (SELECT id FROM locked) \
+                 AND r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+               RETURNING r.id, c.n \
+             ), written AS ( \
+               SELECT id, n FROM updated UNION ALL SELECT id, n FROM deleted \
+             ), logged AS ( \
+               INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+               SELECT l.req_id, l.attempt, l.worker, l.started, l.finished, l.outcome, l.error \
+               FROM UNNEST($8::BIGINT[], $9::BIGINT[], $10::INTEGER[], $11::TEXT[], $12::BIGINT[], \
+                 $13::BIGINT[], $14::TEXT[], $15::TEXT[]) \
+                 WITH ORDINALITY AS l(completion, req_id, attempt, worker, started, finished, \
+                   outcome, error, n) \
+               WHERE l.completion IN (SELECT n FROM written) \
+               ORDER BY l.n \
+             ) \
+             SELECT id FROM written",
+        )
+        .bind(&ids)
+        .bind(&owners)
+        .bind(&attempts)
+        .bind(&statuses)
+        .bind(&errors)
+        .bind(&run_ats)
+        .bind(&nows)
+        .bind(&log_for)
+        .bind(logs.iter().map(|l| l.request_id).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.attempt).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.worker.as_str()).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.started).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.finished).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.outcome.as_str()).collect::<Vec<_>>())
+        .bind(logs.iter().map(|l| l.error.as_deref()).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        // Locked in id order, like the completions of the same records.
+        let done = sqlx::query(
+            "UPDATE async_req SET lease_until = $1 WHERE status = 'running' AND lease_owner = $2 \
+             AND id IN (SELECT id FROM async_req WHERE id = ANY($3) AND status = 'running' \
+               AND lease_owner = $2 ORDER BY id FOR UPDATE)",
+        )
+        .bind(until)
+        .bind(owner)
+        .bind(ids)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = $1, \
+             lease_owner = NULL, lease_until = NULL, update_time = $2 \
+             WHERE status = 'running' AND lease_owner = $3 \
+             AND id IN (SELECT id FROM async_req WHERE id = ANY($4) AND status = 'running' \
+               AND lease_owner = $3 ORDER BY id FOR UPDATE)",
+        )
+        .bind(now.max(1))
+        .bind(now)
+        .bind(owner)
+        .bind(ids)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+        if limit <= 0 {
+            return Ok(Rescued::default());
+        }
+        let mut tx = self.pool.begin().await?;
+        // Locked, so that the rescuers of several instances share the work.
+        let expired: Vec<(i64, i32, i32, Option<String>, Option<i64>)> = sqlx::query_as(
+            "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
+             WHERE application_name = $1 AND status = 'running' AND lease_until < $2 \
+             ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(application)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut rescued = Rescued::default();
+        for (id, attempt, max_attempts, owner, until) in expired {
+            let owner = owner.unwrap_or_default();
+            let error = format!(
+                "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
+                until.unwrap_or_default()
+            );
+            let dead = attempt >= max_attempts;
+            let done = sqlx::query(
+                "UPDATE async_req SET status = $1, last_error = $2, run_at = $3, lease_owner = NULL, \
+                 lease_until = NULL, update_time = $3 WHERE id = $4 AND status = 'running' \
+                 AND exec_count = $5 AND lease_until < $3",
+            )
+            .bind(if dead { "dead" } else { "failed" })
+            .bind(&error)
+            .bind(now)
+            .bind(id)
+            .bind(attempt)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                continue;
+            }
+            let log = AttemptLog {
+                request_id: id,
+                attempt,
+                worker: owner,
+                started: until.unwrap_or(now),
+                finished: now,
+                outcome: "lease_expired".into(),
+                error: Some(error),
+            };
+            insert_log(&mut tx, &log).await?;
+            if dead {
+                rescued.dead.push(id);
+            } else {
+                rescued.retried.push(id);
+            }
+        }
+        tx.commit().await?;
+        Ok(rescued)
+    }
+
+    async fn listen(&self, application: &str, owner: &str) -> Result<Option<mpsc::Receiver<()>>> {
+        // Subscribed before returning when the server answers: a request committed after
+        // this call wakes the caller. Otherwise the task keeps trying in the background.
+        let listening = match Listening::connect(&self.pool).await {
+            Ok(listening) => Some(listening),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "async-exec: could not LISTEN for other instances' requests yet; \
+                     polling until the connection is made"
+                );
+                None
+            }
+        };
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(forward_wakes(
+            self.pool.clone(),
+            listening,
+            application.to_owned(),
+            owner.to_owned(),
+            tx,
+        ));
+        Ok(Some(rx))
+    }
+
+    async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = $1 AND id = $2"
+        );
+        let row = sqlx::query(&sql)
+            .bind(application)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(request_from_row).transpose()
+    }
+
+    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
+        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = $1 \
+             AND ($2::TEXT IS NULL OR status = $2) AND ($3::TEXT IS NULL OR executor = $3) \
+             AND ($4::BIGINT IS NULL OR id > $4) \
+             ORDER BY id {order} LIMIT $5"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(application)
+            .bind(f.status.map(Status::as_str))
+            .bind(&f.executor)
+            .bind(f.after_id)
+            .bind(f.limit.unwrap_or(100))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(request_from_row).collect()
+    }
+
+    async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM async_req WHERE application_name = $1 GROUP BY status",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(status, n)| Status::from_str(&status).ok().map(|s| (s, n)))
+            .collect())
+    }
+
+    async fn request_retry_now(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
+            sqlx::query(
+                "UPDATE async_req SET status = 'failed', run_at = $1, update_time = $1, \
+                 exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END \
+                 WHERE application_name = $2 AND id = $3",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn request_cancel(
+        &self,
+        application: &str,
+        id: RequestId,
+        now: i64,
+    ) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if let Some(Status::Init | Status::Failed) = status {
+            sqlx::query(
+                "UPDATE async_req SET status = 'cancelled', update_time = $1 \
+                 WHERE application_name = $2 AND id = $3",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
+        let mut tx = self.pool.begin().await?;
+        let status = current_status(&mut tx, application, id).await?;
+        if matches!(status, Some(s) if s != Status::Running) {
+            sqlx::query("DELETE FROM async_req WHERE application_name = $1 AND id = $2")
+                .bind(application)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM async_log WHERE req_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
+    }
+
+    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+        let rows = sqlx::query(
+            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
+             WHERE req_id = $1 ORDER BY attempt, id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(log_from_row).collect()
+    }
+}
+
+/// The status of a record, locked until the end of the transaction: an operator's change
+/// decided on it cannot race with a claim or a completion.
+async fn current_status(
+    conn: &mut PgConnection,
+    application: &str,
+    id: RequestId,
+) -> Result<Option<Status>> {
+    let status: Option<(String,)> = sqlx::query_as(
+        "SELECT status FROM async_req WHERE application_name = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(application)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(status.and_then(|(s,)| Status::from_str(&s).ok()))
+}
