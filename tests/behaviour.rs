@@ -650,6 +650,75 @@ async fn idempotency_key_holds_under_concurrent_calls<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+async fn batch_writes_many_calls_at_once<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let probe = rt.probe();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let first = ok_job("keyed".into())
+        .key("k1")
+        .within(&mut tx)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let mut calls: Vec<async_exec::Call> = (0..40).map(|_| ok_job("batched".into())).collect();
+    calls.push(ok_job("keyed".into()).key("k1")); // already there: returns the first
+    calls.push(async_plain("batched-async".into(), false)); // not persisted
+    let receipts = async_exec::batch(calls).within(&mut tx).await.unwrap();
+    assert_eq!(receipts.len(), 42);
+    let ids: Vec<i64> = receipts[..40].iter().map(|r| r.id.unwrap()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids in call order: {ids:?}"
+    );
+    assert!(receipts[..40].iter().all(|r| r.outcome == Outcome::Queued));
+    assert_eq!(
+        receipts[40],
+        async_exec::Receipt {
+            id: Some(first),
+            outcome: Outcome::Existing
+        }
+    );
+    assert_eq!(receipts[41].outcome, Outcome::InMemory);
+    assert_eq!(probe.runs("batched"), 0, "nothing before the commit");
+    tx.commit().await.unwrap();
+    probe.wait_runs("batched", 40).await;
+    probe.wait_runs("batched-async", 1).await;
+    probe.wait_runs("keyed", 1).await;
+    // Outside a transaction too.
+    let receipts = async_exec::batch((0..10).map(|_| ok_job("batched-2".into())))
+        .on(&rt)
+        .await
+        .unwrap();
+    assert!(receipts.iter().all(|r| r.outcome == Outcome::Queued));
+    probe.wait_runs("batched-2", 10).await;
+    rt.wait_idle().await;
+    assert_eq!(
+        (
+            probe.runs("batched"),
+            probe.runs("keyed"),
+            probe.runs("batched-2")
+        ),
+        (40, 1, 10)
+    );
+    assert_eq!(db.count("async_req").await, 0);
+    rt.shutdown().await.unwrap();
+}
+
+async fn rolled_back_batch_runs_nothing<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    async_exec::batch((0..20).map(|_| ok_job("rb-batch".into())))
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    rt.wait_idle().await;
+    assert_eq!(db.count("async_req").await, 0);
+    assert_eq!(rt.probe().runs("rb-batch"), 0);
+    rt.shutdown().await.unwrap();
+}
+
 // ---- strategies ------------------------------------------------------------------------
 
 async fn sync_save_runs_inline_and_defers_a_failure<DB: Backend>(db: TestDb) {
@@ -997,6 +1066,8 @@ backend_suite!(
     records_of_unknown_executors_are_left_alone,
     data_is_injected_and_missing_data_is_a_clear_dead,
     idempotency_key_holds_under_concurrent_calls,
+    batch_writes_many_calls_at_once,
+    rolled_back_batch_runs_nothing,
     sync_save_runs_inline_and_defers_a_failure,
     async_save_writes_nothing_unless_it_fails,
     async_and_thread_write_nothing_even_on_failure,

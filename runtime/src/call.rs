@@ -193,3 +193,88 @@ pub enum Outcome {
         error: String,
     },
 }
+
+/// Many calls submitted together: the records of `SaveAsync` calls are written with
+/// multi-row statements, in one transaction (the caller's, with `.within(&mut tx)`).
+/// `.await` returns one [`Receipt`] per call, in order.
+///
+/// ```ignore
+/// let receipts = async_exec::batch((0..1000).map(|n| index_page(n))).within(&mut tx).await?;
+/// ```
+pub fn batch(calls: impl IntoIterator<Item = Call>) -> Batch {
+    Batch {
+        calls: calls.into_iter().collect(),
+        runtime: None,
+    }
+}
+
+/// Calls to submit together; see [`batch`].
+#[must_use = "a batch does nothing until it is `.await`ed"]
+#[derive(Debug)]
+pub struct Batch {
+    calls: Vec<Call>,
+    runtime: Option<Runtime>,
+}
+
+impl Batch {
+    /// Submit through this runtime instead of the global one.
+    pub fn on(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
+        self
+    }
+
+    /// Submit inside the caller's transaction.
+    pub fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> BatchIn<'_, DB> {
+        BatchIn { batch: self, tx }
+    }
+
+    fn into_submissions(self) -> Result<(Vec<Submission>, Option<Runtime>)> {
+        let submissions = self
+            .calls
+            .into_iter()
+            .map(|call| call.into_submission().map(|(submission, _)| submission))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((submissions, self.runtime))
+    }
+}
+
+impl IntoFuture for Batch {
+    type Output = Result<Vec<Receipt>>;
+    type IntoFuture = BoxFuture<'static, Result<Vec<Receipt>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let first_runtime = self.calls.iter().find_map(|c| c.runtime.clone());
+        let prepared = self.into_submissions();
+        Box::pin(async move {
+            let (submissions, runtime) = prepared?;
+            let runtime = runtime
+                .or(first_runtime)
+                .or_else(global)
+                .ok_or(Error::NoRuntime)?;
+            runtime.inner.submit_batch(submissions).await
+        })
+    }
+}
+
+/// A batch inside the caller's transaction; `.await` it to write its records there.
+#[must_use = "a batch does nothing until it is `.await`ed"]
+#[derive(Debug)]
+pub struct BatchIn<'t, DB: Backend> {
+    batch: Batch,
+    tx: &'t mut Tx<DB>,
+}
+
+impl<'t, DB: Backend> IntoFuture for BatchIn<'t, DB> {
+    type Output = Result<Vec<Receipt>>;
+    type IntoFuture = BoxFuture<'t, Result<Vec<Receipt>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let prepared = self.batch.into_submissions();
+        let tx = self.tx;
+        Box::pin(async move {
+            let (submissions, _) = prepared?;
+            let inner = tx.inner.clone();
+            inner.submit_batch_in(submissions, tx).await
+        })
+    }
+}

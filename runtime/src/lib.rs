@@ -41,7 +41,7 @@ mod trace;
 mod tx;
 
 pub use builder::Builder;
-pub use call::{Call, CallIn, Outcome, Receipt};
+pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
 pub use compensator::{CompensateReport, Compensator};
 pub use completer::CompleteReport;
 pub use context::Context;

@@ -53,6 +53,11 @@ impl Submission {
 /// The store writes of a submission, outside or inside the caller's transaction.
 trait Writer {
     async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted>;
+    async fn insert_many(
+        &mut self,
+        inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>>;
     /// Called with the jobs to run once the data is committed.
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
     fn in_transaction(&self) -> bool;
@@ -64,6 +69,13 @@ impl Writer for Autocommit {
     async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted> {
         inner.store.request_insert(request).await
     }
+    async fn insert_many(
+        &mut self,
+        inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>> {
+        inner.store.request_insert_many(requests).await
+    }
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>) {
         inner.after_commit(jobs).await;
     }
@@ -72,9 +84,16 @@ impl Writer for Autocommit {
     }
 }
 
-impl<DB: Backend> Writer for &mut Tx<DB> {
+impl<DB: Backend> Writer for Tx<DB> {
     async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
         DB::insert_in(self.conn(), request).await
+    }
+    async fn insert_many(
+        &mut self,
+        _inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>> {
+        DB::insert_many_in(self.conn(), requests).await
     }
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
@@ -88,7 +107,7 @@ impl Inner {
     /// A call outside any transaction.
     pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
         self.check_open()?;
-        self.submit_with(call, Autocommit).await
+        self.submit_with(call, &mut Autocommit).await
     }
 
     /// A call inside the caller's transaction.
@@ -104,7 +123,7 @@ impl Inner {
     async fn submit_with(
         self: &Arc<Self>,
         call: Submission,
-        mut writer: impl Writer,
+        writer: &mut impl Writer,
     ) -> Result<Receipt> {
         match call.def.strategy {
             Strategy::SaveAsync => {
@@ -156,6 +175,63 @@ impl Inner {
                 Ok(Receipt::new(None, Outcome::InMemory))
             }
         }
+    }
+
+    /// Many calls outside any transaction: the records of `SaveAsync` calls are written
+    /// together, in one transaction.
+    pub(crate) async fn submit_batch(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        self.submit_batch_with(calls, &mut Autocommit).await
+    }
+
+    /// Many calls inside the caller's transaction.
+    pub(crate) async fn submit_batch_in<DB: Backend>(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        tx: &mut Tx<DB>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        self.submit_batch_with(calls, tx).await
+    }
+
+    async fn submit_batch_with(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        writer: &mut impl Writer,
+    ) -> Result<Vec<Receipt>> {
+        let (stored, others): (Vec<(usize, Submission)>, Vec<(usize, Submission)>) = calls
+            .into_iter()
+            .enumerate()
+            .partition(|(_, call)| call.def.strategy == Strategy::SaveAsync);
+        let mut receipts: Vec<Option<Receipt>> = vec![None; stored.len() + others.len()];
+        if !stored.is_empty() {
+            let requests: Vec<NewRequest> =
+                stored.iter().map(|(_, call)| call.request(self)).collect();
+            let inserted = writer.insert_many(self, &requests).await?;
+            let mut jobs = Vec::with_capacity(stored.len());
+            for ((i, call), inserted) in stored.into_iter().zip(inserted) {
+                receipts[i] = Some(match inserted {
+                    Inserted::New(id) => {
+                        if call.delay.is_none() {
+                            jobs.push(stored_job(call.job(), id));
+                        }
+                        Receipt::new(Some(id), Outcome::Queued)
+                    }
+                    Inserted::Existing(id) => Receipt::new(Some(id), Outcome::Existing),
+                });
+            }
+            writer.after_commit(self, jobs).await;
+        }
+        for (i, call) in others {
+            receipts[i] = Some(self.submit_with(call, writer).await?);
+        }
+        Ok(receipts
+            .into_iter()
+            .map(|r| r.expect("every call has a receipt"))
+            .collect())
     }
 
     /// Hands committed jobs to the workers: through the channel, directly (`Thread`), or

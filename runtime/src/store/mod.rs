@@ -134,6 +134,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Inserts one request in its own transaction.
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted>;
 
+    /// Inserts many requests in one transaction; the result is in their order.
+    async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>>;
+
     /// Claims the given `init` records (the hot path after commit). Returns, for each record
     /// claimed, its id, attempt and max attempts: the caller already holds the rest.
     async fn request_claim_ids(&self, params: ClaimIds<'_>) -> Result<Vec<ClaimedId>>;
@@ -242,5 +245,20 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             request: &'c NewRequest,
         ) -> BoxFuture<'c, Result<Inserted>>;
+
+        /// Inserts many requests inside the caller's transaction; the result is in the
+        /// order of `requests`. Backends override it with multi-row statements.
+        fn insert_many_in<'c>(
+            conn: &'c mut Self::Connection,
+            requests: &'c [NewRequest],
+        ) -> BoxFuture<'c, Result<Vec<Inserted>>> {
+            Box::pin(async move {
+                let mut inserted = Vec::with_capacity(requests.len());
+                for request in requests {
+                    inserted.push(Self::insert_in(&mut *conn, request).await?);
+                }
+                Ok(inserted)
+            })
+        }
     }
 }

@@ -380,6 +380,13 @@ impl Store for PostgresStore {
         Ok(inserted)
     }
 
+    async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = <Postgres as BackendOps>::insert_many_in(&mut tx, requests).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
     async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
         if p.ids.is_empty() {
             return Ok(Vec::new());

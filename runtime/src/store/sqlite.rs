@@ -182,6 +182,56 @@ async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<I
     }
 }
 
+/// Rows per multi-row INSERT (16 parameters each, well under SQLite's limit).
+const INSERT_CHUNK: usize = 500;
+
+/// Inserts many requests: those without an idempotency key or a logged attempt in
+/// multi-row statements, the others one by one. Ids come back in input order.
+async fn insert_many(
+    conn: &mut SqliteConnection,
+    requests: &[NewRequest],
+) -> Result<Vec<Inserted>> {
+    let mut inserted = vec![Inserted::New(0); requests.len()];
+    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
+        .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none());
+    for chunk in plain.chunks(INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+             create_time, update_time) ",
+        );
+        query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
+            row.push_bind(&*r.application_name)
+                .push_bind(r.executor)
+                .push_bind(r.sign)
+                .push_bind(r.strategy)
+                .push_bind(r.status.as_str())
+                .push_bind(r.exec_count)
+                .push_bind(r.max_attempts)
+                .push_bind(&*r.param_json)
+                .push_bind(r.remark)
+                .push_bind(None::<String>)
+                .push_bind(r.priority)
+                .push_bind(r.run_at)
+                .push_bind(&r.last_error)
+                .push_bind(&r.trace_json)
+                .push_bind(r.now)
+                .push_bind(r.now);
+        });
+        query.push(" RETURNING id");
+        let mut ids: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
+        // Ids are assigned in row order; RETURNING's own order is unspecified.
+        ids.sort_unstable();
+        for (&i, (id,)) in chunk.iter().zip(ids) {
+            inserted[i] = Inserted::New(id);
+        }
+    }
+    for i in special {
+        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
+    }
+    Ok(inserted)
+}
+
 #[allow(private_interfaces)]
 impl BackendOps for Sqlite {
     fn begin_on(
@@ -196,6 +246,13 @@ impl BackendOps for Sqlite {
         request: &'c NewRequest,
     ) -> BoxFuture<'c, Result<Inserted>> {
         Box::pin(insert_request(conn, request))
+    }
+
+    fn insert_many_in<'c>(
+        conn: &'c mut SqliteConnection,
+        requests: &'c [NewRequest],
+    ) -> BoxFuture<'c, Result<Vec<Inserted>>> {
+        Box::pin(insert_many(conn, requests))
     }
 }
 
@@ -221,6 +278,13 @@ impl Store for SqliteStore {
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
         let mut tx = self.pool.begin().await?;
         let inserted = insert_request(&mut tx, request).await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = insert_many(&mut tx, requests).await?;
         tx.commit().await?;
         Ok(inserted)
     }
