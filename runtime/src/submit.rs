@@ -50,6 +50,9 @@ impl Submission {
     }
 }
 
+/// Calls with their position in a batch.
+type Numbered = Vec<(usize, Submission)>;
+
 /// The store writes of a submission, outside or inside the caller's transaction.
 trait Writer {
     async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted>;
@@ -202,7 +205,7 @@ impl Inner {
         calls: Vec<Submission>,
         writer: &mut impl Writer,
     ) -> Result<Vec<Receipt>> {
-        let (stored, others): (Vec<(usize, Submission)>, Vec<(usize, Submission)>) = calls
+        let (stored, others): (Numbered, Numbered) = calls
             .into_iter()
             .enumerate()
             .partition(|(_, call)| call.def.strategy == Strategy::SaveAsync);
