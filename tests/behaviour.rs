@@ -251,26 +251,56 @@ async fn crash_between_commit_and_dispatch_still_runs_once<DB: Backend>(db: Test
     crashed.abort();
     assert_eq!(crashed.probe().runs("crash"), 0);
 
-    // A new instance on the same file.
-    let rt = db
-        .builder()
-        .stale_after(Duration::from_millis(200))
-        .start()
-        .await
-        .unwrap();
-    assert_eq!(
-        rt.compensator().run_once().await.unwrap().started,
-        0,
-        "not stale yet"
-    );
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    assert_eq!(rt.compensator().run_once().await.unwrap().started, 1);
+    // The restarted instance runs it at start-up, once.
+    let rt = db.builder().start().await.unwrap();
+    rt.probe().wait_runs("crash", 1).await;
     rt.wait_idle().await;
     assert_eq!(rt.compensator().run_once().await.unwrap().started, 0);
+    assert_eq!(rt.retrier().run_once().await.unwrap().started, 0);
     rt.wait_idle().await;
     assert_eq!(rt.probe().attempts("crash"), vec![1]);
     assert!(rt.get(id).await.unwrap().is_none(), "done and deleted");
     rt.shutdown().await.unwrap();
+}
+
+async fn compensator_runs_what_a_crashed_peer_never_dispatched<DB: Backend>(db: TestDb) {
+    // A surviving instance, already running, that hears of nothing (polling parked, no
+    // LISTEN, as if the notification were lost): only the sweep finds the work.
+    let survivor = db
+        .builder()
+        .listen(false)
+        .stale_after(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let crashed = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
+    let mut tx: Tx<DB> = crashed.begin().await.unwrap();
+    let id = ok_job("peer-crash".into())
+        .within(&mut tx)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    tx.commit().await.unwrap();
+    crashed.abort();
+    assert_eq!(
+        survivor.compensator().run_once().await.unwrap().started,
+        0,
+        "not stale yet"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(survivor.compensator().run_once().await.unwrap().started, 1);
+    survivor.wait_idle().await;
+    assert_eq!(survivor.compensator().run_once().await.unwrap().started, 0);
+    survivor.wait_idle().await;
+    assert_eq!(survivor.probe().attempts("peer-crash"), vec![1]);
+    assert!(survivor.get(id).await.unwrap().is_none());
+    survivor.shutdown().await.unwrap();
 }
 
 async fn another_instances_request_is_picked_up<DB: Backend>(db: TestDb) {
@@ -1054,6 +1084,7 @@ backend_suite!(
     call_without_transaction_runs_once,
     rollback_runs_nothing_under_every_strategy,
     crash_between_commit_and_dispatch_still_runs_once,
+    compensator_runs_what_a_crashed_peer_never_dispatched,
     another_instances_request_is_picked_up,
     failing_body_backs_off_then_goes_dead_with_a_log_row_per_attempt,
     retried_body_succeeds_on_its_second_attempt,

@@ -70,6 +70,8 @@ impl Builder {
         default_max_attempts: u32;
         /// Timeout for executors without `timeout` (default 5 minutes).
         default_timeout: Duration;
+        /// Listen for other instances' new requests (PostgreSQL `LISTEN`; default `true`).
+        listen: bool;
         /// How often the retry sweep runs (default 1 s).
         retry_interval: Duration;
         /// Records per retry sweep (default 100).

@@ -79,7 +79,11 @@ impl Producer {
     /// under a worker permit.
     pub(crate) async fn run(mut self, inner: Arc<Inner>) {
         let shutdown = inner.shutdown.clone();
-        let mut wakeups = match inner.store.listen(&inner.app, &inner.owner).await {
+        let listening = match inner.settings.listen {
+            true => inner.store.listen(&inner.app, &inner.owner).await,
+            false => Ok(None),
+        };
+        let mut wakeups = match listening {
             Ok(wakeups) => wakeups,
             Err(error) => {
                 tracing::error!(%error, "could not listen for other instances' requests; polling only");
@@ -94,6 +98,8 @@ impl Producer {
             tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
+        // What was committed before this instance started (a crash, a restart) runs now.
+        claim_from_store(&inner).await;
         loop {
             let mut look_in_store = false;
             tokio::select! {
@@ -168,6 +174,7 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
                 Some(c) => {
                     record.attempt = c.attempt;
                     record.max_attempts = c.max_attempts;
+                    inner.pool.reserve(c.id, c.attempt);
                 }
                 None => continue, // claimed elsewhere, cancelled, or left to the sweep
             }
@@ -189,7 +196,9 @@ async fn claim_from_store(inner: &Arc<Inner>) {
             permit = inner.pool.permits.clone().acquire_owned() => permit,
         };
         drop(permit);
-        let free = inner.pool.available().max(1);
+        // Claim ahead of the free workers (up to a batch): fewer, larger claims. Records
+        // waiting for a worker are reserved, so the heartbeat keeps their leases.
+        let free = (inner.pool.available() + inner.settings.concurrency).min(BATCH);
         let now = now_ms();
         let params = ClaimDue {
             application: &inner.app,
@@ -198,7 +207,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
             owner: &inner.owner,
             now,
             lease_until: now + inner.lease_ms(),
-            limit: free.min(BATCH) as i64,
+            limit: free as i64,
         };
         let claimed = match inner.store.request_claim_due(params).await {
             Ok(claimed) => claimed,

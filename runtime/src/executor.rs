@@ -276,6 +276,20 @@ impl ExecutorPool {
         }
     }
 
+    /// Registers a claimed record that waits for a worker: the heartbeat renews its lease
+    /// until it starts, and shutdown hands it back.
+    pub(crate) fn reserve(&self, id: RequestId, attempt: i32) {
+        let flight = InFlight {
+            attempt,
+            renew_until: i64::MAX,
+            abort: None,
+        };
+        self.in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(id, flight);
+    }
+
     /// Forgets a stored job once its outcome is written.
     pub(crate) fn forget(&self, id: RequestId, attempt: i32) {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");

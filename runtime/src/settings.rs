@@ -53,6 +53,10 @@ pub struct Settings {
     /// MySQL instances find each other's work) and records a full channel left there.
     /// Default: the backend's (1 s; MySQL 250 ms).
     pub poll_interval: Option<Duration>,
+    /// Listen for other instances' new requests where the backend can (PostgreSQL
+    /// `LISTEN`; default `true`). Turn it off behind a pooler that cannot hold a session
+    /// (PgBouncer in transaction mode): polling then finds the work.
+    pub listen: bool,
     /// How often the retry sweep looks for due `failed` records (default 1 s).
     pub retry_interval: Duration,
     /// Records claimed per retry sweep (default 100).
@@ -99,6 +103,7 @@ impl Default for Settings {
             default_max_attempts: 5,
             default_timeout: Duration::from_secs(300),
             poll_interval: None,
+            listen: true,
             retry_interval: Duration::from_secs(1),
             retry_batch: 100,
             retry_base_delay: Duration::from_secs(1),
