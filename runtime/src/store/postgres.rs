@@ -144,31 +144,47 @@ async fn insert_log(conn: &mut PgConnection, log: &AttemptLog) -> Result<()> {
 async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
     // A concurrent transaction inserting the same key makes this statement wait for its
     // outcome: on commit there is no row here (and the SELECT below, a new statement, sees
-    // the committed one); on rollback this one inserts.
-    let inserted: Option<(i64,)> = sqlx::query_as(
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+    // the committed one); on rollback this one inserts. The NOTIFY rides in the same
+    // statement (one round trip) and, like the row, is delivered only on commit.
+    const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
          create_time, update_time) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
-         ON CONFLICT DO NOTHING RETURNING id",
-    )
-    .bind(&*r.application_name)
-    .bind(r.executor)
-    .bind(r.sign)
-    .bind(r.strategy)
-    .bind(r.status.as_str())
-    .bind(r.exec_count)
-    .bind(r.max_attempts)
-    .bind(&*r.param_json)
-    .bind(r.remark)
-    .bind(&r.idempotency_key)
-    .bind(r.priority)
-    .bind(r.run_at)
-    .bind(&r.last_error)
-    .bind(&r.trace_json)
-    .bind(r.now)
-    .fetch_optional(&mut *conn)
-    .await?;
+         ON CONFLICT DO NOTHING RETURNING id";
+    let payload = r.notify.as_ref().map(|owner| {
+        serde_json::to_string(&Wake {
+            app: &r.application_name,
+            owner,
+        })
+        .expect("two strings serialize")
+    });
+    let sql = match payload {
+        Some(_) => format!(
+            "WITH inserted AS ({INSERT}) SELECT id FROM inserted \
+             CROSS JOIN LATERAL (SELECT pg_notify($16, $17)) AS notified"
+        ),
+        None => INSERT.to_string(),
+    };
+    let mut query = sqlx::query_as::<_, (i64,)>(&sql)
+        .bind(&*r.application_name)
+        .bind(r.executor)
+        .bind(r.sign)
+        .bind(r.strategy)
+        .bind(r.status.as_str())
+        .bind(r.exec_count)
+        .bind(r.max_attempts)
+        .bind(&*r.param_json)
+        .bind(r.remark)
+        .bind(&r.idempotency_key)
+        .bind(r.priority)
+        .bind(r.run_at)
+        .bind(&r.last_error)
+        .bind(&r.trace_json)
+        .bind(r.now);
+    if let Some(payload) = payload {
+        query = query.bind(CHANNEL).bind(payload);
+    }
+    let inserted = query.fetch_optional(&mut *conn).await?;
     match inserted {
         Some((id,)) => {
             if let Some(log) = &r.log {
@@ -177,19 +193,6 @@ async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inser
                     ..log.clone()
                 };
                 insert_log(conn, &log).await?;
-            }
-            if let Some(owner) = &r.notify {
-                // Sent in the same transaction: delivered on commit, dropped on rollback.
-                let payload = serde_json::to_string(&Wake {
-                    app: &r.application_name,
-                    owner,
-                })
-                .expect("two strings serialize");
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(CHANNEL)
-                    .bind(payload)
-                    .execute(&mut *conn)
-                    .await?;
             }
             Ok(Inserted::New(id))
         }
@@ -206,6 +209,61 @@ async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inser
     }
 }
 
+/// Inserts many requests: those without an idempotency key or a logged attempt with one
+/// multi-row statement over arrays (one round trip), the others one by one; one NOTIFY for
+/// the lot. Ids come back in input order.
+async fn insert_many(conn: &mut PgConnection, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
+    let mut inserted = vec![Inserted::New(0); requests.len()];
+    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
+        .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none());
+    if !plain.is_empty() {
+        let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();
+        let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();
+        let mut ids: Vec<(i64,)> = sqlx::query_as(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) \
+             SELECT a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, now FROM UNNEST( \
+               $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], \
+               $8::text[], $9::text[], $10::int[], $11::bigint[], $12::text[], $13::bigint[]) \
+             AS u(a, e, s, st, stat, c, m, p, rem, pri, run, tr, now) RETURNING id",
+        )
+        .bind(column(|r| &r.application_name))
+        .bind(column(|r| r.executor))
+        .bind(column(|r| r.sign))
+        .bind(column(|r| r.strategy))
+        .bind(column(|r| r.status.as_str()))
+        .bind(rows.iter().map(|r| r.exec_count).collect::<Vec<i32>>())
+        .bind(rows.iter().map(|r| r.max_attempts).collect::<Vec<i32>>())
+        .bind(column(|r| &r.param_json))
+        .bind(column(|r| r.remark))
+        .bind(rows.iter().map(|r| r.priority).collect::<Vec<i32>>())
+        .bind(rows.iter().map(|r| r.run_at).collect::<Vec<i64>>())
+        .bind(rows.iter().map(|r| r.trace_json.as_deref()).collect::<Vec<Option<&str>>>())
+        .bind(rows.iter().map(|r| r.now).collect::<Vec<i64>>())
+        .fetch_all(&mut *conn)
+        .await?;
+        // Ids are drawn in row order; RETURNING's own order is unspecified.
+        ids.sort_unstable();
+        for (&i, (id,)) in plain.iter().zip(ids) {
+            inserted[i] = Inserted::New(id);
+        }
+        if let Some(r) = rows.iter().find(|r| r.notify.is_some()) {
+            let owner = r.notify.as_deref().unwrap_or_default();
+            let payload = serde_json::to_string(&Wake { app: &r.application_name, owner })
+                .expect("two strings serialize");
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(payload)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    for i in special {
+        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
+    }
+    Ok(inserted)
+}
+
 #[allow(private_interfaces)]
 impl BackendOps for Postgres {
     fn begin_on(
@@ -220,6 +278,13 @@ impl BackendOps for Postgres {
         request: &'c NewRequest,
     ) -> BoxFuture<'c, Result<Inserted>> {
         Box::pin(insert_request(conn, request))
+    }
+
+    fn insert_many_in<'c>(
+        conn: &'c mut PgConnection,
+        requests: &'c [NewRequest],
+    ) -> BoxFuture<'c, Result<Vec<Inserted>>> {
+        Box::pin(insert_many(conn, requests))
     }
 }
 
