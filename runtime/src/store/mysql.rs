@@ -315,6 +315,59 @@ async fn existing_id(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Optio
     Ok(None)
 }
 
+/// Rows per multi-row INSERT.
+const INSERT_CHUNK: usize = 500;
+
+/// Inserts many requests: those without an idempotency key or a logged attempt in
+/// multi-row statements when the server hands out consecutive ids to one statement
+/// (`innodb_autoinc_lock_mode` 0 or 1, MariaDB's default), the others one by one.
+/// Ids come back in input order.
+async fn insert_many(conn: &mut MySqlConnection, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
+    let (lock_mode, step): (i64, i64) =
+        sqlx::query_as("SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED), CAST(@@auto_increment_increment AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await?;
+    let mut inserted = vec![Inserted::New(0); requests.len()];
+    let (plain, special): (Vec<usize>, Vec<usize>) = if lock_mode == 2 {
+        (Vec::new(), (0..requests.len()).collect())
+    } else {
+        (0..requests.len())
+            .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none())
+    };
+    for chunk in plain.chunks(INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<MySql>::new(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) ",
+        );
+        query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
+            row.push_bind(&*r.application_name)
+                .push_bind(r.executor)
+                .push_bind(r.sign)
+                .push_bind(r.strategy)
+                .push_bind(r.status.as_str())
+                .push_bind(r.exec_count)
+                .push_bind(r.max_attempts)
+                .push_bind(&*r.param_json)
+                .push_bind(r.remark)
+                .push_bind(r.priority)
+                .push_bind(r.run_at)
+                .push_bind(&r.trace_json)
+                .push_bind(r.now)
+                .push_bind(r.now);
+        });
+        let done = query.build().execute(&mut *conn).await?;
+        // The first id of the statement; the others follow it, `step` apart.
+        let first = done.last_insert_id() as i64;
+        for (k, &i) in chunk.iter().enumerate() {
+            inserted[i] = Inserted::New(first + k as i64 * step);
+        }
+    }
+    for i in special {
+        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
+    }
+    Ok(inserted)
+}
+
 #[allow(private_interfaces)]
 impl BackendOps for MySql {
     fn begin_on(
@@ -329,6 +382,13 @@ impl BackendOps for MySql {
         request: &'c NewRequest,
     ) -> BoxFuture<'c, Result<Inserted>> {
         Box::pin(insert_request(conn, request))
+    }
+
+    fn insert_many_in<'c>(
+        conn: &'c mut MySqlConnection,
+        requests: &'c [NewRequest],
+    ) -> BoxFuture<'c, Result<Vec<Inserted>>> {
+        Box::pin(insert_many(conn, requests))
     }
 }
 
