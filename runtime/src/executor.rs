@@ -127,7 +127,7 @@ pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attemp
     let mut log = AttemptLog {
         request_id: record.id,
         attempt: record.attempt,
-        worker: inner.owner.clone(),
+        worker: inner.owner.to_string(),
         started: attempt.started,
         finished: attempt.finished,
         outcome: "success".into(),
@@ -146,7 +146,7 @@ pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attemp
     Completion {
         id: record.id,
         attempt: record.attempt,
-        owner: inner.owner.clone(),
+        owner: inner.owner.to_string(),
         result,
         log: keep_log.then_some(log),
     }
@@ -210,7 +210,7 @@ pub(crate) fn failure_record(
     request.log = Some(AttemptLog {
         request_id: 0,
         attempt: 1,
-        worker: inner.owner.clone(),
+        worker: inner.owner.to_string(),
         started: attempt.started,
         finished: attempt.finished,
         outcome: failure.kind.as_str().into(),

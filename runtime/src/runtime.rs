@@ -40,7 +40,7 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     pub(crate) app: Arc<str>,
     /// This instance's name in `lease_owner` and `async_log.worker`.
-    pub(crate) owner: String,
+    pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) registry: Registry,
     pub(crate) data: Arc<DataMap>,
@@ -117,7 +117,7 @@ impl Runtime {
         );
         let inner = Arc::new(Inner {
             app: settings.application_name.as_str().into(),
-            owner,
+            owner: owner.into(),
             store,
             registry,
             data: Arc::new(data),

@@ -44,7 +44,7 @@ impl Submission {
         );
         request.now = now;
         if self.delay.is_none() {
-            request.notify = Some(inner.owner.as_str().into());
+            request.notify = Some(inner.owner.clone());
         }
         request
     }
