@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::executor::{Job, RecordRef};
 use crate::record::{now_ms, RequestId};
 use crate::runtime::Inner;
-use crate::store::{ClaimDue, ClaimIds, DueKind};
+use crate::store::{ClaimIds, DueKind};
 use crate::strategy::Strategy;
 
 /// The most messages claimed together.
@@ -199,30 +199,20 @@ async fn claim_from_store(inner: &Arc<Inner>) {
         // Claim ahead of the free workers (up to a batch): fewer, larger claims. Records
         // waiting for a worker are reserved, so the heartbeat keeps their leases.
         let free = (inner.pool.available() + inner.settings.concurrency).min(BATCH);
-        let now = now_ms();
-        let params = ClaimDue {
-            application: &inner.app,
-            executors: inner.registry.names(),
-            kind: DueKind::Stale { older_than: 0 },
-            owner: &inner.owner,
-            now,
-            lease_until: now + inner.lease_ms(),
-            limit: free as i64,
-        };
-        let claimed = match inner.store.request_claim_due(params).await {
+        let claimed = match inner
+            .claim_due(DueKind::Stale { older_than: 0 }, free as i64)
+            .await
+        {
             Ok(claimed) => claimed,
             Err(error) => {
-                tracing::error!(%error, "could not claim overflowed requests; the sweep will");
+                tracing::error!(%error, "could not claim requests from the store; the sweep will");
                 return;
             }
         };
         if claimed.is_empty() {
             return;
         }
-        for claimed in claimed {
-            let Some(job) = inner.job_from_claim(claimed) else {
-                continue;
-            };
+        for job in claimed {
             if !inner.start(job).await {
                 return;
             }

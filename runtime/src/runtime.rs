@@ -360,6 +360,32 @@ impl Inner {
         }
     }
 
+    /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
+    /// (reserved in the pool until they start).
+    pub(crate) async fn claim_due(
+        &self,
+        kind: crate::store::DueKind,
+        limit: i64,
+    ) -> Result<Vec<Job>> {
+        let now = now_ms();
+        let claimed = self
+            .store
+            .request_claim_due(crate::store::ClaimDue {
+                application: &self.app,
+                executors: self.registry.names(),
+                kind,
+                owner: &self.owner,
+                now,
+                lease_until: now + self.lease_ms(),
+                limit,
+            })
+            .await?;
+        Ok(claimed
+            .into_iter()
+            .filter_map(|c| self.job_from_claim(c))
+            .collect())
+    }
+
     /// The job for a record claimed from the store (its executor is known: claims filter).
     pub(crate) fn job_from_claim(&self, claimed: Claimed) -> Option<Job> {
         let Some(def) = self.registry.get(&claimed.executor) else {

@@ -13,7 +13,7 @@ use crate::executor::{
 use crate::record::{now_ms, Inserted, NewRequest};
 use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
-use crate::store::{Backend, ClaimDue, ClaimIds, DueKind};
+use crate::store::{Backend, ClaimIds, DueKind};
 use crate::strategy::Strategy;
 use crate::tx::Tx;
 
@@ -401,21 +401,8 @@ impl Runtime {
         let mut report = DrainReport::default();
         loop {
             let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
-            let now = now_ms();
             for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
-                let claimed = inner
-                    .store
-                    .request_claim_due(ClaimDue {
-                        application: &inner.app,
-                        executors: inner.registry.names(),
-                        kind,
-                        owner: &inner.owner,
-                        now,
-                        lease_until: now + inner.lease_ms(),
-                        limit: 100,
-                    })
-                    .await?;
-                jobs.extend(claimed.into_iter().filter_map(|c| inner.job_from_claim(c)));
+                jobs.extend(inner.claim_due(kind, 100).await?);
             }
             if jobs.is_empty() {
                 return Ok(report);

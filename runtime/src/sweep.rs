@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::record::now_ms;
 use crate::runtime::Inner;
-use crate::store::{ClaimDue, DueKind};
+use crate::store::DueKind;
 
 /// Claims up to `limit` due records of `kind` (never more than there are free workers)
 /// and starts them. Returns how many were started.
@@ -22,25 +21,10 @@ pub(crate) async fn claim_and_start(
     if limit <= 0 {
         return Ok(0);
     }
-    let now = now_ms();
-    let claimed = inner
-        .store
-        .request_claim_due(ClaimDue {
-            application: &inner.app,
-            executors: inner.registry.names(),
-            kind,
-            owner: &inner.owner,
-            now,
-            lease_until: now + inner.lease_ms(),
-            limit,
-        })
-        .await?;
     let mut started = 0;
-    for claimed in claimed {
-        if let Some(job) = inner.job_from_claim(claimed) {
-            if inner.start(job).await {
-                started += 1;
-            }
+    for job in inner.claim_due(kind, limit).await? {
+        if inner.start(job).await {
+            started += 1;
         }
     }
     Ok(started)

@@ -249,8 +249,11 @@ async fn insert_many(conn: &mut PgConnection, requests: &[NewRequest]) -> Result
         }
         if let Some(r) = rows.iter().find(|r| r.notify.is_some()) {
             let owner = r.notify.as_deref().unwrap_or_default();
-            let payload = serde_json::to_string(&Wake { app: &r.application_name, owner })
-                .expect("two strings serialize");
+            let payload = serde_json::to_string(&Wake {
+                app: &r.application_name,
+                owner,
+            })
+            .expect("two strings serialize");
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CHANNEL)
                 .bind(payload)
