@@ -15,6 +15,8 @@ use crate::registry::BoxFuture;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -6,10 +6,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgListener, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, PgPool, Postgres, Row};
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::mpsc;
 
+use super::rows::{
+    claimed_from_row, log_from_row, request_from_row, CLAIMED_COLUMNS, REQUEST_COLUMNS,
+};
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
@@ -55,65 +58,6 @@ impl PostgresStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
-}
-
-const REQUEST_COLUMNS: &str =
-    "id, application_name, executor, sign, strategy, status, exec_count, \
-    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time";
-
-const CLAIMED_COLUMNS: &str =
-    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
-
-fn request_from_row(row: &PgRow) -> Result<Request> {
-    let status: String = row.try_get("status")?;
-    Ok(Request {
-        id: row.try_get("id")?,
-        application_name: row.try_get("application_name")?,
-        executor: row.try_get("executor")?,
-        sign: row.try_get("sign")?,
-        strategy: row.try_get("strategy")?,
-        status: Status::from_str(&status)
-            .map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))?,
-        exec_count: row.try_get("exec_count")?,
-        max_attempts: row.try_get("max_attempts")?,
-        param_json: row.try_get("param_json")?,
-        remark: row.try_get("remark")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        priority: row.try_get("priority")?,
-        run_at: row.try_get("run_at")?,
-        lease_owner: row.try_get("lease_owner")?,
-        lease_until: row.try_get("lease_until")?,
-        last_error: row.try_get("last_error")?,
-        trace_json: row.try_get("trace_json")?,
-        create_time: row.try_get("create_time")?,
-        update_time: row.try_get("update_time")?,
-    })
-}
-
-fn claimed_from_row(row: &PgRow) -> Result<Claimed> {
-    let params: String = row.try_get("param_json")?;
-    Ok(Claimed {
-        id: row.try_get("id")?,
-        executor: row.try_get("executor")?,
-        sign: row.try_get("sign")?,
-        param_json: params.into(),
-        attempt: row.try_get("exec_count")?,
-        max_attempts: row.try_get("max_attempts")?,
-        trace_json: row.try_get("trace_json")?,
-    })
-}
-
-fn log_from_row(row: &PgRow) -> Result<AttemptLog> {
-    Ok(AttemptLog {
-        request_id: row.try_get("req_id")?,
-        attempt: row.try_get("attempt")?,
-        worker: row.try_get("worker")?,
-        started: row.try_get("started")?,
-        finished: row.try_get("finished")?,
-        outcome: row.try_get("outcome")?,
-        error: row.try_get("error")?,
-    })
 }
 
 /// The payload of a wake-up: which application has new work, and which instance sent it

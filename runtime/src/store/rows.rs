@@ -1,0 +1,90 @@
+//! Rows to records, for every backend whose text columns decode as `String`.
+
+use std::str::FromStr;
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::error::{Error, Result};
+use crate::record::{AttemptLog, Claimed, Request, Status};
+
+/// The columns of [`Request`], in `SELECT` order.
+pub(crate) const REQUEST_COLUMNS: &str =
+    "id, application_name, executor, sign, strategy, status, exec_count, \
+    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
+    last_error, trace_json, create_time, update_time";
+
+/// The columns of [`Claimed`], in `RETURNING` order.
+pub(crate) const CLAIMED_COLUMNS: &str =
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+
+pub(crate) fn status(text: &str) -> Result<Status> {
+    Status::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
+}
+
+pub(crate) fn request_from_row<'r, R: Row>(row: &'r R) -> Result<Request>
+where
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i32: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let status_text: String = row.try_get("status")?;
+    Ok(Request {
+        id: row.try_get("id")?,
+        application_name: row.try_get("application_name")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        strategy: row.try_get("strategy")?,
+        status: status(&status_text)?,
+        exec_count: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        param_json: row.try_get("param_json")?,
+        remark: row.try_get("remark")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_until: row.try_get("lease_until")?,
+        last_error: row.try_get("last_error")?,
+        trace_json: row.try_get("trace_json")?,
+        create_time: row.try_get("create_time")?,
+        update_time: row.try_get("update_time")?,
+    })
+}
+
+pub(crate) fn claimed_from_row<'r, R: Row>(row: &'r R) -> Result<Claimed>
+where
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i32: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let params: String = row.try_get("param_json")?;
+    Ok(Claimed {
+        id: row.try_get("id")?,
+        executor: row.try_get("executor")?,
+        sign: row.try_get("sign")?,
+        param_json: params.into(),
+        attempt: row.try_get("exec_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        trace_json: row.try_get("trace_json")?,
+    })
+}
+
+pub(crate) fn log_from_row<'r, R: Row>(row: &'r R) -> Result<AttemptLog>
+where
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i32: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(AttemptLog {
+        request_id: row.try_get("req_id")?,
+        attempt: row.try_get("attempt")?,
+        worker: row.try_get("worker")?,
+        started: row.try_get("started")?,
+        finished: row.try_get("finished")?,
+        outcome: row.try_get("outcome")?,
+        error: row.try_get("error")?,
+    })
+}
