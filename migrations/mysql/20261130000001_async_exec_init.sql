@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS async_req (
     -- The claims of due records: by status, in the order they are claimed
     -- (priority DESC, run_at, id; InnoDB appends the id), so that a claim reads a few
     -- index entries rather than sorting the whole backlog.
-    KEY async_req_due (application_name, status, priority DESC, run_at),
+    KEY async_req_due (application_name, status, priority DESC, run_at, id),
     -- The rescuer: running records by lease end.
     KEY async_req_lease (status, lease_until)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

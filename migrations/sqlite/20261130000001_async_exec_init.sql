@@ -22,17 +22,18 @@ CREATE TABLE IF NOT EXISTS async_req (
     update_time      INTEGER NOT NULL
 );
 
--- NULL keys are distinct, so only calls that pass a key are deduplicated.
+-- Only calls that pass a key are deduplicated; keyless inserts do not touch this index.
 CREATE UNIQUE INDEX IF NOT EXISTS async_req_idempotency
-    ON async_req (application_name, idempotency_key);
+    ON async_req (application_name, idempotency_key) WHERE idempotency_key IS NOT NULL;
 
--- The sweeps: due records by status.
+-- Claims: due records of a status, in claim order (priority, then age), so that a claim
+-- reads the first rows of the index instead of sorting the backlog.
 CREATE INDEX IF NOT EXISTS async_req_due
-    ON async_req (application_name, status, run_at);
+    ON async_req (application_name, status, priority DESC, run_at, id);
 
 -- The rescuer: running records by lease end.
 CREATE INDEX IF NOT EXISTS async_req_lease
-    ON async_req (status, lease_until);
+    ON async_req (lease_until) WHERE status = 'running';
 
 CREATE TABLE IF NOT EXISTS async_log (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

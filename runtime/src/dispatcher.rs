@@ -198,7 +198,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
         drop(permit);
         // Claim ahead of the free workers (up to a batch): fewer, larger claims. Records
         // waiting for a worker are reserved, so the heartbeat keeps their leases.
-        let free = (inner.pool.available() + inner.settings.concurrency).min(BATCH);
+        let free = BATCH;
         let claimed = match inner
             .claim_due(DueKind::Stale { older_than: 0 }, free as i64)
             .await

@@ -76,30 +76,37 @@ async fn insert_log(conn: &mut SqliteConnection, log: &AttemptLog) -> Result<()>
 }
 
 async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
-    let inserted: Option<(i64,)> = sqlx::query_as(
+    // Without a key nothing can conflict: a plain INSERT, its rowid from the result.
+    let sql = if r.idempotency_key.is_none() {
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    } else {
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
          create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT DO NOTHING RETURNING id",
-    )
-    .bind(&*r.application_name)
-    .bind(r.executor)
-    .bind(r.sign)
-    .bind(r.strategy)
-    .bind(r.status.as_str())
-    .bind(r.exec_count)
-    .bind(r.max_attempts)
-    .bind(&*r.param_json)
-    .bind(r.remark)
-    .bind(&r.idempotency_key)
-    .bind(r.priority)
-    .bind(r.run_at)
-    .bind(&r.last_error)
-    .bind(&r.trace_json)
-    .bind(r.now)
-    .bind(r.now)
-    .fetch_optional(&mut *conn)
-    .await?;
+         ON CONFLICT DO NOTHING"
+    };
+    let done = sqlx::query(sql)
+        .bind(&*r.application_name)
+        .bind(r.executor)
+        .bind(r.sign)
+        .bind(r.strategy)
+        .bind(r.status.as_str())
+        .bind(r.exec_count)
+        .bind(r.max_attempts)
+        .bind(&*r.param_json)
+        .bind(r.remark)
+        .bind(&r.idempotency_key)
+        .bind(r.priority)
+        .bind(r.run_at)
+        .bind(&r.last_error)
+        .bind(&r.trace_json)
+        .bind(r.now)
+        .bind(r.now)
+        .execute(&mut *conn)
+        .await?;
+    let inserted = (done.rows_affected() == 1).then(|| (done.last_insert_rowid(),));
     match inserted {
         Some((id,)) => {
             if let Some(log) = &r.log {
@@ -291,7 +298,32 @@ impl Store for SqliteStore {
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         let mut written = 0;
-        for c in completions {
+        // The common case, successes with nothing to log, one statement per owner: each
+        // row still fenced by owner and attempt.
+        let (quick, rest): (Vec<&Completion>, Vec<&Completion>) = completions
+            .iter()
+            .partition(|c| c.log.is_none() && matches!(c.result, CompletionResult::Delete));
+        let mut owners: Vec<&str> = quick.iter().map(|c| c.owner.as_str()).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        for owner in owners {
+            let pairs: Vec<(i64, i32)> = quick
+                .iter()
+                .filter(|c| c.owner == owner)
+                .map(|c| (c.id, c.attempt))
+                .collect();
+            let done = sqlx::query(
+                "DELETE FROM async_req WHERE status = 'running' AND lease_owner = ?1 \
+                 AND (id, exec_count) IN \
+                 (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))",
+            )
+            .bind(owner)
+            .bind(json_list(&pairs))
+            .execute(&mut *tx)
+            .await?;
+            written += done.rows_affected();
+        }
+        for c in rest {
             const FENCE: &str =
                 "id = ? AND status = 'running' AND lease_owner = ? AND exec_count = ?";
             let now = c
