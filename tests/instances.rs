@@ -419,7 +419,22 @@ async fn sigterm_hands_back_claims(kind: Kind) {
         stop_took < Duration::from_secs(5),
         "stopping took {stop_took:?}"
     );
-    assert_eq!(scalar(&pool, "SELECT COUNT(*) FROM async_req WHERE status = 'init' AND exec_count = 0 AND lease_owner IS NULL").await, 10);
+    let handed_back = scalar(
+        &pool,
+        "SELECT COUNT(*) FROM async_req WHERE status = 'init' AND exec_count = 0 AND lease_owner IS NULL",
+    )
+    .await;
+    if handed_back != 10 {
+        let rows: Vec<(i64, String, i32, Option<String>)> =
+            sqlx::query_as("SELECT id, status, exec_count, lease_owner FROM async_req ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        panic!(
+            "{handed_back} of 10 handed back: {rows:?}\n{}",
+            read(&slow_worker.stderr)
+        );
+    }
 
     // Another instance takes them at once: no 60 s lease to wait out.
     let mut quick = start_worker(&db, &logs, "quick", &["--work-ms", "5"]).await;

@@ -13,6 +13,10 @@ use crate::store::Completion;
 /// The most completions written in one transaction.
 const BATCH: usize = 256;
 
+/// How long a batch waits for more outcomes before it is written. Only the write waits:
+/// bodies and their permits are already done.
+const LINGER: Duration = Duration::from_micros(500);
+
 /// The sending side, held by the runtime.
 #[derive(Debug)]
 pub(crate) struct Completer {
@@ -77,6 +81,16 @@ impl CompleterTask {
             };
             if received == 0 {
                 return;
+            }
+            if received < BATCH {
+                // Group commit: let the outcomes of the next few bodies join this write.
+                tokio::time::sleep(LINGER).await;
+                while batch.len() < BATCH {
+                    match self.rx.try_recv() {
+                        Ok(completion) => batch.push(completion),
+                        Err(_) => break,
+                    }
+                }
             }
             write_until_done(&inner, &batch, Duration::MAX).await;
             batch.clear();

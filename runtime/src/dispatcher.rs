@@ -186,34 +186,50 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
     true
 }
 
+/// Records claimed from the store at once.
+const STORE_BATCH: i64 = 128;
+
 /// Claims due `init` records from the store as workers free up, until none is left:
-/// after an overflow, a wake-up from another instance, or a poll.
+/// after an overflow, a wake-up from another instance, or a poll. The next batch is
+/// claimed while the current one starts, so that workers do not wait for claims; at most
+/// two batches are held, reserved (the heartbeat keeps their leases, shutdown hands them
+/// back).
 async fn claim_from_store(inner: &Arc<Inner>) {
+    let claim = |inner: Arc<Inner>| {
+        tokio::spawn(async move {
+            inner
+                .claim_due(DueKind::Stale { older_than: 0 }, STORE_BATCH)
+                .await
+        })
+    };
+    // Wait for a free worker rather than claim records that would wait for one.
+    let permit = tokio::select! {
+        _ = inner.shutdown.cancelled() => return,
+        permit = inner.pool.permits.clone().acquire_owned() => permit,
+    };
+    drop(permit);
+    let mut next = claim(inner.clone());
     loop {
-        // Wait for a free worker rather than claim records that would wait for one.
-        let permit = tokio::select! {
-            _ = inner.shutdown.cancelled() => return,
-            permit = inner.pool.permits.clone().acquire_owned() => permit,
-        };
-        drop(permit);
-        // Claim ahead of the free workers (up to a batch): fewer, larger claims. Records
-        // waiting for a worker are reserved, so the heartbeat keeps their leases.
-        let free = BATCH;
-        let claimed = match inner
-            .claim_due(DueKind::Stale { older_than: 0 }, free as i64)
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(error) => {
+        let claimed = match next.await {
+            Ok(Ok(claimed)) => claimed,
+            Ok(Err(error)) => {
                 tracing::error!(%error, "could not claim requests from the store; the sweep will");
+                return;
+            }
+            Err(error) => {
+                tracing::error!(%error, "the claim task failed");
                 return;
             }
         };
         if claimed.is_empty() {
             return;
         }
+        next = claim(inner.clone());
         for job in claimed {
             if !inner.start(job).await {
+                // Shutdown: wait for the claim in flight; its records are reserved and
+                // handed back with the rest.
+                let _ = next.await;
                 return;
             }
         }

@@ -396,6 +396,7 @@ impl Inner {
             .trace_json
             .as_deref()
             .map(|j| TraceContext::from_json(Some(j)));
+        self.pool.reserve(claimed.id, claimed.attempt);
         Some(Job {
             def,
             params: claimed.param_json,
