@@ -307,7 +307,7 @@ impl Store for SqliteStore {
         if rest.is_empty() && single_owner && !quick.is_empty() {
             // One statement: its own transaction.
             let pairs: Vec<(i64, i32)> = quick.iter().map(|c| (c.id, c.attempt)).collect();
-            return Ok(delete_fenced(&self.pool, &quick[0].owner, &pairs).await?);
+            return delete_fenced(&self.pool, &quick[0].owner, &pairs).await;
         }
         let mut tx = self.pool.begin().await?;
         let mut written = 0;
