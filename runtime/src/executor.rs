@@ -124,31 +124,35 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// The completion to write for a stored job's attempt.
 pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attempt) -> Completion {
     let settings = &inner.settings;
-    let mut log = AttemptLog {
+    // The log row, built only when it will be written (failures; successes on request).
+    let log = |outcome: &str, error: Option<String>| AttemptLog {
         request_id: record.id,
         attempt: record.attempt,
         worker: inner.owner.to_string(),
         started: attempt.started,
         finished: attempt.finished,
-        outcome: "success".into(),
-        error: None,
+        outcome: outcome.into(),
+        error,
     };
-    let result = match &attempt.result {
-        Ok(()) if settings.delete_on_success => CompletionResult::Delete,
-        Ok(()) => CompletionResult::Succeeded,
-        Err(failure) => {
-            log.outcome = failure.kind.as_str().into();
-            log.error = Some(failure.message.clone());
-            failed_result(inner, record.attempt, record.max_attempts, failure)
+    let (result, log) = match &attempt.result {
+        Ok(()) => {
+            let result = match settings.delete_on_success {
+                true => CompletionResult::Delete,
+                false => CompletionResult::Succeeded,
+            };
+            (result, settings.log_success.then(|| log("success", None)))
         }
+        Err(failure) => (
+            failed_result(inner, record.attempt, record.max_attempts, failure),
+            Some(log(failure.kind.as_str(), Some(failure.message.clone()))),
+        ),
     };
-    let keep_log = attempt.result.is_err() || settings.log_success;
     Completion {
         id: record.id,
         attempt: record.attempt,
-        owner: inner.owner.to_string(),
+        owner: inner.owner.clone(),
         result,
-        log: keep_log.then_some(log),
+        log,
     }
 }
 

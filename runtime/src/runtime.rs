@@ -414,10 +414,15 @@ impl Inner {
     /// Starts a job under a worker permit. Returns `false` (dropping the job) at shutdown;
     /// a stored job then stays claimed until it is released or its lease expires.
     pub(crate) async fn start(self: &Arc<Self>, job: Job) -> bool {
-        let permit = tokio::select! {
-            biased;
-            _ = self.shutdown.cancelled() => None,
-            permit = self.pool.permits.clone().acquire_owned() => permit.ok(),
+        // Fast path: a free worker, no waiting (and no cancellation future to register).
+        let permit = match self.pool.permits.clone().try_acquire_owned() {
+            Ok(permit) if !self.shutdown.is_cancelled() => Some(permit),
+            Ok(_) => None,
+            Err(_) => tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => None,
+                permit = self.pool.permits.clone().acquire_owned() => permit.ok(),
+            },
         };
         match permit {
             Some(permit) => {

@@ -60,7 +60,7 @@ pub(crate) struct ClaimIds<'a> {
 pub(crate) struct Completion {
     pub(crate) id: RequestId,
     pub(crate) attempt: i32,
-    pub(crate) owner: String,
+    pub(crate) owner: std::sync::Arc<str>,
     pub(crate) result: CompletionResult,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,

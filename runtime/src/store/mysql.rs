@@ -520,7 +520,7 @@ impl MySqlStore {
                 CompletionResult::Delete => {
                     sqlx::query(&format!("DELETE FROM async_req WHERE {FENCE}"))
                         .bind(c.id)
-                        .bind(&c.owner)
+                        .bind(&*c.owner)
                         .bind(c.attempt)
                         .execute(&mut *tx)
                         .await?
@@ -532,7 +532,7 @@ impl MySqlStore {
                     ))
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?
@@ -546,7 +546,7 @@ impl MySqlStore {
                     .bind(error)
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?
@@ -559,7 +559,7 @@ impl MySqlStore {
                     .bind(error)
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?

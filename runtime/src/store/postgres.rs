@@ -488,7 +488,7 @@ impl Store for PostgresStore {
             // Of completions with the same fence, the first wins, as it would written one
             // by one: it takes the record out of `running`, which fences the others off.
             // (Completions with another owner or attempt cannot match the same row.)
-            if !seen.insert((c.id, c.owner.as_str(), c.attempt)) {
+            if !seen.insert((c.id, &*c.owner, c.attempt)) {
                 continue;
             }
             let (status, error, run_at) = match &c.result {
@@ -500,7 +500,7 @@ impl Store for PostgresStore {
                 CompletionResult::Dead { error } => ("dead", Some(error.as_str()), None),
             };
             ids.push(c.id);
-            owners.push(c.owner.as_str());
+            owners.push(&*c.owner);
             attempts.push(c.attempt);
             statuses.push(status);
             errors.push(error);

@@ -311,13 +311,13 @@ impl Store for SqliteStore {
         }
         let mut tx = self.pool.begin().await?;
         let mut written = 0;
-        let mut owners: Vec<&str> = quick.iter().map(|c| c.owner.as_str()).collect();
+        let mut owners: Vec<&str> = quick.iter().map(|c| &*c.owner).collect();
         owners.sort_unstable();
         owners.dedup();
         for owner in owners {
             let pairs: Vec<(i64, i32)> = quick
                 .iter()
-                .filter(|c| c.owner == owner)
+                .filter(|c| &*c.owner == owner)
                 .map(|c| (c.id, c.attempt))
                 .collect();
             written += delete_fenced(&mut *tx, owner, &pairs).await?;
@@ -334,7 +334,7 @@ impl Store for SqliteStore {
                 CompletionResult::Delete => {
                     sqlx::query(&format!("DELETE FROM async_req WHERE {FENCE}"))
                         .bind(c.id)
-                        .bind(&c.owner)
+                        .bind(&*c.owner)
                         .bind(c.attempt)
                         .execute(&mut *tx)
                         .await?
@@ -346,7 +346,7 @@ impl Store for SqliteStore {
                     ))
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?
@@ -360,7 +360,7 @@ impl Store for SqliteStore {
                     .bind(error)
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?
@@ -373,7 +373,7 @@ impl Store for SqliteStore {
                     .bind(error)
                     .bind(now)
                     .bind(c.id)
-                    .bind(&c.owner)
+                    .bind(&*c.owner)
                     .bind(c.attempt)
                     .execute(&mut *tx)
                     .await?
