@@ -109,6 +109,7 @@ impl Producer {
                     if received == 0 {
                         break;
                     }
+                    wait_for_completer(&inner).await;
                     let started = start_batch(&inner, std::mem::take(&mut batch)).await;
                     inner.dispatcher.queued.fetch_sub(received, Ordering::AcqRel);
                     if !started {
@@ -189,6 +190,10 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
 /// Records claimed from the store at once.
 const STORE_BATCH: i64 = 128;
 
+/// Claimed records (waiting, running, or waiting for their outcome to be written) above
+/// which no more are claimed from the store.
+const MAX_HELD: usize = 1024;
+
 /// Claims due `init` records from the store as workers free up, until none is left:
 /// after an overflow, a wake-up from another instance, or a poll. The next batch is
 /// claimed while the current one starts, so that workers do not wait for claims; at most
@@ -224,6 +229,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
         if claimed.is_empty() {
             return;
         }
+        wait_for_completer(inner).await;
         next = claim(inner.clone());
         for job in claimed {
             if !inner.start(job).await {
@@ -232,6 +238,22 @@ async fn claim_from_store(inner: &Arc<Inner>) {
                 let _ = next.await;
                 return;
             }
+        }
+    }
+}
+
+/// Back-pressure: bodies can finish faster than their outcomes are written when the store
+/// is the bottleneck. Claim no more until the completer has caught up, so that memory is
+/// bounded by [`MAX_HELD`], never by the backlog.
+async fn wait_for_completer(inner: &Inner) {
+    while inner.pool.held() >= MAX_HELD {
+        let written = inner.completer.written.notified();
+        if inner.pool.held() < MAX_HELD {
+            return;
+        }
+        tokio::select! {
+            _ = inner.shutdown.cancelled() => return,
+            _ = written => {}
         }
     }
 }

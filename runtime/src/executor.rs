@@ -312,6 +312,12 @@ impl ExecutorPool {
             .collect()
     }
 
+    /// How many claimed records this instance holds (waiting, running, or with an
+    /// outcome not yet written).
+    pub(crate) fn held(&self) -> usize {
+        self.in_flight.lock().expect("in-flight lock").len()
+    }
+
     /// Every stored job not yet completed.
     pub(crate) fn in_flight_ids(&self) -> Vec<RequestId> {
         self.in_flight
