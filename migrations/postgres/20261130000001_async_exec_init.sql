@@ -26,10 +26,12 @@ CREATE TABLE IF NOT EXISTS async_req (
 CREATE UNIQUE INDEX IF NOT EXISTS async_req_idempotency
     ON async_req (application_name, idempotency_key) WHERE idempotency_key IS NOT NULL;
 
--- Claims: due records of a status, in claim order (priority, then age), so that a claim
--- reads the first rows of the index instead of sorting the backlog.
+-- Claims: waiting records of a status, in claim order (priority, then age), so that a
+-- claim reads the first rows of the index instead of sorting the backlog. Only `init` and
+-- `failed` rows are in it: a claim removes its rows, and finished rows never enter.
 CREATE INDEX IF NOT EXISTS async_req_due
-    ON async_req (application_name, status, priority DESC, run_at, id);
+    ON async_req (application_name, status, priority DESC, run_at, id)
+    WHERE status IN ('init', 'failed');
 
 -- The rescuer: running records by lease end.
 CREATE INDEX IF NOT EXISTS async_req_lease

@@ -444,7 +444,8 @@ impl Store for PostgresStore {
         let sql = format!(
             "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = $2, \
              exec_count = exec_count + 1, update_time = $3 \
-             WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 AND {condition} \
+             WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 \
+               AND status IN ('init', 'failed') AND {condition} \
                AND executor = ANY($6) \
                ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
              RETURNING {CLAIMED_COLUMNS}"
