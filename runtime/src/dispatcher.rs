@@ -170,11 +170,13 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
         }
     };
     for mut job in batch {
+        let max_attempts = inner.max_attempts_of(job.def) as i32;
         if let Some(record) = &mut job.record {
             match claimed.iter().find(|c| c.id == record.id) {
                 Some(c) => {
                     record.attempt = c.attempt;
-                    record.max_attempts = c.max_attempts;
+                    // As written moments ago by this instance.
+                    record.max_attempts = max_attempts;
                     inner.pool.reserve(c.id, c.attempt);
                 }
                 None => continue, // claimed elsewhere, cancelled, or left to the sweep

@@ -188,12 +188,11 @@ pub(crate) struct Claimed {
     pub(crate) trace_json: Option<String>,
 }
 
-/// A record claimed by id: what the dispatcher did not already know.
+/// A record claimed by id: what the dispatcher did not already know (it wrote the rest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClaimedId {
     pub(crate) id: RequestId,
     pub(crate) attempt: i32,
-    pub(crate) max_attempts: i32,
 }
 
 /// The time now, in unix milliseconds.

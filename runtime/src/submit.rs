@@ -350,6 +350,7 @@ impl Inner {
     /// Runs a job to completion now, outcome written: test modes and [`Runtime::drain`].
     /// Returns whether it succeeded (`None` when a stored job could not be claimed).
     pub(crate) async fn execute_inline(&self, mut job: Job) -> Result<Option<bool>> {
+        let max_attempts = self.max_attempts_of(job.def) as i32;
         if let Some(record) = &mut job.record {
             if record.attempt == 0 {
                 let now = now_ms();
@@ -366,7 +367,7 @@ impl Inner {
                     return Ok(None);
                 };
                 record.attempt = claimed.attempt;
-                record.max_attempts = claimed.max_attempts;
+                record.max_attempts = max_attempts;
             }
         }
         let attempt = run_body(self, &job).await;

@@ -420,34 +420,44 @@ async fn mark_claimed(
 
 impl MySqlStore {
     async fn claim_ids_once(&self, p: &ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
-        let mut tx = self.begin().await?;
-        let mut claimed = Vec::new();
+        // Fresh records, just written by this instance: one autocommit UPDATE through the
+        // primary key claims them (`exec_count = 0`, so the attempt is 1). A row locked by
+        // another claimer is waited for and then re-checked, so it is never claimed twice.
+        let mut claimed = Vec::with_capacity(p.ids.len());
         for chunk in p.ids.chunks(MAX_IN) {
-            // Through the primary key only: a locking scan of a secondary index would lock,
-            // for a moment, rows that it then filters out, and other claims would skip them.
             let sql = format!(
-                "SELECT id, exec_count, max_attempts FROM async_req FORCE INDEX (PRIMARY) \
-                 WHERE id IN ({}) AND status = 'init' FOR UPDATE SKIP LOCKED",
+                "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+                 exec_count = exec_count + 1, update_time = ? \
+                 WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
                 marks(chunk.len())
             );
-            let rows: Vec<(i64, i32, i32)> = bind_list(sqlx::query(&sql), chunk)
-                .try_map(|row: MySqlRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-                .fetch_all(&mut *tx)
-                .await?;
-            claimed.extend(
-                rows.into_iter()
-                    .map(|(id, exec_count, max_attempts)| ClaimedId {
-                        id,
-                        attempt: exec_count + 1,
-                        max_attempts,
-                    }),
+            let query = sqlx::query(&sql)
+                .bind(p.owner)
+                .bind(p.lease_until)
+                .bind(p.now);
+            let matched = bind_list(query, chunk)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if matched == chunk.len() as u64 {
+                claimed.extend(chunk.iter().map(|&id| ClaimedId { id, attempt: 1 }));
+                continue;
+            }
+            // Some were taken elsewhere: which ones carry this claim's stamp?
+            let sql = format!(
+                "SELECT id FROM async_req WHERE id IN ({}) AND status = 'running' \
+                 AND lease_owner = ? AND lease_until = ? AND update_time = ? AND exec_count = 1",
+                marks(chunk.len())
             );
+            let ours: Vec<i64> = bind_list(sqlx::query(&sql), chunk)
+                .bind(p.owner)
+                .bind(p.lease_until)
+                .bind(p.now)
+                .try_map(|row: MySqlRow| row.try_get(0))
+                .fetch_all(&self.pool)
+                .await?;
+            claimed.extend(ours.into_iter().map(|id| ClaimedId { id, attempt: 1 }));
         }
-        if !claimed.is_empty() {
-            let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
-            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_until).await?;
-        }
-        tx.commit().await?;
         Ok(claimed)
     }
 

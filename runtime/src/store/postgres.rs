@@ -405,11 +405,11 @@ impl Store for PostgresStore {
         }
         // A row updated concurrently is re-checked against `status = 'init'` once the other
         // transaction commits, so a record is claimed by one worker only.
-        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(
+        let rows: Vec<(i64, i32)> = sqlx::query_as(
             "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = $2, \
              exec_count = exec_count + 1, update_time = $3 \
              WHERE id = ANY($4) AND status = 'init' \
-             RETURNING id, exec_count, max_attempts",
+             RETURNING id, exec_count",
         )
         .bind(p.owner)
         .bind(p.lease_until)
@@ -419,11 +419,7 @@ impl Store for PostgresStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, attempt, max_attempts)| ClaimedId {
-                id,
-                attempt,
-                max_attempts,
-            })
+            .map(|(id, attempt)| ClaimedId { id, attempt })
             .collect())
     }
 

@@ -247,8 +247,8 @@ impl Store for SqliteStore {
         let sql = "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
              exec_count = exec_count + 1, update_time = ? \
              WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
-             RETURNING id, exec_count, max_attempts";
-        let rows: Vec<(i64, i32, i32)> = sqlx::query_as(sql)
+             RETURNING id, exec_count";
+        let rows: Vec<(i64, i32)> = sqlx::query_as(sql)
             .bind(p.owner)
             .bind(p.lease_until)
             .bind(p.now)
@@ -257,11 +257,7 @@ impl Store for SqliteStore {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, attempt, max_attempts)| ClaimedId {
-                id,
-                attempt,
-                max_attempts,
-            })
+            .map(|(id, attempt)| ClaimedId { id, attempt })
             .collect())
     }
 
