@@ -353,7 +353,7 @@ impl ExecutorPool {
         in_flight.keys().copied().collect()
     }
 
-    /// Releases the permit count for tests of a full pool.
+    /// Workers free right now.
     pub(crate) fn available(&self) -> usize {
         self.permits.available_permits()
     }
