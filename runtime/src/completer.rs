@@ -4,14 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::record::RequestId;
 use crate::runtime::Inner;
 use crate::store::Completion;
 
-/// The most completions written in one transaction.
-const BATCH: usize = 256;
+/// The most completions written in one transaction. (SQLite drains measured 1.05x and
+/// 1.07x of the hand-written queue with 1,024, 1.02x and 0.98x with 256; PostgreSQL and
+/// MariaDB within their noise either way.)
+const BATCH: usize = 1024;
 
 /// How long a batch waits for more outcomes before it is written. Only the write waits:
 /// bodies and their permits are already done.
@@ -61,25 +63,30 @@ impl Completer {
 impl CompleterTask {
     /// Writes batches until every sender is gone and the queue is empty. A batch that fails
     /// to write is tried again with a backoff: outcomes are never dropped (their fencing
-    /// makes a late write harmless).
+    /// makes a late write harmless). Up to `Store::concurrent_writes` batches are written
+    /// at once, each on its own connection: the next batch fills while earlier ones commit.
     pub(crate) async fn run(mut self, inner: Arc<Inner>) {
+        let writers = inner.store.concurrent_writes().max(1);
+        let slots = Arc::new(Semaphore::new(writers));
         let mut batch = Vec::with_capacity(BATCH);
         let stop = inner.completer_stop.clone();
         loop {
             let received = tokio::select! {
                 received = self.rx.recv_many(&mut batch, BATCH) => received,
                 _ = stop.cancelled() => {
-                    // Shutdown: write what is left, then end.
+                    // Shutdown: write what is left, then end once every write is done.
                     while let Ok(completion) = self.rx.try_recv() {
                         batch.push(completion);
                     }
                     if !batch.is_empty() {
                         write_until_done(&inner, &batch, Duration::from_secs(10)).await;
                     }
+                    let _ = slots.acquire_many(writers as u32).await;
                     return;
                 }
             };
             if received == 0 {
+                let _ = slots.acquire_many(writers as u32).await;
                 return;
             }
             if received < BATCH {
@@ -92,8 +99,24 @@ impl CompleterTask {
                     }
                 }
             }
-            write_until_done(&inner, &batch, Duration::MAX).await;
-            batch.clear();
+            let slot = slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the completer never closes its semaphore");
+            // Whatever finished while waiting for a slot joins this write.
+            while batch.len() < BATCH {
+                match self.rx.try_recv() {
+                    Ok(completion) => batch.push(completion),
+                    Err(_) => break,
+                }
+            }
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                write_until_done(&inner, &full, Duration::MAX).await;
+                drop(slot);
+            });
         }
     }
 }

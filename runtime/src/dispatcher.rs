@@ -189,9 +189,6 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
     true
 }
 
-/// Records claimed from the store at once.
-const STORE_BATCH: i64 = 128;
-
 /// Claimed records (waiting, running, or waiting for their outcome to be written) above
 /// which no more are claimed from the store. 1,024 throttled PostgreSQL drains (29k to 18k
 /// jobs/s); 4,096 keeps a 1,000,000-record SQLite backlog at 29 MB peak RSS.
@@ -201,12 +198,14 @@ const MAX_HELD: usize = 4096;
 /// after an overflow, a wake-up from another instance, or a poll. The next batch is
 /// claimed while the current one starts, so that workers do not wait for claims; at most
 /// two batches are held, reserved (the heartbeat keeps their leases, shutdown hands them
-/// back).
+/// back). (Two claims in flight on PostgreSQL measured no faster: 1.11x against 1.02x of
+/// the hand-written queue, within its noise.)
 async fn claim_from_store(inner: &Arc<Inner>) {
-    let claim = |inner: Arc<Inner>| {
+    let batch = inner.store.claim_batch();
+    let claim = move |inner: Arc<Inner>| {
         tokio::spawn(async move {
             inner
-                .claim_due(DueKind::Stale { older_than: 0 }, STORE_BATCH)
+                .claim_due(DueKind::Stale { older_than: 0 }, batch)
                 .await
         })
     };

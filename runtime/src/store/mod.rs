@@ -66,6 +66,37 @@ pub(crate) struct Completion {
     pub(crate) log: Option<AttemptLog>,
 }
 
+/// The owner and attempt that a write of an outcome requires of its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Fence<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) attempt: i32,
+}
+
+/// Completions grouped by fence (most batches have one: this instance, first attempt),
+/// each group's ids in ascending order, so that one statement can write a group.
+pub(crate) fn fence_groups<'a>(completions: &[&'a Completion]) -> Vec<(Fence<'a>, Vec<RequestId>)> {
+    let mut fenced: Vec<(Fence<'a>, RequestId)> = completions
+        .iter()
+        .map(|c| {
+            let fence = Fence {
+                owner: &c.owner,
+                attempt: c.attempt,
+            };
+            (fence, c.id)
+        })
+        .collect();
+    fenced.sort_unstable();
+    let mut groups: Vec<(Fence<'a>, Vec<RequestId>)> = Vec::new();
+    for (fence, id) in fenced {
+        match groups.last_mut() {
+            Some((last, ids)) if *last == fence => ids.push(id),
+            _ => groups.push((fence, vec![id])),
+        }
+    }
+    groups
+}
+
 /// What the completer does with a record.
 #[derive(Debug, Clone)]
 pub(crate) enum CompletionResult {
@@ -149,6 +180,16 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Writes attempts' outcomes, in one transaction. Each write is fenced by owner and
     /// attempt: a record claimed again by someone else since is left alone.
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64>;
+
+    /// How many due records one claim takes: the dispatcher claims the next batch while
+    /// the current one starts, so an instance holds up to two batches beyond its workers.
+    fn claim_batch(&self) -> i64;
+
+    /// How many batches of outcomes the completer may write at once. One for a backend
+    /// with a single writer (SQLite); more where writes of disjoint rows run in parallel.
+    fn concurrent_writes(&self) -> usize {
+        1
+    }
 
     /// Extends the leases of these records while this owner holds them.
     async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64>;
@@ -264,3 +305,6 @@ pub(crate) mod sealed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

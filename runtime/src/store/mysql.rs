@@ -22,8 +22,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
-    Store,
+    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, Fence, RequestFilter,
+    Rescued, Store,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -230,6 +230,23 @@ async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> 
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Deletes running records by id, if still held by the fence's owner at its attempt.
+async fn delete_fenced(
+    conn: &mut MySqlConnection,
+    fence: Fence<'_>,
+    ids: &[RequestId],
+) -> Result<u64> {
+    let sql = format!(
+        "DELETE FROM async_req WHERE id IN ({}) AND status = 'running' AND lease_owner = ? \
+         AND exec_count = ?",
+        marks(ids.len())
+    );
+    let query = bind_list(sqlx::query(&sql), ids)
+        .bind(fence.owner)
+        .bind(fence.attempt);
+    Ok(query.execute(conn).await?.rows_affected())
 }
 
 /// Whether the error is a duplicate of the idempotency key (1062 on its unique index).
@@ -518,9 +535,21 @@ impl MySqlStore {
 
     async fn complete_once(&self, completions: &[&Completion]) -> Result<u64> {
         const FENCE: &str = "id = ? AND status = 'running' AND lease_owner = ? AND exec_count = ?";
+        // The common case, successes with nothing to log: one DELETE per owner and chunk,
+        // each row still fenced by owner and attempt.
+        let (quick, rest): (Vec<&Completion>, Vec<&Completion>) = completions
+            .iter()
+            .copied()
+            .partition(|c| c.log.is_none() && matches!(c.result, CompletionResult::Delete));
         let mut tx = self.begin().await?;
         let mut written = 0;
-        for c in completions {
+        for (fence, ids) in super::fence_groups(&quick) {
+            // In id order, as every statement locks them.
+            for chunk in ids.chunks(MAX_IN) {
+                written += delete_fenced(&mut tx, fence, chunk).await?;
+            }
+        }
+        for c in rest {
             let now = c
                 .log
                 .as_ref()
@@ -729,6 +758,17 @@ impl MySqlStore {
 impl Store for MySqlStore {
     fn backend_name(&self) -> &'static str {
         "MySql"
+    }
+
+    /// Claims of 256 (not 128): drains 1.2x to 1.45x of the hand-written queue, not
+    /// 0.95x to 1.3x. Larger ones would leave other instances idle while one holds them.
+    fn claim_batch(&self) -> i64 {
+        256
+    }
+
+    /// Batches of disjoint rows commit in parallel: a quarter of the pool writes outcomes.
+    fn concurrent_writes(&self) -> usize {
+        (self.pool.options().get_max_connections() as usize / 4).max(1)
     }
 
     /// No `NOTIFY`: other instances' requests are found by polling, so poll often.

@@ -374,6 +374,17 @@ impl Store for PostgresStore {
         "Postgres"
     }
 
+    /// Claims of 256 (not 128): drains 1.2x to 1.45x of the hand-written queue, not
+    /// 0.95x to 1.3x. Larger ones would leave other instances idle while one holds them.
+    fn claim_batch(&self) -> i64 {
+        256
+    }
+
+    /// Batches of disjoint rows commit in parallel: a quarter of the pool writes outcomes.
+    fn concurrent_writes(&self) -> usize {
+        (self.pool.options().get_max_connections() as usize / 4).max(1)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -466,6 +477,14 @@ impl Store for PostgresStore {
         // One statement, so one round trip and one commit for the whole batch. Rows are
         // locked in id order (no deadlock with a heartbeat renewing the same leases), and
         // each write is fenced by owner and attempt like a single UPDATE would be.
+        let single_owner = completions.windows(2).all(|w| w[0].owner == w[1].owner);
+        if single_owner
+            && completions
+                .iter()
+                .all(|c| c.log.is_none() && matches!(c.result, CompletionResult::Delete))
+        {
+            return delete_fenced(&self.pool, &completions[0].owner, completions).await;
+        }
         let mut seen = std::collections::HashSet::with_capacity(completions.len());
         let n = completions.len();
         let (mut ids, mut owners, mut attempts, mut statuses) = (
@@ -574,11 +593,13 @@ impl Store for PostgresStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        // Locked in id order, like the completions of the same records.
+        // Rows locked by another statement are skipped, so that a renewal never waits
+        // while holding locks (no deadlock with an outcome being written). A skipped
+        // record is being finished or handed back; if not, the next beat renews it.
         let done = sqlx::query(
             "UPDATE async_req SET lease_until = $1 WHERE status = 'running' AND lease_owner = $2 \
              AND id IN (SELECT id FROM async_req WHERE id = ANY($3) AND status = 'running' \
-               AND lease_owner = $2 ORDER BY id FOR UPDATE)",
+               AND lease_owner = $2 ORDER BY id FOR UPDATE SKIP LOCKED)",
         )
         .bind(until)
         .bind(owner)
@@ -829,4 +850,25 @@ async fn current_status(
     .fetch_optional(conn)
     .await?;
     Ok(status.and_then(|(s,)| Status::from_str(&s).ok()))
+}
+
+/// The common case, successes with nothing to log: deletes running records of `owner`,
+/// each only at its attempt, in one statement. Its rows are locked in no particular order
+/// (ordering them cost 15% of the drain rate): no other statement waits for a lock on
+/// them while holding another (the heartbeat skips locked rows; hand-backs at shutdown
+/// touch records that never ran; other batches hold other records).
+async fn delete_fenced(pool: &PgPool, owner: &str, completions: &[Completion]) -> Result<u64> {
+    let ids: Vec<RequestId> = completions.iter().map(|c| c.id).collect();
+    let attempts: Vec<i32> = completions.iter().map(|c| c.attempt).collect();
+    let done = sqlx::query(
+        "DELETE FROM async_req r USING UNNEST($1::BIGINT[], $3::INTEGER[]) AS c(id, attempt) \
+         WHERE r.id = c.id AND r.exec_count = c.attempt AND r.status = 'running' \
+           AND r.lease_owner = $2",
+    )
+    .bind(&ids)
+    .bind(owner)
+    .bind(&attempts)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
 }

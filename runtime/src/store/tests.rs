@@ -1,0 +1,175 @@
+//! The fencing of outcome writes, on each compiled backend: an outcome is written only
+//! while its record is still `running` under the owner and attempt that produced it.
+//! PostgreSQL and MySQL run when `ASYNC_EXEC_TEST_POSTGRES_URL` /
+//! `ASYNC_EXEC_TEST_MYSQL_URL` name a database (and fail when it is unreachable); without
+//! them they are reported as ignored.
+
+use std::sync::Arc;
+
+use super::{ClaimIds, Completion, CompletionResult, Store};
+use crate::record::{now_ms, Inserted, NewRequest, RequestId, Status};
+
+fn new_request(application: &Arc<str>) -> NewRequest {
+    NewRequest {
+        application_name: application.clone(),
+        executor: "fence_test",
+        sign: "fence_test()",
+        strategy: "SaveAsync",
+        status: Status::Init,
+        exec_count: 0,
+        max_attempts: 3,
+        param_json: Arc::from("{}"),
+        remark: "",
+        idempotency_key: None,
+        priority: 0,
+        run_at: now_ms(),
+        last_error: None,
+        trace_json: None,
+        now: now_ms(),
+        notify: None,
+        log: None,
+    }
+}
+
+fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> Completion {
+    Completion {
+        id,
+        attempt,
+        owner: Arc::from(owner),
+        result,
+        log: None,
+    }
+}
+
+async fn status(store: &dyn Store, application: &str, id: RequestId) -> Option<Status> {
+    store
+        .request_get(application, id)
+        .await
+        .unwrap()
+        .map(|r| r.status)
+}
+
+async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("fence-test-{}", now_ms()).as_str());
+    let requests: Vec<NewRequest> = (0..5).map(|_| new_request(&application)).collect();
+    let ids: Vec<RequestId> = store
+        .request_insert_many(&requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| match i {
+            Inserted::New(id) => id,
+            Inserted::Existing(id) => panic!("no key, yet {id} existed"),
+        })
+        .collect();
+    let now = now_ms();
+    let claimed = store
+        .request_claim_ids(ClaimIds {
+            ids: &ids,
+            owner: "owner-a",
+            now,
+            lease_until: now + 60_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 5);
+    assert!(claimed.iter().all(|c| c.attempt == 1));
+    let [a, b, c, d, e] = ids[..] else {
+        unreachable!()
+    };
+
+    // One owner, mixed attempts (the deletes' fast paths): only the current attempts go.
+    let written = store
+        .request_complete_many(&[
+            done(a, "owner-a", 1, CompletionResult::Delete),
+            done(c, "owner-a", 2, CompletionResult::Delete),
+            done(d, "owner-a", 1, CompletionResult::Delete),
+            done(a, "owner-a", 1, CompletionResult::Delete),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(written, 2, "a and d deleted; c is at attempt 1, not 2");
+    assert_eq!(status(store, &application, a).await, None);
+    assert_eq!(status(store, &application, d).await, None);
+    assert_eq!(status(store, &application, c).await, Some(Status::Running));
+
+    // Two owners, deletes and updates: another owner's outcomes are ignored.
+    let written = store
+        .request_complete_many(&[
+            done(b, "owner-b", 1, CompletionResult::Delete),
+            done(
+                c,
+                "owner-a",
+                1,
+                CompletionResult::Failed {
+                    error: "boom".into(),
+                    run_at: now + 1_000,
+                },
+            ),
+            done(e, "owner-b", 1, CompletionResult::Succeeded),
+            done(e, "owner-a", 1, CompletionResult::Delete),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        written, 2,
+        "c failed and e deleted; b and e are not owner-b's"
+    );
+    assert_eq!(status(store, &application, b).await, Some(Status::Running));
+    assert_eq!(status(store, &application, c).await, Some(Status::Failed));
+    assert_eq!(status(store, &application, e).await, None);
+    // A late outcome of c's first attempt, after it left `running`, changes nothing.
+    let written = store
+        .request_complete_many(&[done(c, "owner-a", 1, CompletionResult::Delete)])
+        .await
+        .unwrap();
+    assert_eq!(written, 0);
+    assert_eq!(status(store, &application, c).await, Some(Status::Failed));
+    for id in [b, c] {
+        // Leave the shared test database as found (b is running: release it first).
+        store
+            .lease_release("owner-a", &[id], now_ms())
+            .await
+            .unwrap();
+        store.request_delete(&application, id).await.unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_outcomes_are_fenced_by_owner_and_attempt() {
+    // One connection: every connection to `:memory:` is a database of its own.
+    let store = super::sqlite::SqliteStore::connect("sqlite::memory:", 1)
+        .await
+        .unwrap();
+    outcomes_are_fenced_by_owner_and_attempt(&store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_postgres),
+    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+)]
+async fn postgres_outcomes_are_fenced_by_owner_and_attempt() {
+    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+    let store = super::postgres::PostgresStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+    outcomes_are_fenced_by_owner_and_attempt(&store).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_mysql),
+    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+)]
+async fn mysql_outcomes_are_fenced_by_owner_and_attempt() {
+    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+    let store = super::mysql::MySqlStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+    outcomes_are_fenced_by_owner_and_attempt(&store).await;
+}
