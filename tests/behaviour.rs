@@ -735,6 +735,37 @@ async fn batch_writes_many_calls_at_once<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+async fn batch_receipts_name_their_own_records<DB: Backend>(db: TestDb) {
+    // Held: the records stay as written, to be read back.
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
+    // Two multi-row statements' worth, with keyed calls (written one by one) among them.
+    let labels: Vec<String> = (0..1200).map(|i| format!("batch-{i}")).collect();
+    let calls = labels.iter().enumerate().map(|(i, label)| {
+        let call = ok_job(label.clone());
+        if i % 97 == 0 {
+            call.key(format!("key-{i}"))
+        } else {
+            call
+        }
+    });
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let receipts = async_exec::batch(calls).within(&mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(receipts.len(), labels.len());
+    for (label, receipt) in labels.iter().zip(&receipts) {
+        let id = receipt.id.unwrap();
+        let record = rt.get(id).await.unwrap().expect("the receipt's record");
+        let stored: serde_json::Value = serde_json::from_str(&record.param_json).unwrap();
+        assert_eq!(stored["label"], label.as_str(), "record {id}");
+    }
+    rt.shutdown().await.unwrap();
+}
+
 async fn rolled_back_batch_runs_nothing<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
@@ -1106,6 +1137,7 @@ backend_suite!(
     data_is_injected_and_missing_data_is_a_clear_dead,
     idempotency_key_holds_under_concurrent_calls,
     batch_writes_many_calls_at_once,
+    batch_receipts_name_their_own_records,
     rolled_back_batch_runs_nothing,
     sync_save_runs_inline_and_defers_a_failure,
     async_save_writes_nothing_unless_it_fails,

