@@ -440,19 +440,22 @@ impl Store for PostgresStore {
         }
         let (condition, due_before) = match p.kind {
             DueKind::Scheduled => (
-                "((status = 'failed' AND run_at <= $5) \
+                "status IN ('init', 'failed') AND ((status = 'failed' AND run_at <= $5) \
                  OR (status = 'init' AND run_at <= $5 AND run_at > create_time))",
                 p.now,
             ),
+            // One status only: with `status IN (...)` in the index condition the scan is
+            // not in index order, and without statistics (no autovacuum) PostgreSQL sorted
+            // the whole backlog for each claim: 486 ms instead of 6 ms at 850,000 records.
             DueKind::Stale { older_than } => {
-                ("(status = 'init' AND run_at <= $5)", p.now - older_than)
+                ("status = 'init' AND run_at <= $5", p.now - older_than)
             }
         };
         let sql = format!(
             "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = $2, \
              exec_count = exec_count + 1, update_time = $3 \
              WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 \
-               AND status IN ('init', 'failed') AND {condition} \
+               AND {condition} \
                AND executor = ANY($6) \
                ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
              RETURNING {CLAIMED_COLUMNS}"
