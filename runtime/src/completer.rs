@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
 
 use crate::record::RequestId;
 use crate::runtime::Inner;
@@ -67,7 +68,8 @@ impl CompleterTask {
     /// at once, each on its own connection: the next batch fills while earlier ones commit.
     pub(crate) async fn run(mut self, inner: Arc<Inner>) {
         let writers = inner.store.concurrent_writes().max(1);
-        let slots = Arc::new(Semaphore::new(writers));
+        // Writes in flight, owned by this task: aborting it (`Runtime::abort`) aborts them.
+        let mut writes = JoinSet::new();
         let mut batch = Vec::with_capacity(BATCH);
         let stop = inner.completer_stop.clone();
         loop {
@@ -81,42 +83,37 @@ impl CompleterTask {
                     if !batch.is_empty() {
                         write_until_done(&inner, &batch, Duration::from_secs(10)).await;
                     }
-                    let _ = slots.acquire_many(writers as u32).await;
+                    while writes.join_next().await.is_some() {}
                     return;
                 }
             };
             if received == 0 {
-                let _ = slots.acquire_many(writers as u32).await;
+                while writes.join_next().await.is_some() {}
                 return;
             }
             if received < BATCH {
                 // Group commit: let the outcomes of the next few bodies join this write.
                 tokio::time::sleep(LINGER).await;
-                while batch.len() < BATCH {
-                    match self.rx.try_recv() {
-                        Ok(completion) => batch.push(completion),
-                        Err(_) => break,
-                    }
-                }
+                top_up(&mut self.rx, &mut batch);
             }
-            let slot = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the completer never closes its semaphore");
-            // Whatever finished while waiting for a slot joins this write.
-            while batch.len() < BATCH {
-                match self.rx.try_recv() {
-                    Ok(completion) => batch.push(completion),
-                    Err(_) => break,
-                }
+            while writes.len() >= writers {
+                writes.join_next().await;
             }
+            // Whatever finished while waiting for a writer joins this write.
+            top_up(&mut self.rx, &mut batch);
             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
             let inner = inner.clone();
-            tokio::spawn(async move {
-                write_until_done(&inner, &full, Duration::MAX).await;
-                drop(slot);
-            });
+            writes.spawn(async move { write_until_done(&inner, &full, Duration::MAX).await });
+        }
+    }
+}
+
+/// Adds queued outcomes to `batch`, up to [`BATCH`], without waiting.
+fn top_up(rx: &mut mpsc::UnboundedReceiver<Completion>, batch: &mut Vec<Completion>) {
+    while batch.len() < BATCH {
+        match rx.try_recv() {
+            Ok(completion) => batch.push(completion),
+            Err(_) => break,
         }
     }
 }

