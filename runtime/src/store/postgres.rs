@@ -374,8 +374,9 @@ impl Store for PostgresStore {
         "Postgres"
     }
 
-    /// Claims of 256 (not 128): drains 1.2x to 1.45x of the hand-written queue, not
-    /// 0.95x to 1.3x. Larger ones would leave other instances idle while one holds them.
+    /// Claims of 256 (not 128): PostgreSQL and MariaDB drains measured 1.08x to 1.45x of
+    /// the hand-written queue, not 0.95x to 1.31x. Larger ones would leave other instances
+    /// idle while one holds them.
     fn claim_batch(&self) -> i64 {
         256
     }
