@@ -138,7 +138,9 @@ impl Builder {
         self
     }
 
-    /// Uses the application's own SQLite pool instead of opening one.
+    /// Uses the application's own SQLite pool instead of opening one. The runtime's own
+    /// writes (claims, outcomes, leases) go through one more connection, opened with the
+    /// pool's connect options (not its `after_connect` hooks).
     #[cfg(feature = "sqlite")]
     pub fn sqlite_pool(mut self, pool: sqlx::SqlitePool) -> Self {
         self.store = Some(Arc::new(crate::store::sqlite::SqliteStore::from_pool(pool)));

@@ -29,7 +29,7 @@ pub struct Settings {
     /// Where records live (default `sqlite:async_exec.db`, a file in the current directory).
     pub database_url: String,
     /// Connections in the runtime's pool (default 8). On PostgreSQL the runtime holds one
-    /// more, for `LISTEN`.
+    /// more, for `LISTEN`; on SQLite one more, for its own writes.
     pub max_connections: u32,
     /// Run workers and sweeps in this instance (default `true`). When `false` the instance
     /// only submits: its stored requests are left to the instances that run workers (woken

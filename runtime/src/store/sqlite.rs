@@ -74,7 +74,8 @@ impl SqliteStore {
         Ok(SqliteStore::from_pool(pool))
     }
 
-    /// Uses an existing pool (the application's own).
+    /// Uses an existing pool (the application's own). The runtime's own writes use one
+    /// more connection, opened on first use with the pool's connect options.
     pub fn from_pool(pool: SqlitePool) -> Self {
         SqliteStore {
             pool,
