@@ -22,7 +22,9 @@ pub struct HeartbeatReport {
 }
 
 impl Heartbeat {
-    /// Extends the lease of every running record of this instance by `lease`.
+    /// Extends the lease of every running record of this instance by `lease`. (On
+    /// PostgreSQL a record locked at that moment, its outcome being written, is skipped;
+    /// if it is still running at the next beat, that one renews it.)
     pub async fn run_once(&self) -> Result<HeartbeatReport> {
         let inner = &self.inner;
         let now = now_ms();
