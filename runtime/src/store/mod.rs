@@ -66,6 +66,14 @@ pub(crate) struct Completion {
     pub(crate) log: Option<AttemptLog>,
 }
 
+impl Completion {
+    /// A success with nothing to log: the record is deleted. Most outcomes are these, and
+    /// every store writes a batch of them with one statement.
+    pub(crate) fn is_plain_delete(&self) -> bool {
+        self.log.is_none() && matches!(self.result, CompletionResult::Delete)
+    }
+}
+
 /// The owner and attempt that a write of an outcome requires of its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Fence<'a> {
@@ -87,14 +95,10 @@ pub(crate) fn fence_groups<'a>(completions: &[&'a Completion]) -> Vec<(Fence<'a>
         })
         .collect();
     fenced.sort_unstable();
-    let mut groups: Vec<(Fence<'a>, Vec<RequestId>)> = Vec::new();
-    for (fence, id) in fenced {
-        match groups.last_mut() {
-            Some((last, ids)) if *last == fence => ids.push(id),
-            _ => groups.push((fence, vec![id])),
-        }
-    }
-    groups
+    fenced
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|group| (group[0].0, group.iter().map(|&(_, id)| id).collect()))
+        .collect()
 }
 
 /// What the completer does with a record.
@@ -108,6 +112,24 @@ pub(crate) enum CompletionResult {
     Failed { error: String, run_at: i64 },
     /// Mark it `dead`.
     Dead { error: String },
+}
+
+/// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
+pub(crate) type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
+
+impl CompletionResult {
+    /// The record's new status, last error (unchanged when `None`) and run time
+    /// (unchanged when `None`); `None` when the record is deleted.
+    pub(crate) fn update(&self) -> Option<(&'static str, Option<&str>, Option<i64>)> {
+        match self {
+            CompletionResult::Delete => None,
+            CompletionResult::Succeeded => Some(("success", None, None)),
+            CompletionResult::Failed { error, run_at } => {
+                Some(("failed", Some(error), Some(*run_at)))
+            }
+            CompletionResult::Dead { error } => Some(("dead", Some(error), None)),
+        }
+    }
 }
 
 /// What a rescue of expired leases did.
@@ -183,10 +205,17 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// How many due records one claim takes: the dispatcher claims the next batch while
     /// the current one starts, so an instance holds up to two batches beyond its workers.
-    fn claim_batch(&self) -> i64;
+    /// 256 rather than 128: PostgreSQL and MariaDB drains measured 1.08x to 1.45x of the
+    /// hand-written queue, not 0.95x to 1.31x. Larger claims would leave other instances
+    /// idle while one holds the backlog.
+    fn claim_batch(&self) -> i64 {
+        256
+    }
 
     /// How many batches of outcomes the completer may write at once. One for a backend
-    /// with a single writer (SQLite); more where writes of disjoint rows run in parallel.
+    /// with a single writer (SQLite); where writes of disjoint rows run in parallel, a
+    /// quarter of the pool (two writers against one, PostgreSQL drains: 1.30x and 1.31x
+    /// against 1.23x and 1.28x of the hand-written queue; MariaDB within its noise).
     fn concurrent_writes(&self) -> usize {
         1
     }

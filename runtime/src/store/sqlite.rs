@@ -14,8 +14,7 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, CompletionResult, DueKind, RequestFilter, Rescued,
-    Store,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, RequestFilter, Rescued, Store,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -293,272 +292,37 @@ impl Store for SqliteStore {
 
     async fn request_claim_ids(&self, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            if p.ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let sql = "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
-                 exec_count = exec_count + 1, update_time = ? \
-                 WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
-                 RETURNING id, exec_count";
-            let rows: Vec<(i64, i32)> = sqlx::query_as(sql)
-                .bind(p.owner)
-                .bind(p.lease_until)
-                .bind(p.now)
-                .bind(json_list(p.ids))
-                .fetch_all(&mut *conn)
-                .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, attempt)| ClaimedId { id, attempt })
-                .collect())
-        }
-        .await;
+        let result = claim_ids(writer.conn(), p).await;
         writer.check(result)
     }
 
     async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            if p.executors.is_empty() || p.limit <= 0 {
-                return Ok(Vec::new());
-            }
-            let (condition, due_before) = match p.kind {
-                DueKind::Scheduled => (
-                    "((status = 'failed' AND run_at <= ?5) OR (status = 'init' AND run_at <= ?5 AND run_at > create_time))",
-                    p.now,
-                ),
-                DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ?5)", p.now - older_than),
-            };
-            let sql = format!(
-                "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = ?2, \
-                 exec_count = exec_count + 1, update_time = ?3 \
-                 WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
-                   AND status IN ('init', 'failed') AND {condition} \
-                   AND executor IN ({executors}) \
-                   ORDER BY priority DESC, run_at, id LIMIT ?6) \
-                 RETURNING {CLAIMED_COLUMNS}",
-                executors = executor_marks(p.executors.len()),
-            );
-            let mut query = sqlx::query(&sql)
-                .bind(p.owner)
-                .bind(p.lease_until)
-                .bind(p.now)
-                .bind(p.application)
-                .bind(due_before)
-                .bind(p.limit);
-            // Padded to a power of two, repeating the last name: a few statements, each
-            // prepared once, serve every number of executors.
-            let n = executor_count(p.executors.len());
-            for i in 0..n {
-                query = query.bind(p.executors[i.min(p.executors.len() - 1)]);
-            }
-            let rows = query.fetch_all(&mut *conn).await?;
-            rows.iter().map(claimed_from_row).collect()
-        }
-        .await;
+        let result = claim_due(writer.conn(), p).await;
         writer.check(result)
     }
 
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            // The common case, successes with nothing to log: one DELETE per owner and
-            // attempt (mostly one), each row still fenced by both.
-            let (quick, rest): (Vec<&Completion>, Vec<&Completion>) = completions
-                .iter()
-                .partition(|c| c.log.is_none() && matches!(c.result, CompletionResult::Delete));
-            let groups = super::fence_groups(&quick);
-            if rest.is_empty() && groups.len() == 1 {
-                // One statement: its own transaction.
-                let (fence, ids) = &groups[0];
-                return delete_fenced(&mut *conn, fence.owner, fence.attempt, ids).await;
-            }
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let mut written = 0;
-            for (fence, ids) in &groups {
-                written += delete_fenced(&mut *tx, fence.owner, fence.attempt, ids).await?;
-            }
-            for c in rest {
-                const FENCE: &str =
-                    "id = ? AND status = 'running' AND lease_owner = ? AND exec_count = ?";
-                let now = c
-                    .log
-                    .as_ref()
-                    .map(|l| l.finished)
-                    .unwrap_or_else(crate::record::now_ms);
-                let result = match &c.result {
-                    CompletionResult::Delete => {
-                        sqlx::query(&format!("DELETE FROM async_req WHERE {FENCE}"))
-                            .bind(c.id)
-                            .bind(&*c.owner)
-                            .bind(c.attempt)
-                            .execute(&mut *tx)
-                            .await?
-                    }
-                    CompletionResult::Succeeded => {
-                        sqlx::query(&format!(
-                            "UPDATE async_req SET status = 'success', lease_owner = NULL, lease_until = NULL, \
-                             update_time = ? WHERE {FENCE}"
-                        ))
-                        .bind(now)
-                        .bind(c.id)
-                        .bind(&*c.owner)
-                        .bind(c.attempt)
-                        .execute(&mut *tx)
-                        .await?
-                    }
-                    CompletionResult::Failed { error, run_at } => {
-                        sqlx::query(&format!(
-                            "UPDATE async_req SET status = 'failed', run_at = ?, last_error = ?, lease_owner = NULL, \
-                             lease_until = NULL, update_time = ? WHERE {FENCE}"
-                        ))
-                        .bind(run_at)
-                        .bind(error)
-                        .bind(now)
-                        .bind(c.id)
-                        .bind(&*c.owner)
-                        .bind(c.attempt)
-                        .execute(&mut *tx)
-                        .await?
-                    }
-                    CompletionResult::Dead { error } => {
-                        sqlx::query(&format!(
-                            "UPDATE async_req SET status = 'dead', last_error = ?, lease_owner = NULL, \
-                             lease_until = NULL, update_time = ? WHERE {FENCE}"
-                        ))
-                        .bind(error)
-                        .bind(now)
-                        .bind(c.id)
-                        .bind(&*c.owner)
-                        .bind(c.attempt)
-                        .execute(&mut *tx)
-                        .await?
-                    }
-                };
-                if result.rows_affected() == 0 {
-                    continue;
-                }
-                written += 1;
-                if let Some(log) = &c.log {
-                    insert_log(&mut tx, log).await?;
-                }
-            }
-            tx.commit().await?;
-            Ok(written)
-        }
-        .await;
+        let result = complete_many(writer.conn(), completions).await;
         writer.check(result)
     }
 
     async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            if ids.is_empty() {
-                return Ok(0);
-            }
-            let done = sqlx::query(
-                "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
-                 AND id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(until)
-            .bind(owner)
-            .bind(json_list(ids))
-            .execute(&mut *conn)
-            .await?;
-            Ok(done.rows_affected())
-        }
-        .await;
+        let result = renew(writer.conn(), owner, ids, until).await;
         writer.check(result)
     }
 
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            if ids.is_empty() {
-                return Ok(0);
-            }
-            let done = sqlx::query(
-                "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
-                 lease_owner = NULL, lease_until = NULL, update_time = ? \
-                 WHERE status = 'running' AND lease_owner = ? AND id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(now.max(1))
-            .bind(now)
-            .bind(owner)
-            .bind(json_list(ids))
-            .execute(&mut *conn)
-            .await?;
-            Ok(done.rows_affected())
-        }
-        .await;
+        let result = release(writer.conn(), owner, ids, now).await;
         writer.check(result)
     }
 
     async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
         let mut writer = self.writer().await?;
-        let conn = writer.conn();
-        let result: Result<_> = async {
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let expired: Vec<(i64, i32, i32, Option<String>, Option<i64>)> = sqlx::query_as(
-                "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-                 WHERE application_name = ? AND status = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?",
-            )
-            .bind(application)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut rescued = Rescued::default();
-            for (id, attempt, max_attempts, owner, until) in expired {
-                let owner = owner.unwrap_or_default();
-                let error = format!(
-                    "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
-                    until.unwrap_or_default()
-                );
-                let dead = attempt >= max_attempts;
-                let done = sqlx::query(
-                    "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
-                     lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-                     AND lease_until < ?",
-                )
-                .bind(if dead { "dead" } else { "failed" })
-                .bind(&error)
-                .bind(now)
-                .bind(now)
-                .bind(id)
-                .bind(attempt)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                if done.rows_affected() == 0 {
-                    continue;
-                }
-                let log = AttemptLog {
-                    request_id: id,
-                    attempt,
-                    worker: owner,
-                    started: until.unwrap_or(now),
-                    finished: now,
-                    outcome: "lease_expired".into(),
-                    error: Some(error),
-                };
-                insert_log(&mut tx, &log).await?;
-                if dead {
-                    rescued.dead.push(id);
-                } else {
-                    rescued.retried.push(id);
-                }
-            }
-            tx.commit().await?;
-            Ok(rescued)
-        }
-        .await;
+        let result = rescue(writer.conn(), application, now, limit).await;
         writer.check(result)
     }
 
@@ -687,7 +451,243 @@ impl Store for SqliteStore {
     }
 }
 
-/// Deletes records of `owner` whose (id, attempt) pairs are given, if still theirs.
+// The runtime's own writes, on the writer connection (`SqliteStore::writer`).
+
+/// Claims the given `init` records.
+async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+    if p.ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+         exec_count = exec_count + 1, update_time = ? \
+         WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
+         RETURNING id, exec_count";
+    let rows: Vec<(i64, i32)> = sqlx::query_as(sql)
+        .bind(p.owner)
+        .bind(p.lease_until)
+        .bind(p.now)
+        .bind(json_list(p.ids))
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, attempt)| ClaimedId { id, attempt })
+        .collect())
+}
+
+/// Claims due records, in claim order.
+async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+    if p.executors.is_empty() || p.limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let (condition, due_before) = match p.kind {
+        DueKind::Scheduled => (
+            "((status = 'failed' AND run_at <= ?5) OR (status = 'init' AND run_at <= ?5 AND run_at > create_time))",
+            p.now,
+        ),
+        DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ?5)", p.now - older_than),
+    };
+    let sql = format!(
+        "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = ?2, \
+         exec_count = exec_count + 1, update_time = ?3 \
+         WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
+           AND status IN ('init', 'failed') AND {condition} \
+           AND executor IN ({executors}) \
+           ORDER BY priority DESC, run_at, id LIMIT ?6) \
+         RETURNING {CLAIMED_COLUMNS}",
+        executors = executor_marks(p.executors.len()),
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(p.owner)
+        .bind(p.lease_until)
+        .bind(p.now)
+        .bind(p.application)
+        .bind(due_before)
+        .bind(p.limit);
+    // Padded to a power of two, repeating the last name: a few statements, each
+    // prepared once, serve every number of executors.
+    let n = executor_count(p.executors.len());
+    for i in 0..n {
+        query = query.bind(p.executors[i.min(p.executors.len() - 1)]);
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    rows.iter().map(claimed_from_row).collect()
+}
+
+/// Writes outcomes, each fenced by owner and attempt.
+async fn complete_many(conn: &mut SqliteConnection, completions: &[Completion]) -> Result<u64> {
+    // The common case, successes with nothing to log: one DELETE per owner and
+    // attempt (mostly one), each row still fenced by both.
+    let (quick, rest): (Vec<&Completion>, Vec<&Completion>) =
+        completions.iter().partition(|c| c.is_plain_delete());
+    let groups = super::fence_groups(&quick);
+    if rest.is_empty() && groups.len() == 1 {
+        // One statement: its own transaction.
+        let (fence, ids) = &groups[0];
+        return delete_fenced(&mut *conn, fence.owner, fence.attempt, ids).await;
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let mut written = 0;
+    for (fence, ids) in &groups {
+        written += delete_fenced(&mut *tx, fence.owner, fence.attempt, ids).await?;
+    }
+    for c in rest {
+        let now = c
+            .log
+            .as_ref()
+            .map(|l| l.finished)
+            .unwrap_or_else(crate::record::now_ms);
+        let result = match c.result.update() {
+            None => {
+                sqlx::query(
+                    "DELETE FROM async_req WHERE id = ? AND status = 'running' \
+                     AND lease_owner = ? AND exec_count = ?",
+                )
+                .bind(c.id)
+                .bind(&*c.owner)
+                .bind(c.attempt)
+                .execute(&mut *tx)
+                .await?
+            }
+            Some((status, error, run_at)) => {
+                sqlx::query(
+                    "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
+                     last_error = COALESCE(?, last_error), lease_owner = NULL, lease_until = NULL, \
+                     update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
+                     AND exec_count = ?",
+                )
+                .bind(status)
+                .bind(run_at)
+                .bind(error)
+                .bind(now)
+                .bind(c.id)
+                .bind(&*c.owner)
+                .bind(c.attempt)
+                .execute(&mut *tx)
+                .await?
+            }
+        };
+        if result.rows_affected() == 0 {
+            continue;
+        }
+        written += 1;
+        if let Some(log) = &c.log {
+            insert_log(&mut tx, log).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(written)
+}
+
+/// Extends the leases of these records while `owner` holds them.
+async fn renew(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    ids: &[RequestId],
+    until: i64,
+) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
+         AND id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(until)
+    .bind(owner)
+    .bind(json_list(ids))
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Hands records back to the queue without counting the attempt.
+async fn release(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    ids: &[RequestId],
+    now: i64,
+) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
+         lease_owner = NULL, lease_until = NULL, update_time = ? \
+         WHERE status = 'running' AND lease_owner = ? AND id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(now.max(1))
+    .bind(now)
+    .bind(owner)
+    .bind(json_list(ids))
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Running records whose lease expired: back to `failed`, or `dead`.
+async fn rescue(
+    conn: &mut SqliteConnection,
+    application: &str,
+    now: i64,
+    limit: i64,
+) -> Result<Rescued> {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let expired: Vec<ExpiredLease> = sqlx::query_as(
+        "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
+         WHERE application_name = ? AND status = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?",
+    )
+    .bind(application)
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut rescued = Rescued::default();
+    for (id, attempt, max_attempts, owner, until) in expired {
+        let owner = owner.unwrap_or_default();
+        let error = format!(
+            "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
+            until.unwrap_or_default()
+        );
+        let dead = attempt >= max_attempts;
+        let done = sqlx::query(
+            "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
+             lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
+             AND lease_until < ?",
+        )
+        .bind(if dead { "dead" } else { "failed" })
+        .bind(&error)
+        .bind(now)
+        .bind(now)
+        .bind(id)
+        .bind(attempt)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            continue;
+        }
+        let log = AttemptLog {
+            request_id: id,
+            attempt,
+            worker: owner,
+            started: until.unwrap_or(now),
+            finished: now,
+            outcome: "lease_expired".into(),
+            error: Some(error),
+        };
+        insert_log(&mut tx, &log).await?;
+        if dead {
+            rescued.dead.push(id);
+        } else {
+            rescued.retried.push(id);
+        }
+    }
+    tx.commit().await?;
+    Ok(rescued)
+}
+
+/// Deletes running records by id, if still held by `owner` at `attempt`.
 async fn delete_fenced<'e>(
     conn: impl sqlx::Executor<'e, Database = Sqlite>,
     owner: &str,

@@ -52,7 +52,7 @@ async fn status(store: &dyn Store, application: &str, id: RequestId) -> Option<S
 async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
     store.migrate().await.unwrap();
     let application: Arc<str> = Arc::from(format!("fence-test-{}", now_ms()).as_str());
-    let requests: Vec<NewRequest> = (0..5).map(|_| new_request(&application)).collect();
+    let requests: Vec<NewRequest> = (0..6).map(|_| new_request(&application)).collect();
     let ids: Vec<RequestId> = store
         .request_insert_many(&requests)
         .await
@@ -73,9 +73,9 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         })
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 5);
+    assert_eq!(claimed.len(), 6);
     assert!(claimed.iter().all(|c| c.attempt == 1));
-    let [a, b, c, d, e] = ids[..] else {
+    let [a, b, c, d, e, f] = ids[..] else {
         unreachable!()
     };
 
@@ -109,16 +109,30 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
             ),
             done(e, "owner-b", 1, CompletionResult::Succeeded),
             done(e, "owner-a", 1, CompletionResult::Delete),
+            done(
+                f,
+                "owner-a",
+                1,
+                CompletionResult::Dead {
+                    error: "gave up".into(),
+                },
+            ),
         ])
         .await
         .unwrap();
     assert_eq!(
-        written, 2,
-        "c failed and e deleted; b and e are not owner-b's"
+        written, 3,
+        "c failed, e deleted, f dead; b and e are not owner-b's"
     );
     assert_eq!(status(store, &application, b).await, Some(Status::Running));
     assert_eq!(status(store, &application, c).await, Some(Status::Failed));
     assert_eq!(status(store, &application, e).await, None);
+    let failed = store.request_get(&application, c).await.unwrap().unwrap();
+    assert_eq!(failed.last_error.as_deref(), Some("boom"));
+    assert_eq!(failed.run_at, now + 1_000);
+    let dead = store.request_get(&application, f).await.unwrap().unwrap();
+    assert_eq!(dead.status, Status::Dead);
+    assert_eq!(dead.last_error.as_deref(), Some("gave up"));
     // A late outcome of c's first attempt, after it left `running`, changes nothing.
     let written = store
         .request_complete_many(&[done(c, "owner-a", 1, CompletionResult::Delete)])
@@ -126,7 +140,7 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         .unwrap();
     assert_eq!(written, 0);
     assert_eq!(status(store, &application, c).await, Some(Status::Failed));
-    for id in [b, c] {
+    for id in [b, c, f] {
         // Leave the shared test database as found (b is running: release it first).
         store
             .lease_release("owner-a", &[id], now_ms())
@@ -139,7 +153,8 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_outcomes_are_fenced_by_owner_and_attempt() {
-    // One connection: every connection to `:memory:` is a database of its own.
+    // sqlx names `sqlite::memory:` a shared-cache database: the pool's connection and the
+    // store's writer connection see the same one.
     let store = super::sqlite::SqliteStore::connect("sqlite::memory:", 1)
         .await
         .unwrap();
