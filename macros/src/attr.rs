@@ -159,16 +159,39 @@ fn parse_one(
         let key: kw::remark = input.parse()?;
         input.parse::<Token![=]>()?;
         let value: LitStr = input.parse()?;
-        set_once(errors, remark, "remark", key.span, Some(value));
+        let text = value.value();
+        let value = if text.chars().count() > MAX_REMARK_CHARS || text.contains('\0') {
+            errors.push(syn::Error::new(
+                value.span(),
+                format!(
+                    "`remark` must be at most {MAX_REMARK_CHARS} characters, without NUL; \
+                     keep it to a line for people reading the console"
+                ),
+            ));
+            None
+        } else {
+            Some(value)
+        };
+        set_once(errors, remark, "remark", key.span, value);
     } else if lookahead.peek(kw::name) {
         let key: kw::name = input.parse()?;
         input.parse::<Token![=]>()?;
         let value: LitStr = input.parse()?;
-        let value = if value.value().trim().is_empty() {
+        let text = value.value();
+        let value = if text.trim().is_empty() {
             errors.push(syn::Error::new(
                 value.span(),
                 "`name` must not be empty; write e.g. name = \"mail.send_welcome\", or leave \
                  `name` out to use `module_path!()::fn_name`",
+            ));
+            None
+        } else if text.chars().count() > MAX_NAME_CHARS || text.contains('\0') {
+            errors.push(syn::Error::new(
+                value.span(),
+                format!(
+                    "`name` must be at most {MAX_NAME_CHARS} characters, without NUL (the \
+                     tables hold 255); write a shorter stable name, e.g. \"mail.send_welcome\""
+                ),
             ));
             None
         } else {
@@ -290,24 +313,33 @@ fn check_strategy(value: &Ident) -> syn::Result<()> {
     }
 }
 
+/// The longest executor name the tables hold (`VARCHAR(255)` on MySQL/MariaDB).
+const MAX_NAME_CHARS: usize = 255;
+
+/// The longest remark: a line for people, not a document.
+const MAX_REMARK_CHARS: usize = 1000;
+
 fn parse_max_attempts(lit: &LitInt) -> syn::Result<u32> {
-    const HINT: &str = "`max_attempts` must be a whole number from 1 to 4294967295; \
+    const HINT: &str = "`max_attempts` must be a whole number from 1 to 2147483647; \
                         write e.g. max_attempts = 5";
     match lit.base10_parse::<u32>() {
-        Ok(n) if n >= 1 => Ok(n),
+        Ok(n) if (1..=i32::MAX as u32).contains(&n) => Ok(n),
         _ => Err(syn::Error::new(lit.span(), HINT)),
     }
 }
 
 const TIMEOUT_FORMS: &str = "`timeout` must be a positive whole number of seconds or a \
-                             string \"<n>ms\", \"<n>s\", \"<n>m\" or \"<n>h\"; \
-                             write e.g. timeout = 30 or timeout = \"500ms\"";
+                             string \"<n>ms\", \"<n>s\", \"<n>m\" or \"<n>h\", at most a \
+                             year (8784h); write e.g. timeout = 30 or timeout = \"500ms\"";
+
+/// The longest timeout, in milliseconds: a year (366 days), as the runtime's settings.
+const MAX_TIMEOUT_MS: u64 = 366 * 24 * 3_600_000;
 
 fn parse_timeout_int(lit: &LitInt) -> syn::Result<u64> {
     lit.base10_parse::<u64>()
         .ok()
         .and_then(|secs| secs.checked_mul(1000))
-        .filter(|&ms| ms > 0)
+        .filter(|&ms| ms > 0 && ms <= MAX_TIMEOUT_MS)
         .ok_or_else(|| syn::Error::new(lit.span(), TIMEOUT_FORMS))
 }
 
@@ -336,7 +368,7 @@ pub(crate) fn timeout_millis(text: &str) -> Option<u64> {
         .parse::<u64>()
         .ok()?
         .checked_mul(factor)
-        .filter(|&ms| ms > 0)
+        .filter(|&ms| ms > 0 && ms <= MAX_TIMEOUT_MS)
 }
 
 #[cfg(test)]
@@ -397,6 +429,8 @@ mod tests {
         assert_eq!(timeout_millis("30s"), Some(30_000));
         assert_eq!(timeout_millis("5m"), Some(300_000));
         assert_eq!(timeout_millis("2h"), Some(7_200_000));
+        assert_eq!(timeout_millis("8784h"), Some(MAX_TIMEOUT_MS));
+        assert_eq!(timeout_millis("8785h"), None, "over a year");
         for bad in [
             "0s",
             "0",

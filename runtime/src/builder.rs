@@ -92,16 +92,20 @@ impl Builder {
         heartbeat_interval: Duration;
         /// How long shutdown waits for running bodies (default 10 s).
         shutdown_grace: Duration;
-        /// Outside a transaction, run a `SaveAsync` call in memory when its record cannot
-        /// be written (default `true`, as the seed SDK).
+        /// Outside a transaction, run an unkeyed `SaveAsync` call in memory when no database
+        /// connection could be had to write its record (default `false`; see
+        /// [`Settings::degrade_to_memory`]).
         degrade_to_memory: bool;
+        /// How durably SQLite commits (default [`SqliteSynchronous::Full`](crate::SqliteSynchronous)).
+        sqlite_synchronous: crate::SqliteSynchronous;
         /// Run the embedded migrations at start (default `true`).
         migrate: bool;
         /// Become the global runtime used by a bare `.await` (default `true`).
         install_global: bool;
     }
 
-    /// The application whose records this runtime runs (default: the executable's name).
+    /// The application whose records this runtime runs (default `"default"`). Set it when
+    /// several applications share the tables; keep it when a binary is renamed.
     pub fn application_name(mut self, name: impl Into<String>) -> Self {
         self.settings.application_name = name.into();
         self
@@ -186,7 +190,8 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
     match scheme {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(
-            crate::store::sqlite::SqliteStore::connect(url, max).await?,
+            crate::store::sqlite::SqliteStore::connect(url, max, settings.sqlite_synchronous)
+                .await?,
         )),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(
@@ -199,6 +204,9 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
                 crate::store::mysql::MySqlStore::connect(&url, max).await?,
             ))
         }
-        _ => Err(Error::UnsupportedUrl(url.to_string(), compiled_schemes())),
+        _ => Err(Error::UnsupportedUrl(
+            crate::redact::url(url),
+            compiled_schemes(),
+        )),
     }
 }

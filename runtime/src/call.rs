@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::record::RequestId;
 use crate::registry::{BoxFuture, ExecutorDef};
 use crate::runtime::{global, Runtime};
+use crate::settings::MAX_DURATION;
 use crate::store::Backend;
 use crate::trace::TraceContext;
 use crate::tx::Tx;
@@ -35,6 +36,9 @@ pub struct Call {
     priority: i32,
     runtime: Option<Runtime>,
 }
+
+/// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
+pub(crate) const MAX_KEY_BYTES: usize = 1020;
 
 /// Everything about a call that the runtime needs to submit it.
 #[derive(Debug)]
@@ -64,13 +68,15 @@ impl Call {
 
     /// An idempotency key: while a request with this key exists for the application, a
     /// call with the same key returns it ([`Outcome::Existing`]) instead of adding another,
-    /// also when two calls race. Applies to what is persisted.
+    /// also when two calls race. Applies to what is persisted. A key is 1 to 1,020 bytes
+    /// without NUL; another is refused with [`Error::InvalidCall`] when the call is awaited.
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
     }
 
-    /// Run no sooner than `delay` after the commit.
+    /// Run no sooner than `delay` after the commit (at most a year: a longer delay is
+    /// refused with [`Error::InvalidCall`] when the call is awaited).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
@@ -104,6 +110,25 @@ impl Call {
         let params = self
             .params
             .map_err(|source| Error::Serialize { executor, source })?;
+        let invalid = |option, reason: String| Error::InvalidCall {
+            executor,
+            option,
+            reason,
+        };
+        if let Some(key) = &self.key {
+            if key.is_empty() || key.len() > MAX_KEY_BYTES || key.contains('\0') {
+                return Err(invalid(
+                    "key",
+                    format!("a key is 1 to {MAX_KEY_BYTES} bytes of UTF-8 without NUL"),
+                ));
+            }
+        }
+        if self.delay.is_some_and(|d| d > MAX_DURATION) {
+            return Err(invalid(
+                "delay",
+                format!("at most {MAX_DURATION:?} (a year); schedule longer waits yourself"),
+            ));
+        }
         let submission = Submission {
             def: self.def,
             params,

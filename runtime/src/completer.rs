@@ -66,7 +66,7 @@ impl CompleterTask {
     /// to write is tried again with a backoff: outcomes are never dropped (their fencing
     /// makes a late write harmless). Up to `Store::concurrent_writes` batches are written
     /// at once, each on its own connection: the next batch fills while earlier ones commit.
-    pub(crate) async fn run(mut self, inner: Arc<Inner>) {
+    pub(crate) async fn run(&mut self, inner: Arc<Inner>) {
         let writers = inner.store.concurrent_writes().max(1);
         // Writes in flight, owned by this task: aborting it (`Runtime::abort`) aborts them.
         let mut writes = JoinSet::new();

@@ -77,7 +77,7 @@ impl Dispatcher {
 impl Producer {
     /// Receives jobs until shutdown: claims stored ones in batches, then starts each
     /// under a worker permit.
-    pub(crate) async fn run(mut self, inner: Arc<Inner>) {
+    pub(crate) async fn run(&mut self, inner: Arc<Inner>) {
         let shutdown = inner.shutdown.clone();
         let listening = match inner.settings.listen {
             true => inner.store.listen(&inner.app, &inner.owner).await,
@@ -169,6 +169,11 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
             }
         }
     };
+    // Every claimed record is reserved before any starts: at shutdown, those not started
+    // are handed back with the rest.
+    for c in &claimed {
+        inner.pool.reserve(c.id, c.attempt);
+    }
     for mut job in batch {
         let max_attempts = inner.max_attempts_of(job.def) as i32;
         if let Some(record) = &mut job.record {
@@ -177,7 +182,6 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
                     record.attempt = c.attempt;
                     // As written moments ago by this instance.
                     record.max_attempts = max_attempts;
-                    inner.pool.reserve(c.id, c.attempt);
                 }
                 None => continue, // claimed elsewhere, cancelled, or left to the sweep
             }

@@ -75,6 +75,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// A call's option is out of range; nothing was written.
+    #[error("executor `{executor}`: invalid `.{option}(...)`: {reason}")]
+    InvalidCall {
+        /// The executor called.
+        executor: &'static str,
+        /// The call option (`key`, `delay`, ...).
+        option: &'static str,
+        /// Why it is refused, and what is allowed.
+        reason: String,
+    },
+
+    /// A background part of the runtime panicked (it is restarted; the panic is logged).
+    #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
+    Panicked(&'static str),
+
+    /// A [`RequestFilter`](crate::RequestFilter) asks for something out of range.
+    #[error("invalid request filter: {0}")]
+    InvalidFilter(String),
+
     /// No request has this id.
     #[error("no request with id {0}")]
     NotFound(i64),
@@ -93,6 +112,18 @@ pub enum Error {
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),
+}
+
+impl Error {
+    /// Whether the error proves that nothing reached the database: no connection could be
+    /// had at all. Any other failure of a write may have happened after the statement (or
+    /// its COMMIT) was sent, and the write may have taken effect.
+    pub(crate) fn proves_nothing_written(&self) -> bool {
+        matches!(
+            self,
+            Error::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+        )
+    }
 }
 
 /// The runtime's result type.

@@ -113,12 +113,7 @@ pub(crate) async fn run_body(inner: &Inner, job: &Job) -> Attempt {
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with a non-string payload".into());
-    format!("panicked: {text}")
+    format!("panicked: {}", crate::supervise::panic_text(panic))
 }
 
 /// The completion to write for a stored job's attempt.
@@ -231,6 +226,8 @@ struct InFlight {
     /// its lease is no longer renewed, so that another worker can take the record.
     renew_until: i64,
     abort: Option<AbortHandle>,
+    /// The body has run to its end; its outcome is on its way to the store.
+    done: bool,
 }
 
 /// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
@@ -259,8 +256,9 @@ impl ExecutorPool {
             let overrun = inner.timeout_of(job.def) + inner.settings.heartbeat_interval;
             let flight = InFlight {
                 attempt,
-                renew_until: now_ms() + overrun.as_millis() as i64,
+                renew_until: now_ms().saturating_add(overrun.as_millis() as i64),
                 abort: None,
+                done: false,
             };
             self.in_flight
                 .lock()
@@ -270,6 +268,9 @@ impl ExecutorPool {
         let handle = self.tasks.spawn(async move {
             let attempt = run_body(&inner, &job).await;
             drop(permit);
+            if let Some((id, attempt)) = record {
+                inner.pool.mark_done(id, attempt);
+            }
             inner.finish(job, attempt).await;
         });
         if let Some((id, attempt)) = record {
@@ -287,11 +288,39 @@ impl ExecutorPool {
             attempt,
             renew_until: i64::MAX,
             abort: None,
+            done: false,
         };
         self.in_flight
             .lock()
             .expect("in-flight lock")
             .insert(id, flight);
+    }
+
+    /// Notes that a stored job's body has run to its end.
+    fn mark_done(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+            flight.done = true;
+        }
+    }
+
+    /// How many stored jobs' bodies are running now.
+    pub(crate) fn running(&self) -> usize {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .values()
+            .filter(|f| f.abort.is_some() && !f.done)
+            .count()
+    }
+
+    /// Records whose body finished but whose outcome is not written (yet, or at all).
+    pub(crate) fn finished_unwritten(&self) -> Vec<RequestId> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .iter()
+            .filter(|(_, f)| f.done)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Forgets a stored job once its outcome is written.
@@ -318,16 +347,6 @@ impl ExecutorPool {
         self.in_flight.lock().expect("in-flight lock").len()
     }
 
-    /// Every stored job not yet completed.
-    pub(crate) fn in_flight_ids(&self) -> Vec<RequestId> {
-        self.in_flight
-            .lock()
-            .expect("in-flight lock")
-            .keys()
-            .copied()
-            .collect()
-    }
-
     /// Jobs running or waiting for their outcome to be written.
     pub(crate) fn is_idle(&self) -> bool {
         self.tasks.is_empty() && self.in_flight.lock().expect("in-flight lock").is_empty()
@@ -345,12 +364,17 @@ impl ExecutorPool {
     /// Aborts the bodies still running; returns the ids of their records.
     pub(crate) fn abort_all(&self) -> Vec<RequestId> {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
-        for flight in in_flight.values_mut() {
+        let mut aborted = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            if flight.done {
+                continue;
+            }
             if let Some(abort) = flight.abort.take() {
                 abort.abort();
+                aborted.push(*id);
             }
         }
-        in_flight.keys().copied().collect()
+        aborted
     }
 
     /// Workers free right now.

@@ -5,6 +5,9 @@ use crate::record::{now_ms, AttemptLog, Request, RequestId, Status};
 use crate::runtime::Runtime;
 use crate::store::RequestFilter;
 
+/// The most requests one [`Runtime::list`] returns.
+const MAX_LIST: i64 = 100_000;
+
 impl Runtime {
     /// One request of this application, if it exists.
     pub async fn get(&self, id: RequestId) -> Result<Option<Request>> {
@@ -22,6 +25,13 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, filter: RequestFilter) -> Result<Vec<Request>> {
+        if let Some(limit) = filter.limit {
+            if !(1..=MAX_LIST).contains(&limit) {
+                return Err(Error::InvalidFilter(format!(
+                    "`limit({limit})`: list 1 to {MAX_LIST} requests at a time, and page with `after_id`"
+                )));
+            }
+        }
         self.inner
             .store
             .request_list(&self.inner.app, &filter)
@@ -36,9 +46,11 @@ impl Runtime {
             .await
     }
 
-    /// The attempts logged for a request, oldest first.
+    /// The attempts logged for a request of this application, in the order they were
+    /// written (the attempts of a replay follow those before it, though their numbers
+    /// start again at 1).
     pub async fn attempts(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
-        self.inner.store.log_list(id).await
+        self.inner.store.log_list(&self.inner.app, id).await
     }
 
     /// Runs a request again as soon as a worker is free: a `failed` one keeps its attempt

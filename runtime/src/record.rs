@@ -186,6 +186,16 @@ pub(crate) struct Claimed {
     pub(crate) attempt: i32,
     pub(crate) max_attempts: i32,
     pub(crate) trace_json: Option<String>,
+    pub(crate) priority: i32,
+    pub(crate) run_at: i64,
+}
+
+impl Claimed {
+    /// Puts claimed records in the order they must start: higher priority first, then
+    /// due time, then id. (`UPDATE … RETURNING` returns rows in no particular order.)
+    pub(crate) fn sort_for_start(claimed: &mut [Claimed]) {
+        claimed.sort_unstable_by_key(|c| (std::cmp::Reverse(c.priority), c.run_at, c.id));
+    }
 }
 
 /// A record claimed by id: what the dispatcher did not already know (it wrote the rest).

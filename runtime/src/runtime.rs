@@ -1,6 +1,6 @@
 //! The runtime: its shared state, start-up, global installation and shutdown.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use crate::record::{now_ms, Claimed, NewRequest, Status};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
+use crate::supervise::supervised;
 use crate::trace::TraceContext;
 
 /// The running async-exec: a store, the channel, the workers and the sweeps.
@@ -53,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) completer_stop: CancellationToken,
     /// Set once shutdown begins: calls are refused.
     pub(crate) closed: AtomicBool,
+    /// Records handed back by workers that were stopping (counted in the shutdown report).
+    pub(crate) handed_back: AtomicU64,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
@@ -69,6 +72,10 @@ impl std::fmt::Debug for Inner {
     }
 }
 
+/// How long shutdown waits for each background part (the completer writing the last
+/// outcomes, the producer, the sweeps) to stop before it aborts it.
+const PART_STOP_PATIENCE: Duration = Duration::from_secs(15);
+
 static GLOBAL: RwLock<Option<Runtime>> = RwLock::new(None);
 
 /// The runtime that a bare `.await` on a call uses: the last one started with
@@ -77,14 +84,23 @@ pub fn global() -> Option<Runtime> {
     GLOBAL.read().expect("global runtime lock").clone()
 }
 
-/// What a graceful shutdown did.
+/// What a graceful shutdown did. After it, no record holds this instance's lease but
+/// those counted in `unwritten`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Whether every running body finished within the grace period.
     pub finished: bool,
-    /// Records handed back to the queue (their bodies were stopped): they run again
-    /// elsewhere or at the next start, without counting the interrupted attempt.
+    /// Bodies that were running when shutdown began and ran to their end (their outcome
+    /// is written, or counted in `unwritten`).
+    pub completed: u64,
+    /// Records handed back to the queue without counting the attempt: claimed but not
+    /// started, or stopped when the grace period ran out. They run again elsewhere or at
+    /// the next start.
     pub released: u64,
+    /// Records whose body finished but whose outcome could not be written (the database
+    /// failed): they keep their lease, and their attempt counts, when it expires.
+    pub unwritten: u64,
 }
 
 impl Runtime {
@@ -107,6 +123,9 @@ impl Runtime {
             store.migrate().await?;
         }
         let registry = Registry::from_inventory()?;
+        if settings.enabled && settings.run_workers {
+            warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
+        }
         let (dispatcher, producer) = Dispatcher::new(settings.channel_capacity);
         let (completer, completer_task) = Completer::new();
         let owner = format!(
@@ -127,6 +146,7 @@ impl Runtime {
             shutdown: CancellationToken::new(),
             completer_stop: CancellationToken::new(),
             closed: AtomicBool::new(false),
+            handed_back: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             settings,
@@ -151,12 +171,28 @@ impl Runtime {
     fn spawn_parts(&self, producer: crate::dispatcher::Producer, completer: CompleterTask) {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
-        tasks.push(tokio::spawn(completer.run(inner.clone())));
+        let completer_inner = inner.clone();
+        tasks.push(tokio::spawn(supervised(
+            "completer",
+            completer,
+            move |part| {
+                let inner = completer_inner.clone();
+                async move { part.lock().await.run(inner).await }
+            },
+        )));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
             return;
         }
-        tasks.push(tokio::spawn(producer.run(inner.clone())));
+        let producer_inner = inner.clone();
+        tasks.push(tokio::spawn(supervised(
+            "producer",
+            producer,
+            move |part| {
+                let inner = producer_inner.clone();
+                async move { part.lock().await.run(inner).await }
+            },
+        )));
         let s = &inner.settings;
         tasks.push(tokio::spawn(crate::sweep::every(
             inner.clone(),
@@ -248,35 +284,56 @@ impl Runtime {
     }
 
     /// Stops gracefully: refuses new calls, stops claiming, waits up to `shutdown_grace`
-    /// for running bodies, then stops the rest and hands their records back to the queue
-    /// at once (no lease expiry needed), writes every outcome, and uninstalls itself as
-    /// the global runtime.
+    /// for running bodies, then stops the rest; writes every outcome it can; hands every
+    /// other record this instance holds back to the queue at once (no lease expiry, no
+    /// attempt counted), and uninstalls itself as the global runtime. Every wait is
+    /// bounded: it returns even when the database is gone (then it says so).
     pub async fn shutdown(&self) -> Result<ShutdownReport> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(ShutdownReport::default());
         }
         inner.shutdown.cancel();
+        let running_at_start = inner.pool.running();
         let finished = inner.pool.wait(inner.settings.shutdown_grace).await;
+        let mut stopped = 0;
         if !finished {
-            let stopped = inner.pool.abort_all();
-            tracing::warn!(requests = ?stopped, "shutdown grace expired: stopping running bodies");
+            let aborted = inner.pool.abort_all();
+            stopped = aborted.len() as u64;
+            tracing::warn!(requests = ?aborted, "shutdown grace expired: stopping running bodies");
             inner.pool.wait(Duration::from_secs(5)).await;
         }
         inner.completer_stop.cancel();
         let tasks: Vec<JoinHandle<()>> =
             std::mem::take(&mut *inner.tasks.lock().expect("tasks lock"));
         for task in tasks {
-            let _ = task.await;
+            let abort = task.abort_handle();
+            if tokio::time::timeout(PART_STOP_PATIENCE, task)
+                .await
+                .is_err()
+            {
+                tracing::error!("a runtime part did not stop in time; aborting it");
+                abort.abort();
+            }
         }
-        let unfinished = inner.pool.in_flight_ids();
+        let unwritten = inner.pool.finished_unwritten();
         let released = inner
             .store
-            .lease_release(&inner.owner, &unfinished, now_ms())
-            .await?;
+            .lease_release_owner(&inner.app, &inner.owner, &unwritten, now_ms())
+            .await;
         self.uninstall();
-        tracing::info!(finished, released, "async-exec runtime stopped");
-        Ok(ShutdownReport { finished, released })
+        let released = released.inspect_err(|error| {
+            tracing::error!(%error, "could not hand back the records this instance holds; \
+                they run again when their lease expires");
+        })?;
+        let report = ShutdownReport {
+            finished,
+            completed: (running_at_start as u64).saturating_sub(stopped),
+            released: released + inner.handed_back.load(Ordering::Acquire),
+            unwritten: unwritten.len() as u64,
+        };
+        tracing::info!(?report, "async-exec runtime stopped");
+        Ok(report)
     }
 
     /// Stops at once, as if the process had died: running bodies are dropped, outcomes not
@@ -299,6 +356,36 @@ impl Runtime {
             .is_some_and(|rt| Arc::ptr_eq(&rt.inner, &self.inner))
         {
             *global = None;
+        }
+    }
+}
+
+/// Warns when waiting records of this binary's executors carry another application name:
+/// records that a renamed application (or one that relied on the old default, the
+/// executable's name) left behind, which this runtime will not run.
+async fn warn_of_records_filed_elsewhere(
+    store: &dyn Store,
+    application: &str,
+    registry: &Registry,
+) {
+    match store
+        .request_count_elsewhere(application, registry.names())
+        .await
+    {
+        Ok(elsewhere) => {
+            for (other, waiting) in elsewhere {
+                tracing::warn!(
+                    application,
+                    other_application = %other,
+                    waiting,
+                    "{waiting} waiting requests of this binary's executors are filed under \
+                     application `{other}`, not `{application}`, and will not run here: if they \
+                     are this application's, start it with `.application_name(\"{other}\")`"
+                );
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not look for requests filed under other application names")
         }
     }
 }
@@ -368,7 +455,7 @@ impl Inner {
         limit: i64,
     ) -> Result<Vec<Job>> {
         let now = now_ms();
-        let claimed = self
+        let mut claimed = self
             .store
             .request_claim_due(crate::store::ClaimDue {
                 application: &self.app,
@@ -380,6 +467,7 @@ impl Inner {
                 limit,
             })
             .await?;
+        Claimed::sort_for_start(&mut claimed);
         Ok(claimed
             .into_iter()
             .filter_map(|c| self.job_from_claim(c))
@@ -431,10 +519,13 @@ impl Inner {
             }
             None => {
                 if let Some(record) = &job.record {
-                    let _ = self
+                    let released = self
                         .store
                         .lease_release(&self.owner, &[record.id], now_ms())
                         .await;
+                    if let Ok(n) = released {
+                        self.handed_back.fetch_add(n, Ordering::AcqRel);
+                    }
                 }
                 false
             }

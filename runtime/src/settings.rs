@@ -15,16 +15,38 @@ pub enum TestMode {
     Hold,
 }
 
+/// How durably SQLite commits (its `synchronous` pragma, in WAL mode).
+///
+/// | level | a power cut or OS crash may lose | cost |
+/// |---|---|---|
+/// | `Full` (default) | nothing reported committed | one `fsync` of the WAL per commit |
+/// | `Normal` | the last transactions reported committed (the database stays consistent) | none per commit |
+/// | `Off` | recent transactions, and the file may be corrupted | none |
+///
+/// A crash of the process alone (not the machine) loses nothing at any level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SqliteSynchronous {
+    /// `synchronous = FULL`: every commit reported is on disk.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: faster; a power cut may lose the last commits.
+    Normal,
+    /// `synchronous = OFF`: for throwaway data only.
+    Off,
+}
+
 /// The runtime's settings. Built with [`Builder`](crate::Builder); every field has a default
 /// that works with no configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Settings {
     /// Accept calls and run workers (default `true`). When `false`, calls fail with
     /// [`Error::Disabled`] and nothing starts.
     pub enabled: bool,
-    /// The application whose records this runtime runs (default: the executable's name).
-    /// Instances of other applications may share the tables.
+    /// The application whose records this runtime runs (default `"default"`). Instances of
+    /// other applications may share the tables. It does not follow the executable's name:
+    /// renaming a binary must not orphan its records.
     pub application_name: String,
     /// Where records live (default `sqlite:async_exec.db`, a file in the current directory).
     pub database_url: String,
@@ -77,9 +99,16 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// How long shutdown waits for running bodies before handing them back (default 10 s).
     pub shutdown_grace: Duration,
-    /// Outside a transaction, when writing a `SaveAsync` record fails, run the call in memory
-    /// and log loudly, as the seed SDK does (default `true`); when `false` the caller gets the error.
+    /// Outside a transaction, when a `SaveAsync` record cannot be written because no
+    /// database connection could be had (so nothing was written), run the call in memory
+    /// and log loudly, as the seed SDK does (default `false`: the caller gets the error).
+    /// Never for calls with an idempotency key, and never for any other error: a statement
+    /// that failed after it was sent may have been committed, and running it in memory too
+    /// would run it twice.
     pub degrade_to_memory: bool,
+    /// How durably SQLite commits (default [`SqliteSynchronous::Full`]); ignored by the
+    /// other backends, which commit durably by their own settings.
+    pub sqlite_synchronous: SqliteSynchronous,
     /// Run the embedded migrations at start (default `true`).
     pub migrate: bool,
     /// Install the runtime as the global one that a bare `.await` uses (default `true`).
@@ -92,7 +121,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             enabled: true,
-            application_name: default_application_name(),
+            application_name: DEFAULT_APPLICATION.into(),
             database_url: "sqlite:async_exec.db".into(),
             max_connections: 8,
             run_workers: true,
@@ -114,7 +143,8 @@ impl Default for Settings {
             lease: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
-            degrade_to_memory: true,
+            degrade_to_memory: false,
+            sqlite_synchronous: SqliteSynchronous::Full,
             migrate: true,
             install_global: true,
             test_mode: None,
@@ -122,46 +152,305 @@ impl Default for Settings {
     }
 }
 
-fn default_application_name() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|path| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "async-exec".into())
+/// The `application_name` of a runtime that does not set one.
+pub(crate) const DEFAULT_APPLICATION: &str = "default";
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("enabled", &self.enabled)
+            .field("application_name", &self.application_name)
+            .field("database_url", &crate::redact::url(&self.database_url))
+            .field("max_connections", &self.max_connections)
+            .field("run_workers", &self.run_workers)
+            .field("concurrency", &self.concurrency)
+            .field("channel_capacity", &self.channel_capacity)
+            .field("delete_on_success", &self.delete_on_success)
+            .field("log_success", &self.log_success)
+            .field("default_max_attempts", &self.default_max_attempts)
+            .field("default_timeout", &self.default_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("listen", &self.listen)
+            .field("retry_interval", &self.retry_interval)
+            .field("retry_batch", &self.retry_batch)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("compensate_interval", &self.compensate_interval)
+            .field("stale_after", &self.stale_after)
+            .field("compensate_batch", &self.compensate_batch)
+            .field("lease", &self.lease)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("degrade_to_memory", &self.degrade_to_memory)
+            .field("sqlite_synchronous", &self.sqlite_synchronous)
+            .field("migrate", &self.migrate)
+            .field("install_global", &self.install_global)
+            .field("test_mode", &self.test_mode)
+            .finish()
+    }
 }
 
+/// The longest duration any setting accepts: a year. Longer ones are mistakes (and
+/// `Duration::MAX` would overflow the millisecond times the records hold).
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The most rows a sweep claims at once.
+pub(crate) const MAX_BATCH: i64 = 10_000;
+
+/// The most bodies an instance runs at once, and the largest channel.
+pub(crate) const MAX_CONCURRENCY: usize = 100_000;
+
+/// The longest names the tables hold (`VARCHAR(255)` on MySQL/MariaDB), in characters.
+pub(crate) const MAX_NAME_CHARS: usize = 255;
+
 impl Settings {
-    /// Checks that the settings make sense together.
+    /// Checks every setting, alone and against the others. [`Builder::start`](crate::Builder::start)
+    /// calls it: a setting out of range is an [`Error::Config`] naming it, never a panic or a
+    /// silent wrap-around later.
     pub fn validate(&self) -> Result<()> {
-        let fail = |setting: &'static str, reason: &str| {
-            Err(Error::Config {
-                setting,
-                reason: reason.into(),
-            })
-        };
-        if self.application_name.is_empty() {
-            return fail("application_name", "must not be empty");
+        let fail = |setting: &'static str, reason: String| Err(Error::Config { setting, reason });
+        let name = &self.application_name;
+        if name.trim().is_empty() {
+            return fail("application_name", "must not be empty".into());
         }
-        if self.concurrency == 0 {
-            return fail("concurrency", "must be at least 1");
+        if name.chars().count() > MAX_NAME_CHARS || name.contains('\0') {
+            return fail(
+                "application_name",
+                format!("must be at most {MAX_NAME_CHARS} characters, without NUL"),
+            );
         }
-        if self.channel_capacity == 0 {
-            return fail("channel_capacity", "must be at least 1");
+        if self.max_connections == 0 {
+            return fail("max_connections", "must be at least 1".into());
         }
-        if self.default_max_attempts == 0 {
-            return fail("default_max_attempts", "must be at least 1");
+        for (setting, value) in [
+            ("concurrency", self.concurrency),
+            ("channel_capacity", self.channel_capacity),
+        ] {
+            if value == 0 || value > MAX_CONCURRENCY {
+                return fail(setting, format!("must be between 1 and {MAX_CONCURRENCY}"));
+            }
         }
-        if self.retry_batch <= 0 || self.compensate_batch <= 0 {
-            return fail("retry_batch/compensate_batch", "must be at least 1");
+        if self.default_max_attempts == 0 || self.default_max_attempts > i32::MAX as u32 {
+            return fail(
+                "default_max_attempts",
+                format!("must be between 1 and {}", i32::MAX),
+            );
+        }
+        for (setting, value) in [
+            ("retry_batch", self.retry_batch),
+            ("compensate_batch", self.compensate_batch),
+        ] {
+            if !(1..=MAX_BATCH).contains(&value) {
+                return fail(setting, format!("must be between 1 and {MAX_BATCH}"));
+            }
+        }
+        let positive = [
+            ("default_timeout", Some(self.default_timeout)),
+            ("poll_interval", self.poll_interval),
+            ("retry_interval", Some(self.retry_interval)),
+            ("compensate_interval", Some(self.compensate_interval)),
+            ("lease", Some(self.lease)),
+            ("heartbeat_interval", Some(self.heartbeat_interval)),
+        ];
+        for (setting, value) in positive {
+            match value {
+                Some(d) if d < Duration::from_millis(1) => {
+                    return fail(setting, "must be at least 1 ms".into())
+                }
+                Some(d) if d > MAX_DURATION => {
+                    return fail(
+                        setting,
+                        format!("must be at most {MAX_DURATION:?} (a year)"),
+                    )
+                }
+                _ => {}
+            }
+        }
+        let bounded = [
+            ("retry_base_delay", self.retry_base_delay),
+            ("retry_max_delay", self.retry_max_delay),
+            ("stale_after", self.stale_after),
+            ("shutdown_grace", self.shutdown_grace),
+        ];
+        for (setting, value) in bounded {
+            if value > MAX_DURATION {
+                return fail(
+                    setting,
+                    format!("must be at most {MAX_DURATION:?} (a year)"),
+                );
+            }
         }
         if self.heartbeat_interval >= self.lease {
             return fail(
                 "heartbeat_interval",
-                "must be shorter than `lease`, or leases expire between heartbeats",
+                "must be shorter than `lease`, or leases expire between heartbeats".into(),
             );
         }
         if self.retry_base_delay > self.retry_max_delay {
-            return fail("retry_base_delay", "must not exceed `retry_max_delay`");
+            return fail(
+                "retry_base_delay",
+                "must not exceed `retry_max_delay`".into(),
+            );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(settings: Settings) -> &'static str {
+        match settings.validate() {
+            Err(Error::Config { setting, .. }) => setting,
+            other => panic!("expected a refused setting, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn absurd_settings_are_refused_by_name() {
+        let base = Settings::default;
+        assert!(base().validate().is_ok());
+        let cases: Vec<(Settings, &str)> = vec![
+            (
+                Settings {
+                    default_max_attempts: 3_000_000_000,
+                    ..base()
+                },
+                "default_max_attempts",
+            ),
+            (
+                Settings {
+                    default_timeout: Duration::MAX,
+                    ..base()
+                },
+                "default_timeout",
+            ),
+            (
+                Settings {
+                    lease: Duration::MAX,
+                    heartbeat_interval: Duration::from_secs(1),
+                    ..base()
+                },
+                "lease",
+            ),
+            (
+                Settings {
+                    poll_interval: Some(Duration::ZERO),
+                    ..base()
+                },
+                "poll_interval",
+            ),
+            (
+                Settings {
+                    retry_interval: Duration::ZERO,
+                    ..base()
+                },
+                "retry_interval",
+            ),
+            (
+                Settings {
+                    compensate_interval: Duration::ZERO,
+                    ..base()
+                },
+                "compensate_interval",
+            ),
+            (
+                Settings {
+                    heartbeat_interval: Duration::ZERO,
+                    ..base()
+                },
+                "heartbeat_interval",
+            ),
+            (
+                Settings {
+                    retry_max_delay: Duration::MAX,
+                    ..base()
+                },
+                "retry_max_delay",
+            ),
+            (
+                Settings {
+                    stale_after: Duration::MAX,
+                    ..base()
+                },
+                "stale_after",
+            ),
+            (
+                Settings {
+                    shutdown_grace: Duration::MAX,
+                    ..base()
+                },
+                "shutdown_grace",
+            ),
+            (
+                Settings {
+                    concurrency: usize::MAX,
+                    ..base()
+                },
+                "concurrency",
+            ),
+            (
+                Settings {
+                    channel_capacity: usize::MAX,
+                    ..base()
+                },
+                "channel_capacity",
+            ),
+            (
+                Settings {
+                    max_connections: 0,
+                    ..base()
+                },
+                "max_connections",
+            ),
+            (
+                Settings {
+                    retry_batch: -1,
+                    ..base()
+                },
+                "retry_batch",
+            ),
+            (
+                Settings {
+                    compensate_batch: i64::MAX,
+                    ..base()
+                },
+                "compensate_batch",
+            ),
+            (
+                Settings {
+                    application_name: "a\0b".into(),
+                    ..base()
+                },
+                "application_name",
+            ),
+            (
+                Settings {
+                    application_name: "x".repeat(256),
+                    ..base()
+                },
+                "application_name",
+            ),
+        ];
+        for (settings, setting) in cases {
+            assert_eq!(refused(settings), setting);
+        }
+    }
+
+    #[test]
+    fn debug_hides_the_database_password() {
+        let settings = Settings {
+            database_url: "postgres://app:s3cret@db:5432/app".into(),
+            ..Settings::default()
+        };
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("postgres://app:***@db:5432/app"), "{shown}");
+    }
+
+    #[test]
+    fn the_default_application_name_does_not_follow_the_binary() {
+        assert_eq!(Settings::default().application_name, DEFAULT_APPLICATION);
     }
 }

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::executor::{
     completion_for, failure_record, memory_failure_is_persisted, run_body, Attempt, Job,
 };
-use crate::record::{now_ms, Inserted, NewRequest};
+use crate::record::{now_ms, Inserted, NewRequest, RequestId};
 use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
 use crate::store::{Backend, ClaimIds, DueKind};
@@ -63,6 +63,11 @@ trait Writer {
     ) -> Result<Vec<Inserted>>;
     /// Called with the jobs to run once the data is committed.
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
+    /// A delayed record written at `written_at` (unix ms): in a transaction, its delay is
+    /// moved to count from the commit.
+    fn delayed(&mut self, id: RequestId, written_at: i64) {
+        let _ = (id, written_at);
+    }
     fn in_transaction(&self) -> bool;
 }
 
@@ -101,12 +106,26 @@ impl<DB: Backend> Writer for Tx<DB> {
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
     }
+    fn delayed(&mut self, id: RequestId, written_at: i64) {
+        self.delayed.push((id, written_at));
+    }
     fn in_transaction(&self) -> bool {
         true
     }
 }
 
 impl Inner {
+    /// Whether a `SaveAsync` call whose record could not be written may run in memory
+    /// instead: only when asked for (`degrade_to_memory`), outside a transaction, without
+    /// an idempotency key (a keyed call may exist already, committed by someone else), and
+    /// only when the error proves nothing was written (else it may run twice).
+    fn may_degrade(&self, call: &Submission, in_transaction: bool, error: &crate::Error) -> bool {
+        self.settings.degrade_to_memory
+            && !in_transaction
+            && call.key.is_none()
+            && error.proves_nothing_written()
+    }
+
     /// A call outside any transaction.
     pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
         self.check_open()?;
@@ -137,11 +156,13 @@ impl Inner {
                             writer
                                 .after_commit(self, vec![stored_job(call.job(), id)])
                                 .await;
+                        } else {
+                            writer.delayed(id, request.now);
                         }
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(Some(id), Outcome::Existing)),
-                    Err(error) if !writer.in_transaction() && self.settings.degrade_to_memory => {
+                    Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
                         tracing::error!(executor = call.def.name, %error,
                             "could not persist the request: running it in memory only; a crash now loses it");
                         writer.after_commit(self, vec![call.job()]).await;
@@ -215,11 +236,14 @@ impl Inner {
                 stored.iter().map(|(_, call)| call.request(self)).collect();
             let inserted = writer.insert_many(self, &requests).await?;
             let mut jobs = Vec::with_capacity(stored.len());
-            for ((i, call), inserted) in stored.into_iter().zip(inserted) {
+            for (((i, call), inserted), request) in stored.into_iter().zip(inserted).zip(&requests)
+            {
                 receipts[i] = Some(match inserted {
                     Inserted::New(id) => {
                         if call.delay.is_none() {
                             jobs.push(stored_job(call.job(), id));
+                        } else {
+                            writer.delayed(id, request.now);
                         }
                         Receipt::new(Some(id), Outcome::Queued)
                     }

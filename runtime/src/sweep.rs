@@ -2,12 +2,16 @@
 //! with a backoff while the database fails.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use crate::error::Result;
 use crate::runtime::Inner;
 use crate::store::DueKind;
+use crate::supervise::panic_text;
 
 /// Claims up to `limit` due records of `kind` (never more than there are free workers)
 /// and starts them. Returns how many were started.
@@ -55,7 +59,14 @@ pub(crate) async fn every<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        match once(inner.clone()).await {
+        let outcome = AssertUnwindSafe(once(inner.clone()))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                tracing::error!(sweep = name, panic = %panic_text(&*panic), "sweep panicked");
+                Err(crate::Error::Panicked(name))
+            });
+        match outcome {
             Ok(()) => {
                 if failures > 0 {
                     tracing::info!(sweep = name, after_failures = failures, "sweep recovered");

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::executor::Job;
+use crate::record::{now_ms, RequestId};
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
 
@@ -22,6 +23,9 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
     pub(crate) inner: Arc<Inner>,
     /// Jobs to hand to the workers once committed.
     pub(crate) pending: Vec<Job>,
+    /// Delayed records written here, with the time each was written (unix ms): their
+    /// delay is moved to count from the commit.
+    pub(crate) delayed: Vec<(RequestId, i64)>,
 }
 
 impl<DB: Backend> Tx<DB> {
@@ -35,11 +39,20 @@ impl<DB: Backend> Tx<DB> {
         &mut self.tx
     }
 
-    /// Commits, then hands the calls made in it to the workers.
+    /// Commits, then hands the calls made in it to the workers. Delayed calls count their
+    /// delay from here: their due time moves by how long the transaction stayed open
+    /// after each call (when the process dies between the commit and that move, the delay
+    /// counts from the call).
     pub async fn commit(self) -> Result<()> {
-        let Tx { tx, inner, pending } = self;
+        let Tx {
+            tx,
+            inner,
+            pending,
+            delayed,
+        } = self;
         tx.commit().await?;
         inner.after_commit(pending).await;
+        inner.count_delays_from_commit(&delayed).await;
         Ok(())
     }
 
@@ -47,6 +60,32 @@ impl<DB: Backend> Tx<DB> {
     pub async fn rollback(self) -> Result<()> {
         self.tx.rollback().await?;
         Ok(())
+    }
+}
+
+/// A transaction open for less than this after a delayed call does not move its due time.
+const DELAY_SLACK_MS: i64 = 20;
+
+impl Inner {
+    /// Moves the due time of delayed records by how long their transaction stayed open
+    /// after each was written.
+    async fn count_delays_from_commit(&self, delayed: &[(RequestId, i64)]) {
+        if delayed.is_empty() {
+            return;
+        }
+        let committed = now_ms();
+        let moves: Vec<(RequestId, i64)> = delayed
+            .iter()
+            .map(|&(id, written)| (id, committed - written))
+            .filter(|&(_, by)| by >= DELAY_SLACK_MS)
+            .collect();
+        if moves.is_empty() {
+            return;
+        }
+        if let Err(error) = self.store.request_postpone(&moves).await {
+            tracing::warn!(%error, requests = moves.len(),
+                "could not move delayed requests to count from the commit; they count from the call");
+        }
     }
 }
 
@@ -65,6 +104,7 @@ impl Runtime {
             tx: begin.await?,
             inner: self.inner.clone(),
             pending: Vec::new(),
+            delayed: Vec::new(),
         })
     }
 
@@ -75,6 +115,7 @@ impl Runtime {
             tx,
             inner: self.inner.clone(),
             pending: Vec::new(),
+            delayed: Vec::new(),
         }
     }
 }

@@ -148,7 +148,7 @@ pub struct RequestFilter {
     pub status: Option<Status>,
     /// Only records of this executor.
     pub executor: Option<String>,
-    /// At most this many (default 100).
+    /// At most this many (default 100; 1 to 100,000).
     pub limit: Option<i64>,
     /// Only records with an id greater than this one (for paging).
     pub after_id: Option<RequestId>,
@@ -281,8 +281,33 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Deletes a record that is not `running`, with its log rows.
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>>;
 
-    /// The attempts of one request, oldest first.
-    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>>;
+    /// The attempts of one request, in the order they were written (replays included),
+    /// unless the request belongs to another application.
+    async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>>;
+
+    /// Moves the due time of records written in a transaction that committed `by_ms`
+    /// after they were written, so that their delay counts from the commit. Only records
+    /// still `init` and never attempted move.
+    async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64>;
+
+    /// Hands back, without counting the attempt, every record of `application` that
+    /// `owner` holds `running`, except those in `keep` (shutdown: bodies that finished but
+    /// whose outcome could not be written keep their attempt).
+    async fn lease_release_owner(
+        &self,
+        application: &str,
+        owner: &str,
+        keep: &[RequestId],
+        now: i64,
+    ) -> Result<u64>;
+
+    /// Waiting records (`init`, `failed`) of these executors filed under other
+    /// application names, counted by name: records a renamed application left behind.
+    async fn request_count_elsewhere(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+    ) -> Result<Vec<(String, i64)>>;
 }
 
 /// The backend `Tx` means without a type parameter: SQLite when compiled in, else

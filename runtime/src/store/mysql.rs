@@ -73,7 +73,7 @@ const REQUEST_COLUMNS: &str =
     last_error, trace_json, create_time, update_time";
 
 const CLAIMED_COLUMNS: &str =
-    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at";
 
 /// The most binds in one `IN (...)` list; longer lists are split.
 const MAX_IN: usize = 1024;
@@ -164,6 +164,8 @@ fn claimed_from_row(row: &MySqlRow) -> Result<Claimed> {
         attempt: exec_count + 1,
         max_attempts: row.try_get("max_attempts")?,
         trace_json: opt_text(row, "trace_json")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
     })
 }
 
@@ -920,15 +922,93 @@ impl Store for MySqlStore {
         with_retry(|| self.delete_once(application, id)).await
     }
 
-    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+    async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
         let rows = sqlx::query(
             "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = ? ORDER BY attempt, id",
+             WHERE req_id = ? AND NOT EXISTS (SELECT 1 FROM async_req r \
+               WHERE r.id = async_log.req_id AND r.application_name <> ?) \
+             ORDER BY id",
         )
         .bind(id)
+        .bind(application)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_from_row).collect()
+    }
+
+    async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
+        let mut moved = 0;
+        for &(id, by_ms) in moves {
+            let done = with_retry(|| async {
+                Ok(sqlx::query(
+                    "UPDATE async_req SET run_at = run_at + ? \
+                     WHERE id = ? AND status = 'init' AND exec_count = 0",
+                )
+                .bind(by_ms)
+                .bind(id)
+                .execute(&self.pool)
+                .await?)
+            })
+            .await?;
+            moved += done.rows_affected();
+        }
+        Ok(moved)
+    }
+
+    async fn lease_release_owner(
+        &self,
+        application: &str,
+        owner: &str,
+        keep: &[RequestId],
+        now: i64,
+    ) -> Result<u64> {
+        let keep_clause = if keep.is_empty() {
+            String::new()
+        } else {
+            format!("AND id NOT IN ({})", marks(keep.len()))
+        };
+        let sql = format!(
+            "UPDATE async_req SET status = 'init', exec_count = GREATEST(exec_count - 1, 0), \
+             run_at = ?, lease_owner = NULL, lease_until = NULL, update_time = ? \
+             WHERE application_name = ? AND status = 'running' AND lease_owner = ? {keep_clause}"
+        );
+        let done = with_retry(|| async {
+            let query = sqlx::query(&sql)
+                .bind(now.max(1))
+                .bind(now)
+                .bind(application)
+                .bind(owner);
+            let query = if keep.is_empty() {
+                query
+            } else {
+                bind_list(query, keep)
+            };
+            Ok(query.execute(&self.pool).await?)
+        })
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_count_elsewhere(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+    ) -> Result<Vec<(String, i64)>> {
+        if executors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT application_name, COUNT(*) AS n FROM async_req \
+             WHERE application_name <> ? AND status IN ('init', 'failed') \
+               AND executor IN ({}) \
+             GROUP BY application_name ORDER BY application_name",
+            marks(executors.len())
+        );
+        let query = sqlx::query(&sql).bind(application);
+        let rows = bind_list(query, executors).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| Ok((text(row, "application_name")?, row.try_get("n")?)))
+            .collect()
     }
 }
 

@@ -805,15 +805,78 @@ impl Store for PostgresStore {
         Ok(status)
     }
 
-    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+    async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
         let rows = sqlx::query(
             "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = $1 ORDER BY attempt, id",
+             WHERE req_id = $1 AND NOT EXISTS (SELECT 1 FROM async_req r \
+               WHERE r.id = async_log.req_id AND r.application_name <> $2) \
+             ORDER BY id",
         )
         .bind(id)
+        .bind(application)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_from_row).collect()
+    }
+
+    async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
+        if moves.is_empty() {
+            return Ok(0);
+        }
+        let (ids, by): (Vec<RequestId>, Vec<i64>) = moves.iter().copied().unzip();
+        let done = sqlx::query(
+            "UPDATE async_req r SET run_at = r.run_at + m.by_ms \
+             FROM UNNEST($1::BIGINT[], $2::BIGINT[]) AS m(id, by_ms) \
+             WHERE r.id = m.id AND r.status = 'init' AND r.exec_count = 0",
+        )
+        .bind(&ids)
+        .bind(&by)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn lease_release_owner(
+        &self,
+        application: &str,
+        owner: &str,
+        keep: &[RequestId],
+        now: i64,
+    ) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE async_req SET status = 'init', exec_count = GREATEST(exec_count - 1, 0), \
+             run_at = $1, lease_owner = NULL, lease_until = NULL, update_time = $2 \
+             WHERE status = 'running' AND lease_owner = $4 \
+             AND id IN (SELECT id FROM async_req WHERE application_name = $3 \
+               AND status = 'running' AND lease_owner = $4 AND id <> ALL($5) \
+               ORDER BY id FOR UPDATE)",
+        )
+        .bind(now.max(1))
+        .bind(now)
+        .bind(application)
+        .bind(owner)
+        .bind(keep)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_count_elsewhere(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+    ) -> Result<Vec<(String, i64)>> {
+        let executors: Vec<&str> = executors.to_vec();
+        Ok(sqlx::query_as(
+            "SELECT application_name, COUNT(*) FROM async_req \
+             WHERE application_name <> $1 AND status IN ('init', 'failed') \
+               AND executor = ANY($2) \
+             GROUP BY application_name ORDER BY application_name",
+        )
+        .bind(application)
+        .bind(&executors)
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 

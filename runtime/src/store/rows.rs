@@ -15,7 +15,7 @@ pub(crate) const REQUEST_COLUMNS: &str =
 
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =
-    "id, executor, sign, param_json, exec_count, max_attempts, trace_json";
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at";
 
 pub(crate) fn status(text: &str) -> Result<Status> {
     Status::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
@@ -68,6 +68,8 @@ where
         attempt: row.try_get("exec_count")?,
         max_attempts: row.try_get("max_attempts")?,
         trace_json: row.try_get("trace_json")?,
+        priority: row.try_get("priority")?,
+        run_at: row.try_get("run_at")?,
     })
 }
 

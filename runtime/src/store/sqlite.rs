@@ -57,12 +57,22 @@ impl Writer<'_> {
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the database at `url` (`sqlite:path.db`, `sqlite::memory:`).
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+    /// Opens (creating if missing) the database at `url` (`sqlite:path.db`, `sqlite::memory:`)
+    /// in WAL mode, committing as durably as `synchronous` says.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        synchronous: crate::SqliteSynchronous,
+    ) -> Result<Self> {
+        let synchronous = match synchronous {
+            crate::SqliteSynchronous::Full => SqliteSynchronous::Full,
+            crate::SqliteSynchronous::Normal => SqliteSynchronous::Normal,
+            crate::SqliteSynchronous::Off => SqliteSynchronous::Off,
+        };
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(synchronous)
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
@@ -439,16 +449,95 @@ impl Store for SqliteStore {
         Ok(status)
     }
 
-    async fn log_list(&self, id: RequestId) -> Result<Vec<AttemptLog>> {
+    async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
         let rows = sqlx::query(
             "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = ? ORDER BY attempt, id",
+             WHERE req_id = ? AND NOT EXISTS (SELECT 1 FROM async_req r \
+               WHERE r.id = async_log.req_id AND r.application_name <> ?) \
+             ORDER BY id",
         )
         .bind(id)
+        .bind(application)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_from_row).collect()
     }
+
+    async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
+        let mut writer = self.writer().await?;
+        let result = postpone(writer.conn(), moves).await;
+        writer.check(result)
+    }
+
+    async fn lease_release_owner(
+        &self,
+        application: &str,
+        owner: &str,
+        keep: &[RequestId],
+        now: i64,
+    ) -> Result<u64> {
+        let mut writer = self.writer().await?;
+        let result = release_owner(writer.conn(), application, owner, keep, now).await;
+        writer.check(result)
+    }
+
+    async fn request_count_elsewhere(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+    ) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT application_name, COUNT(*) FROM async_req \
+             WHERE application_name <> ? AND status IN ('init', 'failed') \
+               AND executor IN (SELECT value FROM json_each(?)) \
+             GROUP BY application_name ORDER BY application_name",
+        )
+        .bind(application)
+        .bind(json_list(executors))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+/// Moves due times of records that waited for their transaction's commit.
+async fn postpone(conn: &mut SqliteConnection, moves: &[(RequestId, i64)]) -> Result<u64> {
+    let mut moved = 0;
+    for &(id, by_ms) in moves {
+        moved += sqlx::query(
+            "UPDATE async_req SET run_at = run_at + ? \
+             WHERE id = ? AND status = 'init' AND exec_count = 0",
+        )
+        .bind(by_ms)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(moved)
+}
+
+/// Every record the owner holds, but `keep`, back to `init` without counting the attempt.
+async fn release_owner(
+    conn: &mut SqliteConnection,
+    application: &str,
+    owner: &str,
+    keep: &[RequestId],
+    now: i64,
+) -> Result<u64> {
+    let done = sqlx::query(
+        "UPDATE async_req SET status = 'init', exec_count = MAX(exec_count - 1, 0), run_at = ?, \
+         lease_owner = NULL, lease_until = NULL, update_time = ? \
+         WHERE application_name = ? AND status = 'running' AND lease_owner = ? \
+           AND id NOT IN (SELECT value FROM json_each(?))",
+    )
+    .bind(now.max(1))
+    .bind(now)
+    .bind(application)
+    .bind(owner)
+    .bind(json_list(keep))
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 // The runtime's own writes, on the writer connection (`SqliteStore::writer`).

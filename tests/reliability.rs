@@ -1,0 +1,373 @@
+//! Issue 8's regression tests for the runtime's edges, on every backend: shutdown hands
+//! back every claim (item 6), priority and delays (item 8), numbers checked (item 9),
+//! degradation only when nothing was written (item 5), the smaller items (11) and SQLite's
+//! durability (12).
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_exec::{async_exec, Backend, Context, Data, Error, RequestFilter, Status, Tx};
+use common::{now_ms, wait_for, Probe, TestDb};
+
+/// The order in which bodies started, by label.
+#[derive(Default)]
+struct StartOrder(Mutex<Vec<String>>);
+
+impl StartOrder {
+    fn labels(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
+async fn naps(label: String, millis: u64, probe: Data<Probe>, ctx: Context) {
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    probe.record(&label, ctx.attempt());
+}
+
+#[async_exec(type = SaveAsync)]
+async fn ordered(label: String, order: Data<StartOrder>) {
+    order.0.lock().unwrap().push(label);
+}
+
+#[async_exec(type = SaveAsync, max_attempts = 2)]
+async fn always_fails(label: String, probe: Data<Probe>, ctx: Context) -> Result<(), String> {
+    probe.record(&label, ctx.attempt());
+    Err(format!("attempt {}", ctx.attempt()))
+}
+
+#[async_exec(type = SaveAsync)]
+async fn plain(label: String, probe: Data<Probe>, ctx: Context) {
+    probe.record(&label, ctx.attempt());
+}
+
+trait ProbeOf {
+    fn probe(&self) -> Data<Probe>;
+}
+
+impl ProbeOf for async_exec::Runtime {
+    fn probe(&self) -> Data<Probe> {
+        self.data::<Probe>().expect("tests register a Probe")
+    }
+}
+
+async fn running_rows(db: &TestDb) -> i64 {
+    db.count("async_req WHERE status = 'running'").await
+}
+
+// ---- item 6: graceful shutdown --------------------------------------------------------
+
+/// 100 requests of 100 ms, 4 workers, shutdown after 250 ms: no row may stay `running`
+/// under this instance's lease, and a restart burns no attempt (`max_attempts = 1`).
+async fn graceful_shutdown_hands_back_every_claim<DB: Backend>(db: TestDb) {
+    let submitter = db.builder().run_workers(false).start().await.unwrap();
+    let calls = (0..100).map(|i| naps(format!("nap{i}"), 100));
+    async_exec::batch(calls).on(&submitter).await.unwrap();
+    submitter.shutdown().await.unwrap();
+
+    let rt = db.builder().concurrency(4).start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let report = tokio::time::timeout(Duration::from_secs(20), rt.shutdown())
+        .await
+        .expect("shutdown returns")
+        .unwrap();
+    let ran: usize = (0..100).map(|i| rt.probe().runs(&format!("nap{i}"))).sum();
+    assert!(report.finished, "{report:?}");
+    assert_eq!(
+        running_rows(&db).await,
+        0,
+        "no row keeps the lease: {report:?}"
+    );
+    assert_eq!(report.unwritten, 0, "{report:?}");
+    let waiting = db.count("async_req WHERE status = 'init'").await;
+    assert_eq!(report.released as i64, waiting, "{report:?}");
+    assert_eq!(ran as i64 + waiting, 100, "ran {ran}, {report:?}");
+    assert_eq!(
+        db.count("async_req WHERE status = 'init' AND exec_count <> 0")
+            .await,
+        0,
+        "handed back without counting an attempt"
+    );
+
+    // A restart runs the rest, each once, none dead.
+    let rt2 = db.builder().concurrency(8).start().await.unwrap();
+    let probe = rt2.probe();
+    wait_for_all(&db).await;
+    rt2.shutdown().await.unwrap();
+    assert_eq!(db.count("async_req WHERE status = 'dead'").await, 0);
+    let reran: usize = (0..100).map(|i| probe.runs(&format!("nap{i}"))).sum();
+    assert_eq!(ran + reran, 100, "every request ran exactly once");
+}
+
+async fn wait_for_all(db: &TestDb) {
+    for _ in 0..1000 {
+        if db
+            .count("async_req WHERE status IN ('init', 'running')")
+            .await
+            == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("requests still waiting after 20 s");
+}
+
+// ---- item 8: priority and delay -------------------------------------------------------
+
+async fn priority_holds_within_a_claim_batch<DB: Backend>(db: TestDb) {
+    let submitter = db.builder().run_workers(false).start().await.unwrap();
+    let low = (0..100).map(|i| ordered(format!("low{i}")));
+    async_exec::batch(low).on(&submitter).await.unwrap();
+    let high = (0..10).map(|i| ordered(format!("high{i}")).priority(10));
+    async_exec::batch(high).on(&submitter).await.unwrap();
+    submitter.shutdown().await.unwrap();
+
+    // One worker: bodies start in the order they were claimed and sorted.
+    let rt = db
+        .builder()
+        .concurrency(1)
+        .data(StartOrder::default())
+        .start()
+        .await
+        .unwrap();
+    let order = rt.data::<StartOrder>().unwrap();
+    wait_for(|| {
+        let n = order.labels().len();
+        async move { n == 110 }
+    })
+    .await;
+    let labels = order.labels();
+    assert!(
+        labels[..10].iter().all(|l| l.starts_with("high")),
+        "the high-priority requests start first: {:?}",
+        &labels[..20]
+    );
+    rt.shutdown().await.unwrap();
+}
+
+async fn delay_counts_from_the_commit<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let receipt = plain("delayed".into())
+        .delay(Duration::from_secs(2))
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before_commit = now_ms();
+    tx.commit().await.unwrap();
+    let record = rt.get(receipt.id.unwrap()).await.unwrap().unwrap();
+    assert!(
+        record.run_at >= before_commit + 2000,
+        "due {} ms after the commit, not 2000",
+        record.run_at - before_commit
+    );
+    rt.shutdown().await.unwrap();
+}
+
+// ---- item 9: numbers checked ----------------------------------------------------------
+
+async fn absurd_call_options_are_refused<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let refused = plain("forever".into()).delay(Duration::MAX).on(&rt).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidCall {
+                option: "delay",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    for key in ["".to_string(), "a\0b".to_string(), "k".repeat(1021)] {
+        let refused = plain("key".into()).key(key).on(&rt).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidCall { option: "key", .. })),
+            "{refused:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rt.probe().runs("forever") + rt.probe().runs("key"), 0);
+    assert_eq!(db.count("async_req").await, 0, "nothing written");
+    rt.shutdown().await.unwrap();
+}
+
+async fn absurd_settings_are_refused_at_start<DB: Backend>(db: TestDb) {
+    let starts = [
+        db.builder().default_timeout(Duration::MAX).start().await,
+        db.builder()
+            .default_max_attempts(3_000_000_000)
+            .start()
+            .await,
+        db.builder().poll_interval(Duration::ZERO).start().await,
+        db.builder().retry_interval(Duration::ZERO).start().await,
+        db.builder()
+            .lease(Duration::MAX)
+            .heartbeat_interval(Duration::from_secs(1))
+            .start()
+            .await,
+    ];
+    for started in starts {
+        match started {
+            Err(Error::Config { .. }) => {}
+            Err(other) => panic!("expected a setting refused, got {other}"),
+            Ok(rt) => {
+                rt.shutdown().await.unwrap();
+                panic!("an absurd setting was accepted");
+            }
+        }
+    }
+}
+
+async fn list_limits_are_checked<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    for limit in [-1, 0, 100_001] {
+        let listed = rt.list(RequestFilter::default().limit(limit)).await;
+        assert!(
+            matches!(listed, Err(Error::InvalidFilter(_))),
+            "{limit}: {listed:?}"
+        );
+    }
+    assert!(rt.list(RequestFilter::default().limit(10)).await.is_ok());
+    rt.shutdown().await.unwrap();
+}
+
+// ---- item 5: degrade_to_memory --------------------------------------------------------
+
+async fn a_failed_write_is_not_run_in_memory<DB: Backend>(db: TestDb) {
+    let default = db.builder().start().await.unwrap();
+    let degrading = db
+        .builder()
+        .application_name("degrading")
+        .degrade_to_memory(true)
+        .start()
+        .await
+        .unwrap();
+    // Every write now fails with a statement error (not "no connection").
+    db.exec("DROP TABLE async_req").await;
+
+    // Off by default: the caller gets the error.
+    let failed = plain("lost".into()).on(&default).await;
+    assert!(failed.is_err(), "{failed:?}");
+    // On: still never for an error that does not prove nothing was written, nor for a key.
+    let failed = plain("lost".into()).on(&degrading).await;
+    assert!(
+        failed.is_err(),
+        "a statement error may hide a commit: {failed:?}"
+    );
+    let keyed = plain("lost".into()).key("k1").on(&degrading).await;
+    assert!(keyed.is_err(), "{keyed:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(default.probe().runs("lost"), 0, "nothing ran in memory");
+    default.abort();
+    degrading.abort();
+}
+
+// ---- item 11: smaller -----------------------------------------------------------------
+
+async fn attempts_are_scoped_by_application_and_kept_in_order<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let id = always_fails("twice".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    rt.probe().wait_runs("twice", 1).await;
+    rt.wait_idle().await;
+    while rt.get(id).await.unwrap().unwrap().status != Status::Dead {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        rt.retrier().run_once().await.unwrap();
+        rt.wait_idle().await;
+    }
+    // A replay: two more attempts, numbered 1 and 2 again.
+    rt.retry_now(id).await.unwrap();
+    rt.retrier().run_once().await.unwrap();
+    rt.probe().wait_runs("twice", 3).await;
+    rt.wait_idle().await;
+    while rt.get(id).await.unwrap().unwrap().status != Status::Dead {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        rt.retrier().run_once().await.unwrap();
+        rt.wait_idle().await;
+    }
+    let attempts: Vec<i32> = rt
+        .attempts(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.attempt)
+        .collect();
+    assert_eq!(attempts, vec![1, 2, 1, 2], "in the order they ran");
+
+    let other = db
+        .builder()
+        .application_name("other")
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        other.attempts(id).await.unwrap().is_empty(),
+        "another application's attempts are not shown"
+    );
+    other.shutdown().await.unwrap();
+    rt.shutdown().await.unwrap();
+}
+
+async fn the_password_stays_out_of_errors_and_debug<DB: Backend>(db: TestDb) {
+    let builder = db
+        .builder()
+        .database_url("oracle://scott:tiger@db:1521/orcl");
+    assert!(!format!("{builder:?}").contains("tiger"));
+    let error = builder.start().await.unwrap_err().to_string();
+    assert!(error.contains("oracle://scott:***@db:1521/orcl"), "{error}");
+    assert!(!error.contains("tiger"), "{error}");
+}
+
+// ---- item 12: SQLite durability -------------------------------------------------------
+
+#[tokio::test]
+async fn sqlite_commits_durably_by_default() {
+    let db = TestDb::new(common::Kind::Sqlite).await;
+    let rt = db.builder().start().await.unwrap();
+    let mut tx: Tx = rt.begin().await.unwrap();
+    let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
+    assert_eq!(level, 2, "synchronous = FULL");
+    tx.rollback().await.unwrap();
+    rt.shutdown().await.unwrap();
+
+    let rt = db
+        .builder()
+        .sqlite_synchronous(async_exec::SqliteSynchronous::Normal)
+        .start()
+        .await
+        .unwrap();
+    let mut tx: Tx = rt.begin().await.unwrap();
+    let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+        .fetch_one(tx.conn())
+        .await
+        .unwrap();
+    assert_eq!(level, 1, "synchronous = NORMAL when asked");
+    tx.rollback().await.unwrap();
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    graceful_shutdown_hands_back_every_claim,
+    priority_holds_within_a_claim_batch,
+    delay_counts_from_the_commit,
+    absurd_call_options_are_refused,
+    absurd_settings_are_refused_at_start,
+    list_limits_are_checked,
+    a_failed_write_is_not_run_in_memory,
+    attempts_are_scoped_by_application_and_kept_in_order,
+    the_password_stays_out_of_errors_and_debug,
+);
