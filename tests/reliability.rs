@@ -319,6 +319,24 @@ async fn attempts_are_scoped_by_application_and_kept_in_order<DB: Backend>(db: T
     rt.shutdown().await.unwrap();
 }
 
+async fn retry_now_refuses_a_success_that_replay_runs_again<DB: Backend>(db: TestDb) {
+    let rt = db.builder().delete_on_success(false).start().await.unwrap();
+    let id = plain("once".into()).on(&rt).await.unwrap().id.unwrap();
+    rt.probe().wait_runs("once", 1).await;
+    rt.wait_idle().await;
+    assert_eq!(rt.get(id).await.unwrap().unwrap().status, Status::Success);
+    let refused = rt.retry_now(id).await;
+    assert!(
+        matches!(&refused, Err(Error::InvalidState { status, .. }) if status == "success"),
+        "{refused:?}"
+    );
+    assert_eq!(rt.get(id).await.unwrap().unwrap().status, Status::Success);
+    rt.replay(id).await.unwrap();
+    rt.retrier().run_once().await.unwrap();
+    rt.probe().wait_runs("once", 2).await;
+    rt.shutdown().await.unwrap();
+}
+
 async fn the_password_stays_out_of_errors_and_debug<DB: Backend>(db: TestDb) {
     let builder = db
         .builder()
@@ -330,6 +348,33 @@ async fn the_password_stays_out_of_errors_and_debug<DB: Backend>(db: TestDb) {
 }
 
 // ---- item 12: SQLite durability -------------------------------------------------------
+
+/// Item 10: a bare call while the caller holds a SQLite write transaction waits for that
+/// very transaction; it fails with an error that names the fix, and runs nothing.
+#[tokio::test]
+async fn sqlite_lock_held_by_the_caller_is_an_error_that_names_the_fix() {
+    let db = TestDb::new(common::Kind::Sqlite).await;
+    let rt = db
+        .builder()
+        .degrade_to_memory(true)
+        .sqlite_busy_timeout(Duration::from_millis(300))
+        .start()
+        .await
+        .unwrap();
+    let mut tx: Tx = rt.begin().await.unwrap();
+    plain("inside".into()).within(&mut tx).await.unwrap();
+    let forgot = plain("forgot".into()).on(&rt).await;
+    match &forgot {
+        Err(error @ Error::SqliteLocked { .. }) => {
+            assert!(error.to_string().contains(".within(&mut tx)"), "{error}")
+        }
+        other => panic!("expected SqliteLocked, got {other:?}"),
+    }
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rt.probe().runs("forgot") + rt.probe().runs("inside"), 0);
+    rt.shutdown().await.unwrap();
+}
 
 #[tokio::test]
 async fn sqlite_commits_durably_by_default() {
@@ -370,4 +415,5 @@ backend_suite!(
     a_failed_write_is_not_run_in_memory,
     attempts_are_scoped_by_application_and_kept_in_order,
     the_password_stays_out_of_errors_and_debug,
+    retry_now_refuses_a_success_that_replay_runs_again,
 );

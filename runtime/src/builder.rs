@@ -98,6 +98,8 @@ impl Builder {
         degrade_to_memory: bool;
         /// How durably SQLite commits (default [`SqliteSynchronous::Full`](crate::SqliteSynchronous)).
         sqlite_synchronous: crate::SqliteSynchronous;
+        /// How long a SQLite write waits for another transaction's write lock (default 10 s).
+        sqlite_busy_timeout: Duration;
         /// Run the embedded migrations at start (default `true`).
         migrate: bool;
         /// Become the global runtime used by a bare `.await` (default `true`).
@@ -190,8 +192,13 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
     match scheme {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(
-            crate::store::sqlite::SqliteStore::connect(url, max, settings.sqlite_synchronous)
-                .await?,
+            crate::store::sqlite::SqliteStore::connect(
+                url,
+                max,
+                settings.sqlite_synchronous,
+                settings.sqlite_busy_timeout,
+            )
+            .await?,
         )),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(

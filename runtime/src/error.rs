@@ -86,6 +86,18 @@ pub enum Error {
         reason: String,
     },
 
+    /// A SQLite write waited `sqlite_busy_timeout` for the write lock and gave up.
+    #[error(
+        "the SQLite database stayed locked by another write transaction for {waited:?}: \
+         if this call is made while you hold a transaction, pass it with `.within(&mut tx)` \
+         (SQLite has one writer, so the call waits for your own transaction); otherwise \
+         commit long write transactions sooner or raise `sqlite_busy_timeout`"
+    )]
+    SqliteLocked {
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
+
     /// A background part of the runtime panicked (it is restarted; the panic is logged).
     #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
     Panicked(&'static str),
@@ -115,6 +127,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether SQLite refused a write because another transaction holds the write lock.
+    pub(crate) fn is_sqlite_busy(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("5" | "517" | "261"))
+                    || db.message().contains("database is locked")
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the error proves that nothing reached the database: no connection could be
     /// had at all. Any other failure of a write may have happened after the statement (or
     /// its COMMIT) was sent, and the write may have taken effect.

@@ -54,22 +54,44 @@ impl Runtime {
     }
 
     /// Runs a request again as soon as a worker is free: a `failed` one keeps its attempt
-    /// count; a `dead`, `cancelled` or `success` one is replayed with fresh attempts.
-    /// Refused for `init` and `running` requests, which will run anyway.
+    /// count; a `dead` or `cancelled` one is replayed with fresh attempts. Refused for
+    /// `init` and `running` requests, which will run anyway, and for a `success` (running a
+    /// body that succeeded again is rarely meant: say so with [`Runtime::replay`]).
     pub async fn retry_now(&self, id: RequestId) -> Result<()> {
+        self.retry(id, false).await
+    }
+
+    /// Runs a request again with fresh attempts, also one that succeeded (kept with
+    /// `delete_on_success(false)`). Refused for `init` and `running` requests.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime, id: i64) -> async_exec::Result<()> {
+    /// rt.replay(id).await?; // the mail that succeeded is sent again, on purpose
+    /// # Ok(()) }
+    /// ```
+    pub async fn replay(&self, id: RequestId) -> Result<()> {
+        self.retry(id, true).await
+    }
+
+    async fn retry(&self, id: RequestId, replay_success: bool) -> Result<()> {
         let status = self
             .inner
             .store
-            .request_retry_now(&self.inner.app, id, now_ms())
+            .request_retry_now(&self.inner.app, id, now_ms(), replay_success)
             .await?;
         match status {
             None => Err(Error::NotFound(id)),
-            Some(Status::Init | Status::Running) => Err(Error::InvalidState {
+            Some(status) if status.may_retry(replay_success) => Ok(()),
+            Some(Status::Success) => Err(Error::InvalidState {
                 id,
-                status: status.map(|s| s.to_string()).unwrap_or_default(),
+                status: "success".into(),
+                reason: "it succeeded already; call `replay(id)` to run it again on purpose",
+            }),
+            Some(status) => Err(Error::InvalidState {
+                id,
+                status: status.to_string(),
                 reason: "it is queued or running already",
             }),
-            Some(_) => Ok(()),
         }
     }
 

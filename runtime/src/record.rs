@@ -56,6 +56,16 @@ impl Status {
         }
     }
 
+    /// Whether [`Runtime::retry_now`](crate::Runtime::retry_now) may run a request in
+    /// this status again: `failed`, `dead`, `cancelled`; `success` only when asked for.
+    pub(crate) fn may_retry(self, replay_success: bool) -> bool {
+        match self {
+            Status::Failed | Status::Dead | Status::Cancelled => true,
+            Status::Success => replay_success,
+            Status::Init | Status::Running => false,
+        }
+    }
+
     /// Whether the status only changes by an explicit replay.
     pub const fn is_terminal(self) -> bool {
         matches!(self, Status::Success | Status::Dead | Status::Cancelled)

@@ -31,8 +31,12 @@ impl Rescuer {
             .store
             .request_rescue(&inner.app, now_ms(), inner.settings.compensate_batch)
             .await?;
-        if !rescued.retried.is_empty() || !rescued.dead.is_empty() {
-            tracing::warn!(retried = ?rescued.retried, dead = ?rescued.dead, "rescued requests whose lease expired");
+        if !rescued.retried.is_empty() {
+            tracing::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
+        }
+        if !rescued.dead.is_empty() {
+            tracing::error!(dead = ?rescued.dead,
+                "requests whose lease expired on their last attempt are dead; replay them with `retry_now`");
         }
         Ok(RescueReport {
             retried: rescued.retried,

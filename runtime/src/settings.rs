@@ -109,6 +109,11 @@ pub struct Settings {
     /// How durably SQLite commits (default [`SqliteSynchronous::Full`]); ignored by the
     /// other backends, which commit durably by their own settings.
     pub sqlite_synchronous: SqliteSynchronous,
+    /// How long a SQLite write waits for another transaction's write lock before it fails
+    /// with [`Error::SqliteLocked`] (default 10 s). SQLite has one writer at a time: a call
+    /// made without `.within(&mut tx)` while the caller holds a write transaction waits for
+    /// that very transaction, and fails after this long.
+    pub sqlite_busy_timeout: Duration,
     /// Run the embedded migrations at start (default `true`).
     pub migrate: bool,
     /// Install the runtime as the global one that a bare `.await` uses (default `true`).
@@ -145,6 +150,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             degrade_to_memory: false,
             sqlite_synchronous: SqliteSynchronous::Full,
+            sqlite_busy_timeout: Duration::from_secs(10),
             migrate: true,
             install_global: true,
             test_mode: None,
@@ -183,6 +189,7 @@ impl std::fmt::Debug for Settings {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("degrade_to_memory", &self.degrade_to_memory)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
+            .field("sqlite_busy_timeout", &self.sqlite_busy_timeout)
             .field("migrate", &self.migrate)
             .field("install_global", &self.install_global)
             .field("test_mode", &self.test_mode)
@@ -271,6 +278,7 @@ impl Settings {
             ("retry_max_delay", self.retry_max_delay),
             ("stale_after", self.stale_after),
             ("shutdown_grace", self.shutdown_grace),
+            ("sqlite_busy_timeout", self.sqlite_busy_timeout),
         ];
         for (setting, value) in bounded {
             if value > MAX_DURATION {

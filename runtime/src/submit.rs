@@ -73,16 +73,29 @@ trait Writer {
 
 struct Autocommit;
 
+/// SQLite's "database is locked", said with its likely cause and fix.
+fn explain_lock(inner: &Inner, error: crate::Error) -> crate::Error {
+    if error.is_sqlite_busy() {
+        crate::Error::SqliteLocked {
+            waited: inner.settings.sqlite_busy_timeout,
+        }
+    } else {
+        error
+    }
+}
+
 impl Writer for Autocommit {
     async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted> {
-        inner.store.request_insert(request).await
+        let inserted = inner.store.request_insert(request).await;
+        inserted.map_err(|e| explain_lock(inner, e))
     }
     async fn insert_many(
         &mut self,
         inner: &Inner,
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
-        inner.store.request_insert_many(requests).await
+        let inserted = inner.store.request_insert_many(requests).await;
+        inserted.map_err(|e| explain_lock(inner, e))
     }
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>) {
         inner.after_commit(jobs).await;
@@ -349,6 +362,7 @@ impl Inner {
     pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
         if let Some(record) = &job.record {
             let completion = completion_for(self, record, &attempt);
+            log_if_dead(&completion, job.def.name);
             if let Err(id) = self.completer.send(completion) {
                 // The completer is gone (an aborted runtime): the lease expires and the
                 // record runs again elsewhere.
@@ -364,6 +378,10 @@ impl Inner {
             return;
         }
         if let Some(request) = failure_record(self, &job, &attempt, None, 0) {
+            if request.status == crate::record::Status::Dead {
+                tracing::error!(executor = job.def.name, error = %failure.message,
+                    "in-memory call failed for good: it is written as dead");
+            }
             if let Err(error) = self.store.request_insert(&request).await {
                 tracing::error!(executor = job.def.name, %error, failure = %failure.message,
                     "call failed and its retry record could not be written: it is lost");
@@ -399,11 +417,25 @@ impl Inner {
         match &job.record {
             Some(record) => {
                 let completion = completion_for(self, record, &attempt);
+                log_if_dead(&completion, job.def.name);
                 write_batch(self, &[completion]).await?;
             }
             None => self.finish(job, attempt).await,
         }
         Ok(Some(ok))
+    }
+}
+
+/// A request going `dead` needs a person: it is logged at ERROR, with its last error.
+fn log_if_dead(completion: &crate::store::Completion, executor: &str) {
+    if let crate::store::CompletionResult::Dead { error } = &completion.result {
+        tracing::error!(
+            request_id = completion.id,
+            executor,
+            attempt = completion.attempt,
+            %error,
+            "request failed for good: it is dead; replay it with `retry_now` once the cause is fixed"
+        );
     }
 }
 

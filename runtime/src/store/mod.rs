@@ -261,13 +261,15 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// How many records are in each status.
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>>;
 
-    /// Makes a record due now. `failed` keeps its attempts; `dead`, `cancelled` and
-    /// `success` start over with fresh attempts (an operator replay).
+    /// Makes a record due now. `failed` keeps its attempts; `dead` and `cancelled` (and
+    /// `success`, with `replay_success`) start over with fresh attempts (an operator
+    /// replay). Returns the status the record had.
     async fn request_retry_now(
         &self,
         application: &str,
         id: RequestId,
         now: i64,
+        replay_success: bool,
     ) -> Result<Option<Status>>;
 
     /// Cancels a record that is `init` or `failed`.

@@ -668,10 +668,11 @@ impl MySqlStore {
         application: &str,
         id: RequestId,
         now: i64,
+        replay_success: bool,
     ) -> Result<Option<Status>> {
         let mut tx = self.begin().await?;
         let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+        if status.is_some_and(|s| s.may_retry(replay_success)) {
             // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
             // MySQL assigns left to right: `exec_count` reads the old status, so it goes first.
             sqlx::query(
@@ -905,8 +906,9 @@ impl Store for MySqlStore {
         application: &str,
         id: RequestId,
         now: i64,
+        replay_success: bool,
     ) -> Result<Option<Status>> {
-        with_retry(|| self.retry_now_once(application, id, now)).await
+        with_retry(|| self.retry_now_once(application, id, now, replay_success)).await
     }
 
     async fn request_cancel(

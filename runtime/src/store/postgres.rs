@@ -744,10 +744,11 @@ impl Store for PostgresStore {
         application: &str,
         id: RequestId,
         now: i64,
+        replay_success: bool,
     ) -> Result<Option<Status>> {
         let mut tx = self.pool.begin().await?;
         let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+        if status.is_some_and(|s| s.may_retry(replay_success)) {
             // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
             sqlx::query(
                 "UPDATE async_req SET status = 'failed', run_at = $1, update_time = $1, \

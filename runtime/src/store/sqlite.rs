@@ -59,10 +59,12 @@ impl Writer<'_> {
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` (`sqlite:path.db`, `sqlite::memory:`)
     /// in WAL mode, committing as durably as `synchronous` says.
+    /// A write waits up to `busy_timeout` for another transaction's write lock.
     pub async fn connect(
         url: &str,
         max_connections: u32,
         synchronous: crate::SqliteSynchronous,
+        busy_timeout: Duration,
     ) -> Result<Self> {
         let synchronous = match synchronous {
             crate::SqliteSynchronous::Full => SqliteSynchronous::Full,
@@ -73,7 +75,7 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
             // A file connection does not break: no ping (a thread hop) on every acquire.
@@ -388,10 +390,11 @@ impl Store for SqliteStore {
         application: &str,
         id: RequestId,
         now: i64,
+        replay_success: bool,
     ) -> Result<Option<Status>> {
         let mut tx = self.pool.begin().await?;
         let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Failed | Status::Dead | Status::Cancelled | Status::Success) = status {
+        if status.is_some_and(|s| s.may_retry(replay_success)) {
             // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
             sqlx::query(
                 "UPDATE async_req SET status = 'failed', run_at = ?, update_time = ?, \

@@ -155,9 +155,14 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
 async fn sqlite_outcomes_are_fenced_by_owner_and_attempt() {
     // sqlx names `sqlite::memory:` a shared-cache database: the pool's connection and the
     // store's writer connection see the same one.
-    let store = super::sqlite::SqliteStore::connect("sqlite::memory:", 1, Default::default())
-        .await
-        .unwrap();
+    let store = super::sqlite::SqliteStore::connect(
+        "sqlite::memory:",
+        1,
+        Default::default(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     outcomes_are_fenced_by_owner_and_attempt(&store).await;
 }
 
