@@ -20,6 +20,7 @@ use crate::registry::{ExecutorDef, Invocation};
 use crate::runtime::Inner;
 use crate::store::{Completion, CompletionResult};
 use crate::strategy::Strategy;
+use crate::text;
 use crate::trace::{scope_baggage, TraceContext};
 
 /// One execution to perform.
@@ -139,7 +140,10 @@ pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attemp
         }
         Err(failure) => (
             failed_result(inner, record.attempt, record.max_attempts, failure),
-            Some(log(failure.kind.as_str(), Some(failure.message.clone()))),
+            Some(log(
+                failure.kind.as_str(),
+                Some(text::stored(&failure.message)),
+            )),
         ),
     };
     Completion {
@@ -151,7 +155,8 @@ pub(crate) fn completion_for(inner: &Inner, record: &RecordRef, attempt: &Attemp
     }
 }
 
-/// `failed` with a backoff while attempts remain and the failure is retryable, else `dead`.
+/// `failed` with a backoff while attempts remain and the failure is retryable, else `dead`;
+/// its message sanitized and capped for storing.
 fn failed_result(
     inner: &Inner,
     attempt: i32,
@@ -160,21 +165,21 @@ fn failed_result(
 ) -> CompletionResult {
     if !failure.kind.is_retryable() {
         return CompletionResult::Dead {
-            error: failure.message.clone(),
+            error: text::stored(&failure.message),
         };
     }
     if attempt >= max_attempts {
         return CompletionResult::Dead {
-            error: format!(
+            error: text::stored(&format!(
                 "gave up after {attempt} attempts; last: {}",
                 failure.message
-            ),
+            )),
         };
     }
     let settings = &inner.settings;
     let delay = retry_delay(attempt, settings.retry_base_delay, settings.retry_max_delay);
     CompletionResult::Failed {
-        error: failure.message.clone(),
+        error: text::stored(&failure.message),
         run_at: now_ms() + delay.as_millis() as i64,
     }
 }
@@ -213,7 +218,7 @@ pub(crate) fn failure_record(
         started: attempt.started,
         finished: attempt.finished,
         outcome: failure.kind.as_str().into(),
-        error: Some(failure.message.clone()),
+        error: Some(text::stored(&failure.message)),
     });
     Some(request)
 }

@@ -24,6 +24,7 @@ mod data;
 mod dispatcher;
 mod error;
 mod executor;
+mod fault;
 mod heartbeat;
 mod ops;
 mod outcome;
@@ -39,6 +40,7 @@ mod strategy;
 mod submit;
 mod supervise;
 mod sweep;
+mod text;
 mod trace;
 mod tx;
 

@@ -65,7 +65,7 @@ impl Runtime {
     /// `delete_on_success(false)`). Refused for `init` and `running` requests.
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec::Runtime, id: i64) -> async_exec::Result<()> {
+    /// # async fn demo(rt: async_exec_runtime::Runtime, id: i64) -> async_exec_runtime::Result<()> {
     /// rt.replay(id).await?; // the mail that succeeded is sent again, on purpose
     /// # Ok(()) }
     /// ```

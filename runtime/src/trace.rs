@@ -10,6 +10,12 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
+use crate::text;
+
+/// The most bytes of one baggage key or value stored in `trace_json`; the JSON as a whole
+/// is held to [`text::MAX_STORED_TEXT`] by leaving out the last fields.
+const MAX_BAGGAGE_TEXT: usize = 1024;
+
 tokio::task_local! {
     static BAGGAGE: Vec<(String, String)>;
 }
@@ -86,8 +92,32 @@ impl TraceContext {
         (span.is_some() || !baggage.is_empty()).then_some(TraceContext { span, baggage })
     }
 
+    /// The JSON stored in `trace_json`: keys and values sanitized and capped, and the
+    /// last fields left out (with a warning) while it is longer than the stored text cap.
     pub(crate) fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a trace context serializes")
+        // Most contexts are small and clean: stored as they are, serialized once.
+        let json = serde_json::to_string(self).expect("a trace context serializes");
+        if json.len() <= text::MAX_STORED_TEXT && !json.contains("\\u0000") {
+            return json;
+        }
+        let field = |text: &str| text::capped(&text::sanitized(text), MAX_BAGGAGE_TEXT);
+        let mut stored = TraceContext {
+            span: self.span,
+            baggage: self
+                .baggage
+                .iter()
+                .map(|(key, value)| (field(key), field(value)))
+                .collect(),
+        };
+        loop {
+            let json = serde_json::to_string(&stored).expect("a trace context serializes");
+            if json.len() <= text::MAX_STORED_TEXT || stored.baggage.is_empty() {
+                return json;
+            }
+            let (key, _) = stored.baggage.pop().expect("a field to leave out");
+            tracing::warn!(%key, max_bytes = text::MAX_STORED_TEXT,
+                "baggage field not carried to the execution: the baggage is larger than async-exec stores");
+        }
     }
 
     pub(crate) fn from_json(json: Option<&str>) -> TraceContext {
@@ -101,5 +131,50 @@ impl TraceContext {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(baggage: &[(&str, &str)]) -> TraceContext {
+        TraceContext {
+            span: Some(7),
+            baggage: baggage
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_small_clean_context_is_stored_as_it_is() {
+        let trace = context(&[("tenant", "acme")]);
+        let json = trace.to_json();
+        assert_eq!(json, serde_json::to_string(&trace).unwrap());
+        assert_eq!(TraceContext::from_json(Some(&json)), trace);
+    }
+
+    #[test]
+    fn nul_is_replaced_and_large_baggage_capped_as_valid_json() {
+        let huge = "v".repeat(100_000);
+        let fields: Vec<(String, &str)> =
+            (0..20).map(|i| (format!("k{i}"), huge.as_str())).collect();
+        let mut trace = context(&[("tenant", "a\0b")]);
+        trace
+            .baggage
+            .extend(fields.iter().map(|(k, v)| (k.clone(), v.to_string())));
+        let json = trace.to_json();
+        assert!(json.len() <= text::MAX_STORED_TEXT, "{} bytes", json.len());
+        assert!(!json.contains("\\u0000"));
+        let stored = TraceContext::from_json(Some(&json));
+        assert_eq!(stored.span, Some(7));
+        assert_eq!(stored.baggage[0], ("tenant".into(), "a\u{FFFD}b".into()));
+        assert!(
+            stored.baggage.len() > 1,
+            "capped fields are kept while they fit"
+        );
+        assert!(stored.baggage.len() < 21, "the last fields are left out");
     }
 }

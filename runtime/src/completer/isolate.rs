@@ -1,0 +1,353 @@
+//! Writes one batch of outcomes so that no outcome can hold up the others.
+//!
+//! A transient failure (the connection, a lock, the server's load) is retried with a capped
+//! backoff, each retry logged. A permanent one (the database refuses the data) splits the
+//! batch in halves, recursively, until the outcome that causes it is alone; the others are
+//! written, and that one is written `dead` with a message saying why. If even that fails,
+//! it is logged and left: its lease expires and the rescuer counts the attempt.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::fault::is_transient;
+use crate::record::AttemptLog;
+use crate::store::{Completion, CompletionResult, Store};
+use crate::text;
+
+/// Where outcomes are written: the store, or a fake in tests.
+#[async_trait]
+pub(crate) trait OutcomeSink: Send + Sync {
+    /// Writes `completions` in one transaction, all or none; returns the records written.
+    async fn write(&self, completions: &[Completion]) -> Result<u64>;
+}
+
+#[async_trait]
+impl OutcomeSink for dyn Store {
+    async fn write(&self, completions: &[Completion]) -> Result<u64> {
+        self.request_complete_many(completions).await
+    }
+}
+
+/// How transient failures are retried: `first`, doubling up to `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    pub(crate) first: Duration,
+    pub(crate) max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            first: Duration::from_millis(50),
+            max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What became of a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// Records written (others had been claimed again by someone else: fenced off).
+    pub(crate) rows: u64,
+    /// Outcomes the database refused, written `dead` instead.
+    pub(crate) isolated: usize,
+    /// Outcomes refused that could not be written even as `dead`: left to lease expiry.
+    pub(crate) unwritable: usize,
+}
+
+/// Writes `batch`, isolating the outcomes the database refuses. Returns once every outcome
+/// is written, written `dead`, or found unwritable; waits as long as failures are transient.
+pub(crate) async fn write_isolating<S>(sink: &S, batch: &[Completion], backoff: Backoff) -> Written
+where
+    S: OutcomeSink + ?Sized,
+{
+    let mut written = Written::default();
+    // Parts still to write, the next one last; halves keep the batch's order.
+    let mut parts: Vec<&[Completion]> = vec![batch];
+    while let Some(part) = parts.pop() {
+        let error = match write_retrying(sink, part, backoff).await {
+            Ok(rows) => {
+                written.rows += rows;
+                continue;
+            }
+            Err(error) => error,
+        };
+        if let [refused] = part {
+            if write_dead_instead(sink, refused, &error, backoff).await {
+                written.rows += 1;
+                written.isolated += 1;
+            } else {
+                written.unwritable += 1;
+            }
+            continue;
+        }
+        tracing::warn!(%error, completions = part.len(),
+            "the database refused a batch of outcomes; splitting it to isolate the refused one");
+        let (first, second) = part.split_at(part.len() / 2);
+        parts.push(second);
+        parts.push(first);
+    }
+    written
+}
+
+/// Writes `part`, retrying transient failures for as long as they last. Returns the
+/// permanent failure, if one comes.
+async fn write_retrying<S>(sink: &S, part: &[Completion], backoff: Backoff) -> Result<u64>
+where
+    S: OutcomeSink + ?Sized,
+{
+    let mut delay = backoff.first;
+    loop {
+        match sink.write(part).await {
+            Err(error) if is_transient(&error) => {
+                tracing::warn!(%error, completions = part.len(), retry_in = ?delay,
+                    "could not write outcomes (a transient failure); retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(backoff.max);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Writes `refused` as `dead`, with the database's reason; returns whether it was written.
+async fn write_dead_instead<S>(
+    sink: &S,
+    refused: &Completion,
+    error: &Error,
+    backoff: Backoff,
+) -> bool
+where
+    S: OutcomeSink + ?Sized,
+{
+    let dead = dead_instead(refused, error);
+    match write_retrying(sink, std::slice::from_ref(&dead), backoff).await {
+        Ok(_) => {
+            tracing::error!(id = refused.id, attempt = refused.attempt, %error,
+                "the database refused an outcome; the request is written `dead` instead");
+            true
+        }
+        Err(dead_error) => {
+            tracing::error!(id = refused.id, attempt = refused.attempt, %error, %dead_error,
+                "the database refused an outcome, and refused it as `dead` too; leaving it: \
+                 its lease will expire and the rescuer will count the attempt");
+            false
+        }
+    }
+}
+
+/// The `dead` outcome written in place of one the database refused: the same record and
+/// fence, a message naming the database's error and the outcome it replaces.
+fn dead_instead(refused: &Completion, error: &Error) -> Completion {
+    let reason = text::stored(&format!(
+        "async-exec could not store the outcome of attempt {}: the database refused it ({}). \
+         The outcome was {}. Fix what refused it, then replay the request if it should run again.",
+        refused.attempt,
+        text::capped(&error.to_string(), 2048),
+        describe(&refused.result),
+    ));
+    Completion {
+        result: CompletionResult::Dead {
+            error: reason.clone(),
+        },
+        log: refused.log.as_ref().map(|log| AttemptLog {
+            error: Some(reason),
+            ..log.clone()
+        }),
+        ..refused.clone()
+    }
+}
+
+/// The outcome a completion would have written, for people.
+fn describe(result: &CompletionResult) -> String {
+    match result {
+        CompletionResult::Delete => "a success (delete the record)".into(),
+        CompletionResult::Succeeded => "a success".into(),
+        CompletionResult::Failed { error, run_at } => format!(
+            "`failed`, to run again at {run_at}, error: {}",
+            text::capped(error, 4096)
+        ),
+        CompletionResult::Dead { error } => {
+            format!("`dead`, error: {}", text::capped(error, 4096))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::record::RequestId;
+
+    /// A sink that refuses any batch holding a refused id (unless it is written `dead`),
+    /// fails the first `transient` writes with a reset connection, and records what it wrote.
+    #[derive(Default)]
+    struct FakeSink {
+        refused: HashSet<RequestId>,
+        refuse_dead_too: bool,
+        transient: Mutex<usize>,
+        calls: Mutex<usize>,
+        written: Mutex<Vec<(RequestId, &'static str, Option<String>)>>,
+    }
+
+    #[async_trait]
+    impl OutcomeSink for FakeSink {
+        async fn write(&self, completions: &[Completion]) -> Result<u64> {
+            *self.calls.lock().unwrap() += 1;
+            {
+                let mut transient = self.transient.lock().unwrap();
+                if *transient > 0 {
+                    *transient -= 1;
+                    let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                    return Err(Error::Database(sqlx::Error::Io(reset)));
+                }
+            }
+            let refused = completions.iter().any(|c| {
+                self.refused.contains(&c.id)
+                    && (self.refuse_dead_too || !matches!(c.result, CompletionResult::Dead { .. }))
+            });
+            if refused {
+                return Err(Error::Database(sqlx::Error::Encode(
+                    "invalid byte sequence for encoding \"UTF8\": 0x00".into(),
+                )));
+            }
+            let mut written = self.written.lock().unwrap();
+            for c in completions {
+                let (status, error, _) = c.result.update().unwrap_or(("delete", None, None));
+                written.push((c.id, status, error.map(str::to_owned)));
+            }
+            Ok(completions.len() as u64)
+        }
+    }
+
+    fn completion(id: RequestId, result: CompletionResult) -> Completion {
+        Completion {
+            id,
+            attempt: 1,
+            owner: Arc::from("test@1"),
+            result,
+            log: None,
+        }
+    }
+
+    fn batch(n: i64, failing: RequestId) -> Vec<Completion> {
+        (1..=n)
+            .map(|id| match id == failing {
+                true => completion(
+                    id,
+                    CompletionResult::Failed {
+                        error: "card declined".into(),
+                        run_at: 7,
+                    },
+                ),
+                false => completion(id, CompletionResult::Delete),
+            })
+            .collect()
+    }
+
+    const QUICK: Backoff = Backoff {
+        first: Duration::from_millis(1),
+        max: Duration::from_millis(4),
+    };
+
+    #[tokio::test]
+    async fn a_refused_outcome_is_isolated_and_the_others_written() {
+        let sink = FakeSink {
+            refused: HashSet::from([37]),
+            ..FakeSink::default()
+        };
+        let batch = batch(100, 37);
+        let written = write_isolating(&sink, &batch, QUICK).await;
+        assert_eq!(
+            written,
+            Written {
+                rows: 100,
+                isolated: 1,
+                unwritable: 0
+            }
+        );
+        let rows = sink.written.lock().unwrap().clone();
+        let mut ids: Vec<RequestId> = rows.iter().map(|r| r.0).collect();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            (1..=100).collect::<Vec<_>>(),
+            "each outcome written once"
+        );
+        let (_, status, error) = rows.iter().find(|r| r.0 == 37).unwrap();
+        assert_eq!(*status, "dead");
+        let error = error.as_deref().unwrap();
+        assert!(error.contains("the database refused it"), "{error}");
+        assert!(
+            error.contains("0x00"),
+            "names the database's error: {error}"
+        );
+        assert!(
+            error.contains("card declined"),
+            "names the outcome: {error}"
+        );
+        assert!(rows.iter().filter(|r| r.0 != 37).all(|r| r.1 == "delete"));
+        // Halving: about 2 log2(100) writes, not one per outcome.
+        let calls = *sink.calls.lock().unwrap();
+        assert!(calls <= 16, "{calls} writes");
+    }
+
+    #[tokio::test]
+    async fn an_outcome_refused_even_as_dead_is_left_and_the_rest_written() {
+        let sink = FakeSink {
+            refused: HashSet::from([1, 8]),
+            refuse_dead_too: true,
+            ..FakeSink::default()
+        };
+        let written = write_isolating(&sink, &batch(8, 0), QUICK).await;
+        assert_eq!(
+            written,
+            Written {
+                rows: 6,
+                isolated: 0,
+                unwritable: 2
+            }
+        );
+        let ids: HashSet<RequestId> = sink.written.lock().unwrap().iter().map(|r| r.0).collect();
+        assert_eq!(ids, (2..=7).collect());
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_is_retried_not_split() {
+        let sink = FakeSink {
+            transient: Mutex::new(3),
+            ..FakeSink::default()
+        };
+        let written = write_isolating(&sink, &batch(50, 0), QUICK).await;
+        assert_eq!(written.rows, 50);
+        assert_eq!(written.isolated, 0);
+        assert_eq!(
+            *sink.calls.lock().unwrap(),
+            4,
+            "three failures, then the whole batch"
+        );
+        assert_eq!(sink.written.lock().unwrap().len(), 50);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_retries_back_off_up_to_the_cap() {
+        let sink = FakeSink {
+            transient: Mutex::new(10),
+            ..FakeSink::default()
+        };
+        let started = tokio::time::Instant::now();
+        let written = write_isolating(&sink, &batch(2, 0), Backoff::default()).await;
+        assert_eq!(written.rows, 2);
+        // 50 + 100 + ... + 3,200 ms, then the cap of 5 s three times.
+        let waited = started.elapsed();
+        assert_eq!(
+            waited,
+            Duration::from_millis(50 + 100 + 200 + 400 + 800 + 1600 + 3200)
+                + Duration::from_secs(5 * 3)
+        );
+    }
+}
