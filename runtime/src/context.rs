@@ -18,6 +18,7 @@ pub struct Context {
     pub(crate) attempt: u32,
     pub(crate) executor: &'static str,
     pub(crate) baggage: Vec<(String, String)>,
+    pub(crate) lease_lost: tokio_util::sync::CancellationToken,
 }
 
 impl Context {
@@ -44,5 +45,31 @@ impl Context {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether this execution should stop: its record's lease could not be renewed (the
+    /// database was unreachable for longer than the lease, or another instance took the
+    /// record over), so the record may run elsewhere. If another instance took it over,
+    /// whatever this body returns is not written (the outcome is fenced); stop side
+    /// effects where you can.
+    /// Never true for an execution without a record.
+    pub fn is_cancelled(&self) -> bool {
+        self.lease_lost.is_cancelled()
+    }
+
+    /// Completes when [`Context::is_cancelled`] becomes true; never for an execution
+    /// without a record. Race it against long work:
+    ///
+    /// ```
+    /// # async fn demo(ctx: async_exec_runtime::Context) {
+    /// # let long_export = async {};
+    /// tokio::select! {
+    ///     _ = long_export => {}
+    ///     _ = ctx.cancelled() => { /* the record may run elsewhere: stop here */ }
+    /// }
+    /// # }
+    /// ```
+    pub async fn cancelled(&self) {
+        self.lease_lost.cancelled().await
     }
 }

@@ -150,15 +150,16 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
         .iter()
         .filter_map(|j| j.record.as_ref().map(|r| r.id))
         .collect();
+    let now = now_ms();
+    let lease_until = now + inner.lease_ms();
     let claimed = if ids.is_empty() {
         Vec::new()
     } else {
-        let now = now_ms();
         let params = ClaimIds {
             ids: &ids,
             owner: &inner.owner,
             now,
-            lease_until: now + inner.lease_ms(),
+            lease_until,
         };
         match inner.store.request_claim_ids(params).await {
             Ok(claimed) => claimed,
@@ -172,7 +173,7 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
     // Every claimed record is reserved before any starts: at shutdown, those not started
     // are handed back with the rest.
     for c in &claimed {
-        inner.pool.reserve(c.id, c.attempt);
+        inner.pool.reserve(c.id, c.attempt, lease_until);
     }
     for mut job in batch {
         let max_attempts = inner.max_attempts_of(job.def) as i32;

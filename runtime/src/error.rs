@@ -121,6 +121,13 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// The database did not answer in time (the network may be down or stalled).
+    #[error(
+        "the database did not answer within {0:?}; check that it is reachable \
+         (the statement is retried)"
+    )]
+    NoAnswer(std::time::Duration),
+
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -55,6 +56,16 @@ pub(crate) struct Attempt {
 
 /// Runs the body of `job` once: decodes, injects, enforces the timeout, catches panics.
 pub(crate) async fn run_body(inner: &Inner, job: &Job) -> Attempt {
+    run_body_told(inner, job, CancellationToken::new()).await
+}
+
+/// [`run_body`], with the token its [`Context`] sees cancelled when the record's lease is
+/// lost.
+pub(crate) async fn run_body_told(
+    inner: &Inner,
+    job: &Job,
+    lease_lost: CancellationToken,
+) -> Attempt {
     let def = job.def;
     let attempt = job.record.as_ref().map_or(1, |r| r.attempt.max(1) as u32);
     let trace = job.trace.clone().unwrap_or_default();
@@ -82,6 +93,7 @@ pub(crate) async fn run_body(inner: &Inner, job: &Job) -> Attempt {
             attempt,
             executor: def.name,
             baggage: trace.baggage.clone(),
+            lease_lost,
         },
         data: inner.data.clone(),
     };
@@ -230,9 +242,36 @@ struct InFlight {
     /// Past this time (unix ms) the body has overrun its timeout without yielding:
     /// its lease is no longer renewed, so that another worker can take the record.
     renew_until: i64,
+    /// When the lease, as last set by this instance, ends (unix ms, this clock; taken
+    /// before the statement that set it was sent, so never later than the database's).
+    lease_until: i64,
+    /// Cancelled when the lease ran out or was lost: the body's `Context` sees it.
+    lease_lost: CancellationToken,
+    /// Another instance holds the record now (or it is gone): not renewed again; the
+    /// outcome, if any, is fenced.
+    lost: bool,
     abort: Option<AbortHandle>,
     /// The body has run to its end; its outcome is on its way to the store.
     done: bool,
+}
+
+impl InFlight {
+    fn new(attempt: i32, lease_until: i64) -> Self {
+        InFlight {
+            attempt,
+            renew_until: i64::MAX,
+            lease_until,
+            lease_lost: CancellationToken::new(),
+            lost: false,
+            abort: None,
+            done: false,
+        }
+    }
+
+    fn lose(&mut self) {
+        self.lost = true;
+        self.lease_lost.cancel();
+    }
 }
 
 /// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
@@ -254,24 +293,37 @@ impl ExecutorPool {
     }
 
     /// Runs `job` on its own task under `permit`; stored jobs' outcomes go to the completer.
+    /// A stored job whose lease was lost while it waited is dropped, not run.
     pub(crate) fn spawn(&self, inner: Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) {
         let record = job.record.as_ref().map(|r| (r.id, r.attempt));
+        let mut lease_lost = CancellationToken::new();
         if let Some((id, attempt)) = record {
             // Registered before the task starts, so that its completion always finds it.
             let overrun = inner.timeout_of(job.def) + inner.settings.heartbeat_interval;
-            let flight = InFlight {
-                attempt,
-                renew_until: now_ms().saturating_add(overrun.as_millis() as i64),
-                abort: None,
-                done: false,
-            };
-            self.in_flight
-                .lock()
-                .expect("in-flight lock")
-                .insert(id, flight);
+            let renew_until = now_ms().saturating_add(overrun.as_millis() as i64);
+            let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+            let flight = in_flight
+                .entry(id)
+                .and_modify(|f| {
+                    if f.attempt != attempt {
+                        *f = InFlight::new(attempt, now_ms() + inner.lease_ms());
+                    }
+                })
+                .or_insert_with(|| InFlight::new(attempt, now_ms() + inner.lease_ms()));
+            if flight.lost {
+                in_flight.remove(&id);
+                tracing::warn!(
+                    request_id = id,
+                    "the lease of a claimed request was lost before a worker was free; \
+                     not running it here (another instance may)"
+                );
+                return;
+            }
+            flight.renew_until = renew_until;
+            lease_lost = flight.lease_lost.clone();
         }
         let handle = self.tasks.spawn(async move {
-            let attempt = run_body(&inner, &job).await;
+            let attempt = run_body_told(&inner, &job, lease_lost).await;
             drop(permit);
             if let Some((id, attempt)) = record {
                 inner.pool.mark_done(id, attempt);
@@ -287,18 +339,12 @@ impl ExecutorPool {
     }
 
     /// Registers a claimed record that waits for a worker: the heartbeat renews its lease
-    /// until it starts, and shutdown hands it back.
-    pub(crate) fn reserve(&self, id: RequestId, attempt: i32) {
-        let flight = InFlight {
-            attempt,
-            renew_until: i64::MAX,
-            abort: None,
-            done: false,
-        };
+    /// (set to end at `lease_until`) until it starts, and shutdown hands it back.
+    pub(crate) fn reserve(&self, id: RequestId, attempt: i32, lease_until: i64) {
         self.in_flight
             .lock()
             .expect("in-flight lock")
-            .insert(id, flight);
+            .insert(id, InFlight::new(attempt, lease_until));
     }
 
     /// Notes that a stored job's body has run to its end.
@@ -336,14 +382,68 @@ impl ExecutorPool {
         }
     }
 
-    /// Ids whose leases the heartbeat should renew now.
-    pub(crate) fn renewable(&self, now: i64) -> Vec<RequestId> {
+    /// Ids whose leases the heartbeat should renew now, in id order (the order every
+    /// statement locks records in), and the earliest end among their leases.
+    pub(crate) fn renewable(&self, now: i64) -> (Vec<RequestId>, Option<i64>) {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
-        in_flight
+        let mut earliest = None::<i64>;
+        let mut ids: Vec<RequestId> = in_flight
             .iter()
-            .filter(|(_, f)| f.renew_until > now)
+            .filter(|(_, f)| !f.lost && f.renew_until > now)
+            .inspect(|(_, f)| {
+                earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
+            })
             .map(|(id, _)| *id)
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        (ids, earliest)
+    }
+
+    /// Notes a renewal: the leases of `renewed` now end at `until`; those of `asked` that
+    /// were not renewed and whose body is still running (or waits to) were taken over or
+    /// removed: they are lost, their bodies told. Returns the ids lost.
+    pub(crate) fn renewed(
+        &self,
+        asked: &[RequestId],
+        renewed: &[RequestId],
+        until: i64,
+    ) -> Vec<RequestId> {
+        let renewed: std::collections::HashSet<RequestId> = renewed.iter().copied().collect();
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lost = Vec::new();
+        for id in asked {
+            let Some(flight) = in_flight.get_mut(id) else {
+                continue;
+            };
+            if renewed.contains(id) {
+                flight.lease_until = flight.lease_until.max(until);
+            } else if !flight.done && !flight.lost {
+                flight.lose();
+                lost.push(*id);
+            }
+        }
+        lost
+    }
+
+    /// Tells the running bodies whose lease ended (by this clock) before it could be
+    /// renewed: another instance may take their records now. Their leases are still
+    /// renewed while this instance holds them (a renewal that gets through keeps the
+    /// record here; one that finds it taken over marks it lost). Returns their ids.
+    pub(crate) fn lapse(&self, now: i64) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lapsed = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            let started = flight.abort.is_some();
+            if started
+                && !flight.done
+                && !flight.lease_lost.is_cancelled()
+                && flight.lease_until <= now
+            {
+                flight.lease_lost.cancel();
+                lapsed.push(*id);
+            }
+        }
+        lapsed
     }
 
     /// How many claimed records this instance holds (waiting, running, or with an

@@ -43,10 +43,12 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
+    /// Lease renewals, on a connection of their own.
+    pub(crate) leases: Arc<dyn crate::store::LeaseKeeper>,
     pub(crate) registry: Registry,
     pub(crate) data: Arc<DataMap>,
     pub(crate) dispatcher: Dispatcher,
-    pub(crate) pool: ExecutorPool,
+    pub(crate) pool: Arc<ExecutorPool>,
     pub(crate) completer: Completer,
     /// Stops the producer and the sweeps.
     pub(crate) shutdown: CancellationToken,
@@ -137,11 +139,12 @@ impl Runtime {
         let inner = Arc::new(Inner {
             app: settings.application_name.as_str().into(),
             owner: owner.into(),
+            leases: store.lease_keeper(),
             store,
             registry,
             data: Arc::new(data),
             dispatcher,
-            pool: ExecutorPool::new(settings.concurrency),
+            pool: Arc::new(ExecutorPool::new(settings.concurrency)),
             completer,
             shutdown: CancellationToken::new(),
             completer_stop: CancellationToken::new(),
@@ -213,11 +216,17 @@ impl Runtime {
                 crate::Compensator { inner }.run_once().await.map(drop)
             },
         )));
-        tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
+        // Leases are kept while bodies run, also during shutdown's grace period: the
+        // heartbeat stops with the completer, after the workers.
+        let heartbeat = self.heartbeat();
+        let stop = inner.completer_stop.clone();
+        tasks.push(tokio::spawn(supervised(
             "heartbeat",
-            s.heartbeat_interval,
-            |inner| async move { crate::Heartbeat { inner }.run_once().await.map(drop) },
+            heartbeat,
+            move |part| {
+                let stop = stop.clone();
+                async move { part.lock().await.clone().run(stop).await }
+            },
         )));
     }
 
@@ -244,8 +253,13 @@ impl Runtime {
 
     /// The lease renewal of this instance's running records.
     pub fn heartbeat(&self) -> crate::Heartbeat {
+        let inner = &self.inner;
         crate::Heartbeat {
-            inner: self.inner.clone(),
+            keeper: inner.leases.clone(),
+            pool: inner.pool.clone(),
+            owner: inner.owner.clone(),
+            lease: inner.settings.lease,
+            interval: inner.settings.heartbeat_interval,
         }
     }
 
@@ -455,6 +469,7 @@ impl Inner {
         limit: i64,
     ) -> Result<Vec<Job>> {
         let now = now_ms();
+        let lease_until = now + self.lease_ms();
         let mut claimed = self
             .store
             .request_claim_due(crate::store::ClaimDue {
@@ -463,19 +478,19 @@ impl Inner {
                 kind,
                 owner: &self.owner,
                 now,
-                lease_until: now + self.lease_ms(),
+                lease_until,
                 limit,
             })
             .await?;
         Claimed::sort_for_start(&mut claimed);
         Ok(claimed
             .into_iter()
-            .filter_map(|c| self.job_from_claim(c))
+            .filter_map(|c| self.job_from_claim(c, lease_until))
             .collect())
     }
 
     /// The job for a record claimed from the store (its executor is known: claims filter).
-    pub(crate) fn job_from_claim(&self, claimed: Claimed) -> Option<Job> {
+    pub(crate) fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
         let Some(def) = self.registry.get(&claimed.executor) else {
             tracing::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
             return None;
@@ -484,7 +499,7 @@ impl Inner {
             .trace_json
             .as_deref()
             .map(|j| TraceContext::from_json(Some(j)));
-        self.pool.reserve(claimed.id, claimed.attempt);
+        self.pool.reserve(claimed.id, claimed.attempt, lease_until);
         Some(Job {
             def,
             params: claimed.param_json,

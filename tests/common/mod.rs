@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub mod proxy;
+
 use async_exec::{Builder, Runtime};
 use sqlx::AnyPool;
 use tokio::sync::Notify;
@@ -222,7 +224,13 @@ impl Probe {
 
     /// Waits until `label` has run `n` times, for at most 10 s.
     pub async fn wait_runs(&self, label: &str, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        self.wait_runs_within(label, n, Duration::from_secs(10))
+            .await
+    }
+
+    /// Waits until `label` has run `n` times, for at most `limit`.
+    pub async fn wait_runs_within(&self, label: &str, n: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let changed = self.changed.notified();
             if self.runs(label) >= n {
@@ -291,6 +299,49 @@ macro_rules! backend_suite {
                 async fn $name() {
                     let db = $crate::common::TestDb::new($crate::common::Kind::MySql).await;
                     super::$name::<async_exec::MySql>(db).await;
+                }
+            )*
+        }
+
+        #[cfg(not(all(feature = "mysql", async_exec_test_mysql)))]
+        mod mysql {
+            #[test]
+            #[ignore = "MySQL/MariaDB suite skipped: set ASYNC_EXEC_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test and enable --features mysql (or --all-features) to run it"]
+            fn suite() {}
+        }
+    };
+}
+
+/// Like [`backend_suite`], for tests that need a network between the runtime and its
+/// database (a proxy to cut): PostgreSQL and MySQL/MariaDB only.
+#[macro_export]
+macro_rules! network_suite {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(all(feature = "postgres", async_exec_test_postgres))]
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::new($crate::common::Kind::Postgres).await;
+                    super::$name(db).await;
+                }
+            )*
+        }
+
+        #[cfg(not(all(feature = "postgres", async_exec_test_postgres)))]
+        mod postgres {
+            #[test]
+            #[ignore = "PostgreSQL suite skipped: set ASYNC_EXEC_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test and enable --features postgres (or --all-features) to run it"]
+            fn suite() {}
+        }
+
+        #[cfg(all(feature = "mysql", async_exec_test_mysql))]
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::new($crate::common::Kind::MySql).await;
+                    super::$name(db).await;
                 }
             )*
         }

@@ -11,14 +11,34 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod dedicated;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "mysql")]
+mod mysql_leases;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_leases;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+/// Renews leases: the heartbeat's one statement, on a connection of its own.
+#[async_trait]
+pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
+    /// Extends to `until` the leases of those of `ids` that `owner` still holds as
+    /// running; returns the ids renewed. Gives up after `patience` (connecting included).
+    async fn renew(
+        &self,
+        owner: &str,
+        ids: &[RequestId],
+        until: i64,
+        patience: std::time::Duration,
+    ) -> Result<Vec<RequestId>>;
+}
 
 /// Which records a sweep claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,8 +240,9 @@ pub(crate) trait Store: Send + Sync + 'static {
         1
     }
 
-    /// Extends the leases of these records while this owner holds them.
-    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64>;
+    /// The lease renewals of this store, on a connection of their own (not the pool the
+    /// application's transactions wait on). Made once, at start.
+    fn lease_keeper(&self) -> std::sync::Arc<dyn LeaseKeeper>;
 
     /// Hands records back to the queue at once, without counting the attempt (shutdown).
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;

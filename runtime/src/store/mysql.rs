@@ -805,22 +805,8 @@ impl Store for MySqlStore {
         with_retry(|| self.complete_once(&sorted)).await
     }
 
-    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
-        let mut renewed = 0;
-        for chunk in ids.chunks(MAX_IN) {
-            let sql = format!(
-                "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
-                 AND id IN ({})",
-                marks(chunk.len())
-            );
-            let done = with_retry(|| async {
-                let query = sqlx::query(&sql).bind(until).bind(owner);
-                Ok(bind_list(query, chunk).execute(&self.pool).await?)
-            })
-            .await?;
-            renewed += done.rows_affected();
-        }
-        Ok(renewed)
+    fn lease_keeper(&self) -> std::sync::Arc<dyn super::LeaseKeeper> {
+        std::sync::Arc::new(super::mysql_leases::MySqlLeases::new(&self.pool))
     }
 
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {

@@ -571,24 +571,8 @@ impl Store for PostgresStore {
         Ok(rows.len() as u64)
     }
 
-    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        // Rows locked by another statement are skipped, so that a renewal never waits
-        // while holding locks (no deadlock with an outcome being written). A skipped
-        // record is being finished or handed back; if not, the next beat renews it.
-        let done = sqlx::query(
-            "UPDATE async_req SET lease_until = $1 WHERE status = 'running' AND lease_owner = $2 \
-             AND id IN (SELECT id FROM async_req WHERE id = ANY($3) AND status = 'running' \
-               AND lease_owner = $2 ORDER BY id FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(until)
-        .bind(owner)
-        .bind(ids)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+    fn lease_keeper(&self) -> std::sync::Arc<dyn super::LeaseKeeper> {
+        std::sync::Arc::new(super::postgres_leases::PostgresLeases::new(&self.pool))
     }
 
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {

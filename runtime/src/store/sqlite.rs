@@ -320,10 +320,10 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn lease_renew(&self, owner: &str, ids: &[RequestId], until: i64) -> Result<u64> {
-        let mut writer = self.writer().await?;
-        let result = renew(writer.conn(), owner, ids, until).await;
-        writer.check(result)
+    fn lease_keeper(&self) -> Arc<dyn super::LeaseKeeper> {
+        Arc::new(SqliteLeases {
+            store: self.clone(),
+        })
     }
 
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
@@ -677,20 +677,47 @@ async fn renew(
     owner: &str,
     ids: &[RequestId],
     until: i64,
-) -> Result<u64> {
+) -> Result<Vec<RequestId>> {
     if ids.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let done = sqlx::query(
+    let renewed = sqlx::query_scalar(
         "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
-         AND id IN (SELECT value FROM json_each(?))",
+         AND id IN (SELECT value FROM json_each(?)) RETURNING id",
     )
     .bind(until)
     .bind(owner)
     .bind(json_list(ids))
-    .execute(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(done.rows_affected())
+    Ok(renewed)
+}
+
+/// Lease renewals on SQLite: on the runtime's writer connection, which is the runtime's
+/// own already (the application's transactions use the pool).
+#[derive(Debug)]
+struct SqliteLeases {
+    store: SqliteStore,
+}
+
+#[async_trait]
+impl super::LeaseKeeper for SqliteLeases {
+    async fn renew(
+        &self,
+        owner: &str,
+        ids: &[RequestId],
+        until: i64,
+        patience: std::time::Duration,
+    ) -> Result<Vec<RequestId>> {
+        let work = async {
+            let mut writer = self.store.writer().await?;
+            let result = renew(writer.conn(), owner, ids, until).await;
+            writer.check(result)
+        };
+        tokio::time::timeout(patience, work)
+            .await
+            .unwrap_or(Err(crate::Error::NoAnswer(patience)))
+    }
 }
 
 /// Hands records back to the queue without counting the attempt.

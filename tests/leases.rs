@@ -1,0 +1,179 @@
+//! Issue 8 item 2: leases under network faults, with a TCP proxy between one instance
+//! (A) and the database, and a second instance (B) connected directly that rescues
+//! whatever A's lease lets go of.
+//!
+//! - A database gone for 2 s (connections dropped and refused) while a body runs, with a
+//!   3 s lease and a 0.5 s heartbeat: the lease must be kept (renewals retried, not
+//!   backed off), and B must never run the body.
+//! - A database that stops answering for longer than the lease (a black hole: statements
+//!   hang): A's body must be told (`Context::is_cancelled`), B takes the record over, and
+//!   A's late outcome must not be written (fenced).
+// Without a server URL set, the suites are ignored and the tests below unused.
+#![cfg_attr(
+    not(any(async_exec_test_postgres, async_exec_test_mysql)),
+    allow(dead_code, unused_imports)
+)]
+
+#[macro_use]
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_exec::{async_exec, Context, Data, Runtime};
+use common::proxy::Proxy;
+use common::{now_ms, Probe, TestDb};
+
+/// Whether a body saw its lease lost.
+#[derive(Default)]
+struct Told(AtomicBool);
+
+#[async_exec(type = SaveAsync, max_attempts = 5, timeout = "1m")]
+async fn long_job(label: String, millis: u64, probe: Data<Probe>, told: Data<Told>, ctx: Context) {
+    probe.record(&format!("{label} started"), ctx.attempt());
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(millis)) => {}
+        _ = ctx.cancelled() => {
+            told.0.store(true, Ordering::SeqCst);
+            // Keep going a little, as a body that cannot stop at once would: its outcome
+            // arrives late.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    probe.record(&label, ctx.attempt());
+}
+
+/// A runtime with a short lease, its heartbeat every 0.5 s, on `url`.
+async fn instance(db: &TestDb, url: &str, rescues: bool) -> Runtime {
+    let mut builder = db
+        .builder()
+        .database_url(url)
+        .lease(Duration::from_secs(3))
+        .heartbeat_interval(Duration::from_millis(500))
+        .delete_on_success(false)
+        .log_success(true)
+        .data(Told::default());
+    if rescues {
+        // B takes work only through its sweeps: no wake-ups for A's new requests.
+        builder = builder
+            .listen(false)
+            .compensate_interval(Duration::from_millis(100))
+            .retry_interval(Duration::from_millis(100));
+    }
+    builder.start().await.expect("start")
+}
+
+fn probe(rt: &Runtime) -> Data<Probe> {
+    rt.data::<Probe>().expect("a probe")
+}
+
+fn told(rt: &Runtime) -> bool {
+    rt.data::<Told>().expect("told").0.load(Ordering::SeqCst)
+}
+
+/// The workers whose successes are logged.
+async fn success_workers(db: &TestDb) -> Vec<String> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&db.url).await.expect("connect");
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT worker FROM async_log WHERE outcome = 'success' ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .expect("log");
+    pool.close().await;
+    rows.into_iter().map(|(w,)| w).collect()
+}
+
+fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+async fn lease_survives_a_short_outage(db: TestDb) {
+    logs();
+    let (proxy, proxied) = Proxy::for_url(&db.url).await;
+    let a = instance(&db, &proxied, false).await;
+    let b = instance(&db, &db.url, true).await;
+    // B polls for new requests once as it starts; let that pass, so that the request
+    // below is A's (B then takes work only through its sweeps).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    long_job("outage".into(), 6_000).on(&a).await.expect("call");
+    probe(&a).wait_runs("outage started", 1).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    proxy.restore();
+    probe(&a).wait_runs("outage", 1).await;
+    a.wait_idle().await;
+    // Long enough for B to have run it, had it rescued it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        probe(&b).runs("outage"),
+        0,
+        "B ran the body too: the lease lapsed"
+    );
+    assert!(!told(&a), "A's body was told its lease was lost");
+    assert_eq!(success_workers(&db).await, vec![a.instance().to_string()]);
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
+}
+
+async fn a_lease_that_cannot_be_kept_is_told_and_fenced(db: TestDb) {
+    logs();
+    let (proxy, proxied) = Proxy::for_url(&db.url).await;
+    let a = instance(&db, &proxied, false).await;
+    let b = instance(&db, &db.url, true).await;
+    // B polls for new requests once as it starts; let that pass, so that the request
+    // below is A's (B then takes work only through its sweeps).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    long_job("stalled".into(), 8_000)
+        .on(&a)
+        .await
+        .expect("call");
+    probe(&a).wait_runs("stalled started", 1).await;
+    let stalled_at = now_ms();
+    proxy.stall();
+    // A's lease runs out about 3 s in; B rescues it and runs it (a fresh 8 s).
+    wait_for_long(|| async { told(&a) }, Duration::from_secs(6)).await;
+    let told_after = now_ms() - stalled_at;
+    assert!(
+        told_after <= 3_600,
+        "A's body was told {told_after} ms into the stall"
+    );
+    probe(&b)
+        .wait_runs_within("stalled", 1, Duration::from_secs(15))
+        .await;
+    proxy.restore();
+    probe(&a).wait_runs("stalled", 1).await;
+    a.wait_idle().await;
+    b.wait_idle().await;
+    assert_eq!(
+        success_workers(&db).await,
+        vec![b.instance().to_string()],
+        "only B's outcome is written; A's late one is fenced"
+    );
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
+}
+
+async fn wait_for_long<F, Fut>(mut check: F, limit: Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition not met within {limit:?}");
+}
+
+network_suite!(
+    lease_survives_a_short_outage,
+    a_lease_that_cannot_be_kept_is_told_and_fenced,
+);
