@@ -86,6 +86,9 @@ impl Builder {
         stale_after: Duration;
         /// Records per compensation sweep (default 100).
         compensate_batch: i64;
+        /// How long an idempotency key protects after its first use (default 24 hours);
+        /// see [`Settings::key_retention`].
+        key_retention: Duration;
         /// Lease length of a claim (default 30 s).
         lease: Duration;
         /// Lease renewal interval (default 10 s); must be shorter than `lease`.

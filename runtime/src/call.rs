@@ -66,10 +66,14 @@ impl Call {
         }
     }
 
-    /// An idempotency key: while a request with this key exists for the application, a
-    /// call with the same key returns it ([`Outcome::Existing`]) instead of adding another,
-    /// also when two calls race. Applies to what is persisted. A key is 1 to 1,020 bytes
-    /// without NUL; another is refused with [`Error::InvalidCall`] when the call is awaited.
+    /// An idempotency key: for `key_retention` after its first use (default 24 hours), a
+    /// call of this application with the same key returns the first request
+    /// ([`Outcome::Existing`]) instead of adding another, whatever happened to that request
+    /// (run and deleted, dead, cancelled), also when two calls race. `SyncSave` looks at the
+    /// key before it runs the body. `AsyncSave`, `Async` and `Thread` write nothing at the
+    /// call and ignore the key. A key is 1 to 1,020 bytes without NUL; another is refused
+    /// with [`Error::InvalidCall`] when the call is awaited. See
+    /// [`Runtime::find_by_key`](crate::Runtime::find_by_key).
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
@@ -181,7 +185,8 @@ impl<'t, DB: Backend> IntoFuture for CallIn<'t, DB> {
 /// What a submitted call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
-    /// The request record, when one was written.
+    /// The request record, when one was written; with [`Outcome::Existing`], the request
+    /// the key names (its record may be gone: deleted on success, or by an operator).
     pub id: Option<RequestId>,
     /// What happened.
     pub outcome: Outcome,
@@ -199,7 +204,10 @@ impl Receipt {
 pub enum Outcome {
     /// `SaveAsync`: the record is written; it runs after the commit (or its delay).
     Queued,
-    /// The idempotency key was taken: `id` is the existing request; nothing was added.
+    /// The idempotency key is in use and has not expired: nothing was added, and a
+    /// `SyncSave` body did not run. `id` is the request the key names (its record may have
+    /// been deleted since), or `None` when the key is that of a `SyncSave` call whose body
+    /// ran at once (no record).
     Existing,
     /// `SyncSave`: the body ran at the call and succeeded.
     Ran,

@@ -163,6 +163,8 @@ pub(crate) struct NewRequest {
     pub(crate) param_json: Arc<str>,
     pub(crate) remark: &'static str,
     pub(crate) idempotency_key: Option<String>,
+    /// How long the idempotency key protects from `now` (ms): the `key_retention` setting.
+    pub(crate) key_retention: i64,
     pub(crate) priority: i32,
     pub(crate) run_at: i64,
     pub(crate) last_error: Option<String>,
@@ -182,8 +184,17 @@ pub(crate) struct NewRequest {
 pub(crate) enum Inserted {
     /// A new record.
     New(RequestId),
-    /// The idempotency key was taken: this is the existing record.
-    Existing(RequestId),
+    /// The idempotency key was taken and has not expired: this is the request it names
+    /// (which may have been deleted since); `None` for the key of a `SyncSave` call whose
+    /// body ran at once, without a record.
+    Existing(Option<RequestId>),
+}
+
+impl NewRequest {
+    /// When the key of this request, written now, expires (unix ms).
+    pub(crate) fn key_expire_time(&self) -> i64 {
+        self.now.saturating_add(self.key_retention)
+    }
 }
 
 /// A record claimed by this instance: `running`, leased, its attempt counted.

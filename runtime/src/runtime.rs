@@ -451,6 +451,7 @@ impl Inner {
             param_json: params,
             remark: def.remark,
             idempotency_key: key,
+            key_retention: self.settings.key_retention.as_millis() as i64,
             priority,
             run_at,
             last_error: None,

@@ -93,6 +93,10 @@ pub struct Settings {
     pub stale_after: Duration,
     /// Records claimed per compensation sweep (default 100).
     pub compensate_batch: i64,
+    /// How long an idempotency key protects after its first use (default 24 hours), whatever
+    /// happens to the request it names; then the compensation sweep forgets it, and a call
+    /// with the key is a new request. At least 1 ms, at most a year.
+    pub key_retention: Duration,
     /// How long a claim holds a record without a heartbeat (default 30 s).
     pub lease: Duration,
     /// How often leases of running records are renewed (default 10 s).
@@ -145,6 +149,7 @@ impl Default for Settings {
             compensate_interval: Duration::from_secs(30),
             stale_after: Duration::from_secs(60),
             compensate_batch: 100,
+            key_retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
@@ -184,6 +189,7 @@ impl std::fmt::Debug for Settings {
             .field("compensate_interval", &self.compensate_interval)
             .field("stale_after", &self.stale_after)
             .field("compensate_batch", &self.compensate_batch)
+            .field("key_retention", &self.key_retention)
             .field("lease", &self.lease)
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -256,6 +262,7 @@ impl Settings {
             ("poll_interval", self.poll_interval),
             ("retry_interval", Some(self.retry_interval)),
             ("compensate_interval", Some(self.compensate_interval)),
+            ("key_retention", Some(self.key_retention)),
             ("lease", Some(self.lease)),
             ("heartbeat_interval", Some(self.heartbeat_interval)),
         ];
@@ -383,6 +390,20 @@ mod tests {
                     ..base()
                 },
                 "stale_after",
+            ),
+            (
+                Settings {
+                    key_retention: Duration::ZERO,
+                    ..base()
+                },
+                "key_retention",
+            ),
+            (
+                Settings {
+                    key_retention: Duration::MAX,
+                    ..base()
+                },
+                "key_retention",
             ),
             (
                 Settings {

@@ -13,7 +13,7 @@ use crate::executor::{
 use crate::record::{now_ms, Inserted, NewRequest, RequestId};
 use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
-use crate::store::{Backend, ClaimIds, DueKind};
+use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
 use crate::strategy::Strategy;
 use crate::tx::Tx;
 
@@ -61,6 +61,10 @@ trait Writer {
         inner: &Inner,
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>>;
+    /// The idempotency key, unless it expired, as this writer sees it.
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>>;
+    /// Records the key of a `SyncSave` call whose body ran, unless it is taken.
+    async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()>;
     /// Called with the jobs to run once the data is committed.
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
     /// A delayed record written at `written_at` (unix ms): in a transaction, its delay is
@@ -97,6 +101,14 @@ impl Writer for Autocommit {
         let inserted = inner.store.request_insert_many(requests).await;
         inserted.map_err(|e| explain_lock(inner, e))
     }
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
+        let found = inner.store.key_find(&inner.app, key, now_ms()).await;
+        found.map_err(|e| explain_lock(inner, e))
+    }
+    async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()> {
+        let recorded = inner.store.key_record(request).await;
+        recorded.map_err(|e| explain_lock(inner, e))
+    }
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>) {
         inner.after_commit(jobs).await;
     }
@@ -115,6 +127,12 @@ impl<DB: Backend> Writer for Tx<DB> {
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
         DB::insert_many_in(self.conn(), requests).await
+    }
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
+        DB::key_find_in(self.conn(), &inner.app, key, now_ms()).await
+    }
+    async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
+        DB::key_record_in(self.conn(), request).await
     }
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
@@ -174,7 +192,7 @@ impl Inner {
                         }
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
-                    Ok(Inserted::Existing(id)) => Ok(Receipt::new(Some(id), Outcome::Existing)),
+                    Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
                         tracing::error!(executor = call.def.name, %error,
                             "could not persist the request: running it in memory only; a crash now loses it");
@@ -190,10 +208,27 @@ impl Inner {
                 }
             }
             Strategy::SyncSave => {
+                // The key first: a known key does not run the body again. (Not a lock: two
+                // calls at the same moment may both run it; one record is written.)
+                if let Some(key) = &call.key {
+                    if let Some(known) = writer.find_key(self, key).await? {
+                        return Ok(Receipt::new(known.request_id, Outcome::Existing));
+                    }
+                }
                 let job = call.job();
                 let attempt = run_body(self, &job).await;
                 match failure_record(self, &job, &attempt, call.key.clone(), call.priority) {
-                    None => Ok(Receipt::new(None, Outcome::Ran)),
+                    None => {
+                        if call.key.is_some() {
+                            // Remember the key, so that a retried call does not run again.
+                            // The body ran whatever happens here: the receipt says so.
+                            if let Err(error) = writer.record_key(self, &call.request(self)).await {
+                                tracing::error!(executor = call.def.name, %error,
+                                    "SyncSave body ran but its idempotency key could not be recorded: a call with the key runs it again");
+                            }
+                        }
+                        Ok(Receipt::new(None, Outcome::Ran))
+                    }
                     Some(request) => {
                         let error = request
                             .log
@@ -201,9 +236,10 @@ impl Inner {
                             .and_then(|l| l.error.clone())
                             .unwrap_or_default();
                         let id = match writer.insert(self, &request).await? {
-                            Inserted::New(id) | Inserted::Existing(id) => id,
+                            Inserted::New(id) => Some(id),
+                            Inserted::Existing(id) => id,
                         };
-                        Ok(Receipt::new(Some(id), Outcome::Deferred { error }))
+                        Ok(Receipt::new(id, Outcome::Deferred { error }))
                     }
                 }
             }
@@ -260,7 +296,7 @@ impl Inner {
                         }
                         Receipt::new(Some(id), Outcome::Queued)
                     }
-                    Inserted::Existing(id) => Receipt::new(Some(id), Outcome::Existing),
+                    Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),
                 });
             }
             writer.after_commit(self, jobs).await;

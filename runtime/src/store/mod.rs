@@ -40,6 +40,43 @@ pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<RequestId>>;
 }
 
+/// An idempotency key as `async_key` holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredKey {
+    /// The request it names; `None` for a `SyncSave` call whose body ran at once.
+    pub(crate) request_id: Option<RequestId>,
+    /// First used (unix ms).
+    pub(crate) create_time: i64,
+    /// Protects until then (unix ms).
+    pub(crate) expire_time: i64,
+}
+
+/// The `request_id` of a key whose transaction has claimed it and not yet written its
+/// request. It is replaced before the transaction commits.
+pub(crate) const KEY_PENDING: RequestId = -1;
+
+/// Expired keys deleted per pass of the compensation sweep.
+pub(crate) const KEY_SWEEP_BATCH: i64 = 1000;
+
+/// What claiming a key found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyClaim {
+    /// The key was free (or expired): this transaction holds it, with [`KEY_PENDING`].
+    Ours,
+    /// The key is in use and has not expired: the request it names.
+    Taken(Option<RequestId>),
+}
+
+impl KeyClaim {
+    /// Reads the `request_id` that a key holds after this transaction's claim statement.
+    pub(crate) fn from_request_id(request_id: Option<RequestId>) -> Self {
+        match request_id {
+            Some(KEY_PENDING) => KeyClaim::Ours,
+            other => KeyClaim::Taken(other),
+        }
+    }
+}
+
 /// Which records a sweep claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DueKind {
@@ -324,6 +361,16 @@ pub(crate) trait Store: Send + Sync + 'static {
         now: i64,
     ) -> Result<u64>;
 
+    /// The idempotency key `key` of `application`, unless it expired by `now`.
+    async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>>;
+
+    /// Records the key of a `SyncSave` call whose body ran (no record), unless the key
+    /// is in use and has not expired.
+    async fn key_record(&self, request: &NewRequest) -> Result<()>;
+
+    /// Deletes up to `limit` keys of `application` that expired by `now`.
+    async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64>;
+
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.
     async fn request_count_elsewhere(
@@ -365,6 +412,22 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             request: &'c NewRequest,
         ) -> BoxFuture<'c, Result<Inserted>>;
+
+        /// The idempotency key `key` of `application`, unless it expired by `now`, as the
+        /// caller's transaction sees it.
+        fn key_find_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            key: &'c str,
+            now: i64,
+        ) -> BoxFuture<'c, Result<Option<StoredKey>>>;
+
+        /// Records the key of a `SyncSave` call whose body ran, inside the caller's
+        /// transaction, unless the key is in use and has not expired.
+        fn key_record_in<'c>(
+            conn: &'c mut Self::Connection,
+            request: &'c NewRequest,
+        ) -> BoxFuture<'c, Result<()>>;
 
         /// Inserts many requests inside the caller's transaction; the result is in the
         /// order of `requests`. Backends override it with multi-row statements.

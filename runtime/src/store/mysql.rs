@@ -22,14 +22,16 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, RequestFilter, Rescued,
-    Store,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, RequestFilter,
+    Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 use crate::registry::BoxFuture;
+
+mod keys;
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -251,87 +253,49 @@ async fn delete_fenced(
     Ok(query.execute(conn).await?.rows_affected())
 }
 
-/// Whether the error is a duplicate of the idempotency key (1062 on its unique index).
-fn is_duplicate_key(error: &sqlx::Error) -> bool {
-    error_number(error) == Some(1062)
-        && matches!(error, sqlx::Error::Database(db) if db.message().contains("async_req_idempotency"))
-}
-
-/// Inserts a request on `conn`, in its transaction if it is in one. A duplicate key only
-/// fails its own statement (InnoDB keeps the transaction), so the caller's transaction
-/// goes on with the existing record.
+/// Inserts a request on `conn`, in its transaction if it is in one; a request with a key
+/// needs one (its key is claimed first, then the request is written).
 async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
-    // The existing record may be deleted between the failed insert and the read: then the
-    // insert is tried again.
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let inserted = sqlx::query(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-             create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&*r.application_name)
-        .bind(r.executor)
-        .bind(r.sign)
-        .bind(r.strategy)
-        .bind(r.status.as_str())
-        .bind(r.exec_count)
-        .bind(r.max_attempts)
-        .bind(&*r.param_json)
-        .bind(r.remark)
-        .bind(&r.idempotency_key)
-        .bind(r.priority)
-        .bind(r.run_at)
-        .bind(&r.last_error)
-        .bind(&r.trace_json)
-        .bind(r.now)
-        .bind(r.now)
-        .execute(&mut *conn)
-        .await;
-        match inserted {
-            Ok(done) => {
-                let id = done.last_insert_id() as i64;
-                if let Some(log) = &r.log {
-                    let log = AttemptLog {
-                        request_id: id,
-                        ..log.clone()
-                    };
-                    insert_log(conn, &log).await?;
-                }
-                return Ok(Inserted::New(id));
-            }
-            Err(e) if r.idempotency_key.is_some() && is_duplicate_key(&e) => {
-                if let Some(id) = existing_id(conn, r).await? {
-                    return Ok(Inserted::Existing(id));
-                }
-                if tries >= 3 {
-                    return Err(e.into());
-                }
-            }
-            Err(e) => return Err(e.into()),
+    if r.idempotency_key.is_some() {
+        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
+            return Ok(Inserted::Existing(id));
         }
     }
-}
-
-/// The id of the record that holds the request's idempotency key.
-async fn existing_id(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Option<RequestId>> {
-    const SQL: &str = "SELECT id FROM async_req WHERE application_name = ? AND idempotency_key = ?";
-    // A plain read takes no lock (a lock would keep the record from being claimed until
-    // the caller commits), but in a REPEATABLE READ transaction it reads the snapshot, which
-    // may be older than the record that another transaction just committed: then a locking
-    // read, which reads the latest committed version.
-    for sql in [SQL.to_string(), format!("{SQL} LOCK IN SHARE MODE")] {
-        let row: Option<(i64,)> = sqlx::query_as(&sql)
-            .bind(&*r.application_name)
-            .bind(&r.idempotency_key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        if let Some((id,)) = row {
-            return Ok(Some(id));
-        }
+    let done = sqlx::query(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&*r.application_name)
+    .bind(r.executor)
+    .bind(r.sign)
+    .bind(r.strategy)
+    .bind(r.status.as_str())
+    .bind(r.exec_count)
+    .bind(r.max_attempts)
+    .bind(&*r.param_json)
+    .bind(r.remark)
+    .bind(&r.idempotency_key)
+    .bind(r.priority)
+    .bind(r.run_at)
+    .bind(&r.last_error)
+    .bind(&r.trace_json)
+    .bind(r.now)
+    .bind(r.now)
+    .execute(&mut *conn)
+    .await?;
+    let id = done.last_insert_id() as i64;
+    if r.idempotency_key.is_some() {
+        keys::assign(&mut *conn, r, Some(id)).await?;
     }
-    Ok(None)
+    if let Some(log) = &r.log {
+        let log = AttemptLog {
+            request_id: id,
+            ..log.clone()
+        };
+        insert_log(conn, &log).await?;
+    }
+    Ok(Inserted::New(id))
 }
 
 /// Rows per multi-row INSERT.
@@ -394,6 +358,22 @@ impl BackendOps for MySql {
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<MySqlStore>()?;
         Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn key_find_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        key: &'c str,
+        now: i64,
+    ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
+        Box::pin(keys::find(conn, application, key, now))
+    }
+
+    fn key_record_in<'c>(
+        conn: &'c mut MySqlConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(keys::record(conn, request))
     }
 
     fn insert_in<'c>(
@@ -760,7 +740,7 @@ impl Store for MySqlStore {
 
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
         with_retry(|| async {
-            if request.log.is_some() {
+            if request.log.is_some() || request.idempotency_key.is_some() {
                 let mut tx = self.begin().await?;
                 let inserted = insert_request(&mut tx, request).await?;
                 tx.commit().await?;
@@ -922,6 +902,18 @@ impl Store for MySqlStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_from_row).collect()
+    }
+
+    async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
+        keys::find(&mut *self.pool.acquire().await?, application, key, now).await
+    }
+
+    async fn key_record(&self, request: &NewRequest) -> Result<()> {
+        with_retry(|| self.key_record_once(request)).await
+    }
+
+    async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64> {
+        with_retry(|| self.key_expire_once(application, now, limit)).await
     }
 
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {

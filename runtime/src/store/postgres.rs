@@ -14,12 +14,17 @@ use super::rows::{
     claimed_from_row, log_from_row, request_from_row, CLAIMED_COLUMNS, REQUEST_COLUMNS,
 };
 use super::sealed::BackendOps;
-use super::{Backend, ClaimDue, ClaimIds, Completion, DueKind, RequestFilter, Rescued, Store};
+use super::{
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, RequestFilter, Rescued, Store,
+    StoredKey,
+};
 use crate::error::{Error, Result};
 use crate::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 use crate::registry::BoxFuture;
+
+mod keys;
 
 /// The channel of the wake-ups sent when requests to run now are committed.
 const CHANNEL: &str = "async_exec";
@@ -83,15 +88,20 @@ async fn insert_log(conn: &mut PgConnection, log: &AttemptLog) -> Result<()> {
 }
 
 async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
-    // A concurrent transaction inserting the same key makes this statement wait for its
-    // outcome: on commit there is no row here (and the SELECT below, a new statement, sees
-    // the committed one); on rollback this one inserts. The NOTIFY rides in the same
-    // statement (one round trip) and, like the row, is delivered only on commit.
+    // A key is claimed first, in the same transaction: a concurrent transaction holding
+    // the same key makes the claim wait for its outcome (see `keys::claim`).
+    if r.idempotency_key.is_some() {
+        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
+            return Ok(Inserted::Existing(id));
+        }
+    }
+    // The NOTIFY rides in the same statement (one round trip) and, like the row, is
+    // delivered only on commit.
     const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
          create_time, update_time) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
-         ON CONFLICT DO NOTHING RETURNING id";
+         RETURNING id";
     let payload = r.notify.as_ref().map(|owner| {
         serde_json::to_string(&Wake {
             app: &r.application_name,
@@ -125,29 +135,18 @@ async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inser
     if let Some(payload) = payload {
         query = query.bind(CHANNEL).bind(payload);
     }
-    let inserted = query.fetch_optional(&mut *conn).await?;
-    match inserted {
-        Some((id,)) => {
-            if let Some(log) = &r.log {
-                let log = AttemptLog {
-                    request_id: id,
-                    ..log.clone()
-                };
-                insert_log(conn, &log).await?;
-            }
-            Ok(Inserted::New(id))
-        }
-        None => {
-            let (id,): (i64,) = sqlx::query_as(
-                "SELECT id FROM async_req WHERE application_name = $1 AND idempotency_key = $2",
-            )
-            .bind(&*r.application_name)
-            .bind(&r.idempotency_key)
-            .fetch_one(conn)
-            .await?;
-            Ok(Inserted::Existing(id))
-        }
+    let (id,) = query.fetch_one(&mut *conn).await?;
+    if r.idempotency_key.is_some() {
+        keys::assign(&mut *conn, r, Some(id)).await?;
     }
+    if let Some(log) = &r.log {
+        let log = AttemptLog {
+            request_id: id,
+            ..log.clone()
+        };
+        insert_log(conn, &log).await?;
+    }
+    Ok(Inserted::New(id))
 }
 
 /// Inserts many requests: those without an idempotency key or a logged attempt with one
@@ -215,6 +214,22 @@ impl BackendOps for Postgres {
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<PostgresStore>()?;
         Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn key_find_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        key: &'c str,
+        now: i64,
+    ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
+        Box::pin(keys::find(conn, application, key, now))
+    }
+
+    fn key_record_in<'c>(
+        conn: &'c mut PgConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(keys::record(conn, request))
     }
 
     fn insert_in<'c>(
@@ -844,6 +859,23 @@ impl Store for PostgresStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
+        let mut conn = self.pool.acquire().await?;
+        keys::find(&mut conn, application, key, now).await
+    }
+
+    async fn key_record(&self, request: &NewRequest) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        keys::record(&mut tx, request).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64> {
+        let mut conn = self.pool.acquire().await?;
+        keys::expire(&mut conn, application, now, limit).await
     }
 
     async fn request_count_elsewhere(

@@ -14,13 +14,16 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, RequestFilter, Rescued, Store,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, RequestFilter,
+    Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 use crate::registry::BoxFuture;
+
+mod keys;
 
 /// Records in a SQLite database file (WAL mode).
 #[derive(Debug, Clone)]
@@ -132,59 +135,47 @@ async fn insert_log(conn: &mut SqliteConnection, log: &AttemptLog) -> Result<()>
 }
 
 async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
-    // Without a key nothing can conflict: a plain INSERT, its rowid from the result.
-    let sql = if r.idempotency_key.is_none() {
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    } else {
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT DO NOTHING"
-    };
-    let done = sqlx::query(sql)
-        .bind(&*r.application_name)
-        .bind(r.executor)
-        .bind(r.sign)
-        .bind(r.strategy)
-        .bind(r.status.as_str())
-        .bind(r.exec_count)
-        .bind(r.max_attempts)
-        .bind(&*r.param_json)
-        .bind(r.remark)
-        .bind(&r.idempotency_key)
-        .bind(r.priority)
-        .bind(r.run_at)
-        .bind(&r.last_error)
-        .bind(&r.trace_json)
-        .bind(r.now)
-        .bind(r.now)
-        .execute(&mut *conn)
-        .await?;
-    let inserted = (done.rows_affected() == 1).then(|| (done.last_insert_rowid(),));
-    match inserted {
-        Some((id,)) => {
-            if let Some(log) = &r.log {
-                let log = AttemptLog {
-                    request_id: id,
-                    ..log.clone()
-                };
-                insert_log(conn, &log).await?;
-            }
-            Ok(Inserted::New(id))
-        }
-        None => {
-            let (id,): (i64,) = sqlx::query_as(
-                "SELECT id FROM async_req WHERE application_name = ? AND idempotency_key = ?",
-            )
-            .bind(&*r.application_name)
-            .bind(&r.idempotency_key)
-            .fetch_one(conn)
-            .await?;
-            Ok(Inserted::Existing(id))
+    // A key is claimed first, in the same transaction.
+    if r.idempotency_key.is_some() {
+        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
+            return Ok(Inserted::Existing(id));
         }
     }
+    let done = sqlx::query(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&*r.application_name)
+    .bind(r.executor)
+    .bind(r.sign)
+    .bind(r.strategy)
+    .bind(r.status.as_str())
+    .bind(r.exec_count)
+    .bind(r.max_attempts)
+    .bind(&*r.param_json)
+    .bind(r.remark)
+    .bind(&r.idempotency_key)
+    .bind(r.priority)
+    .bind(r.run_at)
+    .bind(&r.last_error)
+    .bind(&r.trace_json)
+    .bind(r.now)
+    .bind(r.now)
+    .execute(&mut *conn)
+    .await?;
+    let id = done.last_insert_rowid();
+    if r.idempotency_key.is_some() {
+        keys::assign(&mut *conn, r, Some(id)).await?;
+    }
+    if let Some(log) = &r.log {
+        let log = AttemptLog {
+            request_id: id,
+            ..log.clone()
+        };
+        insert_log(conn, &log).await?;
+    }
+    Ok(Inserted::New(id))
 }
 
 /// Rows per multi-row INSERT (16 parameters each, well under SQLite's limit).
@@ -245,6 +236,22 @@ impl BackendOps for Sqlite {
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<SqliteStore>()?;
         Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+    }
+
+    fn key_find_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        key: &'c str,
+        now: i64,
+    ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
+        Box::pin(keys::find(conn, application, key, now))
+    }
+
+    fn key_record_in<'c>(
+        conn: &'c mut SqliteConnection,
+        request: &'c NewRequest,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(keys::record(conn, request))
     }
 
     fn insert_in<'c>(
@@ -464,6 +471,24 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(log_from_row).collect()
+    }
+
+    async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
+        let mut conn = self.pool.acquire().await?;
+        keys::find(&mut conn, application, key, now).await
+    }
+
+    async fn key_record(&self, request: &NewRequest) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        keys::record(&mut tx, request).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64> {
+        let mut writer = self.writer().await?;
+        let result = keys::expire(writer.conn(), application, now, limit).await;
+        writer.check(result)
     }
 
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {

@@ -21,6 +21,7 @@ fn new_request(application: &Arc<str>) -> NewRequest {
         param_json: Arc::from("{}"),
         remark: "",
         idempotency_key: None,
+        key_retention: 86_400_000,
         priority: 0,
         run_at: now_ms(),
         last_error: None,
@@ -60,7 +61,7 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         .into_iter()
         .map(|i| match i {
             Inserted::New(id) => id,
-            Inserted::Existing(id) => panic!("no key, yet {id} existed"),
+            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
         })
         .collect();
     let now = now_ms();

@@ -1,0 +1,134 @@
+//! The MySQL/MariaDB SQL of idempotency keys (`async_key`).
+
+use sqlx::MySqlConnection;
+
+use super::MySqlStore;
+use crate::error::Result;
+use crate::record::{NewRequest, RequestId};
+use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
+
+/// Claims the request's key in the current transaction: inserts it, or takes over an
+/// expired one. A transaction that holds the key uncommitted makes the insert wait for its
+/// outcome (the primary key's lock); after a commit the key is taken, after a rollback it
+/// is ours. Either way the key's row stays locked until this transaction ends.
+pub(super) async fn claim(conn: &mut MySqlConnection, r: &NewRequest) -> Result<KeyClaim> {
+    // Each assignment tests `expire_time` before the last one changes it. `VALUES(col)`
+    // rather than a row alias: MariaDB has no alias (MySQL 8 warns that it is deprecated).
+    sqlx::query(
+        "INSERT INTO async_key (application_name, idempotency_key, request_id, create_time, expire_time) \
+         VALUES (?, ?, ?, ?, ?) \
+         ON DUPLICATE KEY UPDATE \
+           request_id = IF(expire_time <= VALUES(create_time), VALUES(request_id), request_id), \
+           create_time = IF(expire_time <= VALUES(create_time), VALUES(create_time), create_time), \
+           expire_time = IF(expire_time <= VALUES(create_time), VALUES(expire_time), expire_time)",
+    )
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .bind(KEY_PENDING)
+    .bind(r.now)
+    .bind(r.key_expire_time())
+    .execute(&mut *conn)
+    .await?;
+    // A locking read: in a REPEATABLE READ transaction it reads the latest committed row,
+    // not the snapshot (this transaction holds its lock already).
+    let (request_id,): (Option<RequestId>,) = sqlx::query_as(
+        "SELECT request_id FROM async_key WHERE application_name = ? AND idempotency_key = ? \
+         FOR UPDATE",
+    )
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .fetch_one(conn)
+    .await?;
+    Ok(KeyClaim::from_request_id(request_id))
+}
+
+/// Names the request that a claimed key protects (`None`: a `SyncSave` call that ran).
+pub(super) async fn assign(
+    conn: &mut MySqlConnection,
+    r: &NewRequest,
+    request_id: Option<RequestId>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE async_key SET request_id = ? WHERE application_name = ? AND idempotency_key = ?",
+    )
+    .bind(request_id)
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the key of a `SyncSave` call that ran, unless it is taken.
+pub(super) async fn record(conn: &mut MySqlConnection, r: &NewRequest) -> Result<()> {
+    if claim(&mut *conn, r).await? == KeyClaim::Ours {
+        assign(conn, r, None).await?;
+    }
+    Ok(())
+}
+
+/// The key, unless it expired by `now` (a plain read: no lock).
+pub(super) async fn find(
+    conn: &mut MySqlConnection,
+    application: &str,
+    key: &str,
+    now: i64,
+) -> Result<Option<StoredKey>> {
+    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
+        "SELECT request_id, create_time, expire_time FROM async_key \
+         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ?",
+    )
+    .bind(application)
+    .bind(key)
+    .bind(now)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
+        request_id: request_id.filter(|&id| id != KEY_PENDING),
+        create_time,
+        expire_time,
+    }))
+}
+
+/// Deletes up to `limit` expired keys (run it in a READ COMMITTED transaction: no gap
+/// locks before the keys that callers insert).
+pub(super) async fn expire(
+    conn: &mut MySqlConnection,
+    application: &str,
+    now: i64,
+    limit: i64,
+) -> Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM async_key WHERE application_name = ? AND expire_time <= ? \
+         ORDER BY expire_time LIMIT ?",
+    )
+    .bind(application)
+    .bind(now)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+impl MySqlStore {
+    /// Records the key of a `SyncSave` call that ran, in a transaction of its own.
+    pub(super) async fn key_record_once(&self, r: &NewRequest) -> Result<()> {
+        let mut tx = self.begin().await?;
+        record(&mut tx, r).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes expired keys in a READ COMMITTED transaction of its own.
+    pub(super) async fn key_expire_once(
+        &self,
+        application: &str,
+        now: i64,
+        limit: i64,
+    ) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        let deleted = expire(&mut tx, application, now, limit).await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,102 @@
+//! The SQLite SQL of idempotency keys (`async_key`).
+
+use sqlx::SqliteConnection;
+
+use crate::error::Result;
+use crate::record::{NewRequest, RequestId};
+use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
+
+/// Claims the request's key in the current transaction: inserts it, or takes over an
+/// expired one (SQLite has one writer at a time: no other transaction holds it meanwhile).
+pub(super) async fn claim(conn: &mut SqliteConnection, r: &NewRequest) -> Result<KeyClaim> {
+    sqlx::query(
+        "INSERT INTO async_key (application_name, idempotency_key, request_id, create_time, expire_time) \
+         VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (application_name, idempotency_key) DO UPDATE \
+         SET request_id = excluded.request_id, create_time = excluded.create_time, \
+           expire_time = excluded.expire_time \
+         WHERE async_key.expire_time <= excluded.create_time",
+    )
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .bind(KEY_PENDING)
+    .bind(r.now)
+    .bind(r.key_expire_time())
+    .execute(&mut *conn)
+    .await?;
+    let (request_id,): (Option<RequestId>,) = sqlx::query_as(
+        "SELECT request_id FROM async_key WHERE application_name = ? AND idempotency_key = ?",
+    )
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .fetch_one(conn)
+    .await?;
+    Ok(KeyClaim::from_request_id(request_id))
+}
+
+/// Names the request that a claimed key protects (`None`: a `SyncSave` call that ran).
+pub(super) async fn assign(
+    conn: &mut SqliteConnection,
+    r: &NewRequest,
+    request_id: Option<RequestId>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE async_key SET request_id = ? WHERE application_name = ? AND idempotency_key = ?",
+    )
+    .bind(request_id)
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the key of a `SyncSave` call that ran, unless it is taken.
+pub(super) async fn record(conn: &mut SqliteConnection, r: &NewRequest) -> Result<()> {
+    if claim(&mut *conn, r).await? == KeyClaim::Ours {
+        assign(conn, r, None).await?;
+    }
+    Ok(())
+}
+
+/// The key, unless it expired by `now`.
+pub(super) async fn find(
+    conn: &mut SqliteConnection,
+    application: &str,
+    key: &str,
+    now: i64,
+) -> Result<Option<StoredKey>> {
+    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
+        "SELECT request_id, create_time, expire_time FROM async_key \
+         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ?",
+    )
+    .bind(application)
+    .bind(key)
+    .bind(now)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
+        request_id: request_id.filter(|&id| id != KEY_PENDING),
+        create_time,
+        expire_time,
+    }))
+}
+
+/// Deletes up to `limit` expired keys.
+pub(super) async fn expire(
+    conn: &mut SqliteConnection,
+    application: &str,
+    now: i64,
+    limit: i64,
+) -> Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM async_key WHERE rowid IN (SELECT rowid FROM async_key \
+         WHERE application_name = ? AND expire_time <= ? ORDER BY expire_time LIMIT ?)",
+    )
+    .bind(application)
+    .bind(now)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
