@@ -135,6 +135,25 @@ impl Builder {
         self
     }
 
+    /// Fault injection for tests: pretends this process's wall clock is off by `ms`
+    /// milliseconds (negative: behind). Leases, due times and key expiry come from the
+    /// database's clock, so a runtime behaves the same whatever its process's clock says;
+    /// this lets a test show it (`tests/clocks.rs`). Not for production use.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec_runtime::Result<()> {
+    /// let behind = async_exec_runtime::Runtime::builder()
+    ///     .database_url("postgres://postgres@127.0.0.1/test")
+    ///     .simulated_clock_offset(-60_000)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn simulated_clock_offset(mut self, ms: i64) -> Self {
+        self.settings.simulated_clock_offset_ms = ms;
+        self
+    }
+
     /// Registers a value that bodies receive as a `Data<T>` parameter.
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.data.insert(Arc::new(value));

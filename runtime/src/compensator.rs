@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::record::now_ms;
+
 use crate::runtime::Inner;
 use crate::store::{DueKind, KEY_SWEEP_BATCH};
 use crate::sweep::claim_and_start;
@@ -34,7 +34,7 @@ impl Compensator {
         let inner = &self.inner;
         let keys_expired = inner
             .store
-            .key_expire(&inner.app, now_ms(), KEY_SWEEP_BATCH)
+            .key_expire(&inner.app, inner.now_ms(), KEY_SWEEP_BATCH)
             .await?;
         let older_than = inner.settings.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };

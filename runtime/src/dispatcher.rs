@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
 
 use crate::executor::{Job, RecordRef};
-use crate::record::{now_ms, RequestId};
+use crate::record::RequestId;
 use crate::runtime::Inner;
 use crate::store::{ClaimIds, DueKind};
 use crate::strategy::Strategy;
@@ -150,7 +150,7 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
         .iter()
         .filter_map(|j| j.record.as_ref().map(|r| r.id))
         .collect();
-    let now = now_ms();
+    let now = inner.now_ms();
     let lease_until = now + inner.lease_ms();
     let claimed = if ids.is_empty() {
         Vec::new()
@@ -159,7 +159,7 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
             ids: &ids,
             owner: &inner.owner,
             now,
-            lease_until,
+            lease_ms: inner.lease_ms(),
         };
         match inner.store.request_claim_ids(params).await {
             Ok(claimed) => claimed,

@@ -16,7 +16,7 @@ use tracing::Instrument;
 use crate::backoff::retry_delay;
 use crate::context::Context;
 use crate::outcome::{Failure, FailureKind};
-use crate::record::{now_ms, AttemptLog, NewRequest, RequestId, Status};
+use crate::record::{AttemptLog, NewRequest, RequestId, Status};
 use crate::registry::{ExecutorDef, Invocation};
 use crate::runtime::Inner;
 use crate::store::{Completion, CompletionResult};
@@ -98,7 +98,7 @@ pub(crate) async fn run_body_told(
         data: inner.data.clone(),
     };
     let timeout = inner.timeout_of(def);
-    let started = now_ms();
+    let started = inner.now_ms();
     let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
     let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
         .instrument(span.clone())
@@ -113,7 +113,7 @@ pub(crate) async fn run_body_told(
             ),
         )),
     };
-    let finished = now_ms();
+    let finished = inner.now_ms();
     span.in_scope(|| match &result {
         Ok(()) => tracing::debug!(elapsed_ms = finished - started, "executed"),
         Err(failure) => tracing::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
@@ -192,7 +192,7 @@ fn failed_result(
     let delay = retry_delay(attempt, settings.retry_base_delay, settings.retry_max_delay);
     CompletionResult::Failed {
         error: text::stored(&failure.message),
-        run_at: now_ms() + delay.as_millis() as i64,
+        run_at: inner.now_ms() + delay.as_millis() as i64,
     }
 }
 
@@ -300,16 +300,16 @@ impl ExecutorPool {
         if let Some((id, attempt)) = record {
             // Registered before the task starts, so that its completion always finds it.
             let overrun = inner.timeout_of(job.def) + inner.settings.heartbeat_interval;
-            let renew_until = now_ms().saturating_add(overrun.as_millis() as i64);
+            let renew_until = inner.now_ms().saturating_add(overrun.as_millis() as i64);
             let mut in_flight = self.in_flight.lock().expect("in-flight lock");
             let flight = in_flight
                 .entry(id)
                 .and_modify(|f| {
                     if f.attempt != attempt {
-                        *f = InFlight::new(attempt, now_ms() + inner.lease_ms());
+                        *f = InFlight::new(attempt, inner.now_ms() + inner.lease_ms());
                     }
                 })
-                .or_insert_with(|| InFlight::new(attempt, now_ms() + inner.lease_ms()));
+                .or_insert_with(|| InFlight::new(attempt, inner.now_ms() + inner.lease_ms()));
             if flight.lost {
                 in_flight.remove(&id);
                 tracing::warn!(

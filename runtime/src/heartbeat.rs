@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::executor::ExecutorPool;
-use crate::record::now_ms;
 use crate::store::LeaseKeeper;
 
 /// Renews leases. Get one with [`Runtime::heartbeat`](crate::Runtime::heartbeat).
@@ -25,6 +24,7 @@ pub struct Heartbeat {
     pub(crate) keeper: Arc<dyn LeaseKeeper>,
     pub(crate) pool: Arc<ExecutorPool>,
     pub(crate) owner: Arc<str>,
+    pub(crate) clock: Arc<crate::clock::Clock>,
     pub(crate) lease: Duration,
     pub(crate) interval: Duration,
 }
@@ -50,7 +50,7 @@ impl Heartbeat {
     /// PostgreSQL a record locked at that moment, its outcome being written, is skipped.)
     /// Gives up when the earliest of those leases ends.
     pub async fn run_once(&self) -> Result<HeartbeatReport> {
-        let sent = now_ms();
+        let sent = self.clock.now_ms();
         let mut report = HeartbeatReport {
             lost: self.report_lost(
                 self.pool.lapse(sent),
@@ -64,10 +64,13 @@ impl Heartbeat {
             return Ok(report);
         };
         let patience = Duration::from_millis(earliest.saturating_sub(sent).max(1) as u64);
-        let until = sent + self.lease.as_millis() as i64;
+        let lease_ms = self.lease.as_millis() as i64;
+        // This instance's estimate of the new lease end: from before the statement was
+        // sent, so never later than the database's.
+        let until = sent + lease_ms;
         let renewed = self
             .keeper
-            .renew(&self.owner, &ids, until, patience)
+            .renew(&self.owner, &ids, lease_ms, patience)
             .await?;
         report.renewed = renewed.len() as u64;
         report.lost += self.report_lost(
@@ -109,7 +112,7 @@ impl Heartbeat {
                     retry
                 }
             };
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let wait = match self.pool.renewable(now).1 {
                 Some(earliest) if earliest > now => {
                     wait.min(Duration::from_millis((earliest - now) as u64))

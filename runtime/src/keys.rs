@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::record::{now_ms, Request, RequestId};
+use crate::record::{Request, RequestId};
 use crate::runtime::Runtime;
 
 /// What an idempotency key names, from [`Runtime::find_by_key`].
@@ -43,7 +43,11 @@ impl Runtime {
     /// ```
     pub async fn find_by_key(&self, key: &str) -> Result<Option<KeyInfo>> {
         let inner = &self.inner;
-        let Some(stored) = inner.store.key_find(&inner.app, key, now_ms()).await? else {
+        let Some(stored) = inner
+            .store
+            .key_find(&inner.app, key, inner.now_ms())
+            .await?
+        else {
             return Ok(None);
         };
         let request = match stored.request_id {

@@ -17,6 +17,7 @@ compile_error!(
 mod backoff;
 mod builder;
 mod call;
+mod clock;
 mod compensator;
 mod completer;
 mod context;

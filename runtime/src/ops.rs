@@ -1,7 +1,7 @@
 //! Operations on records from code: look, list, retry, cancel, delete.
 
 use crate::error::{Error, Result};
-use crate::record::{now_ms, AttemptLog, Request, RequestId, Status};
+use crate::record::{AttemptLog, Request, RequestId, Status};
 use crate::runtime::Runtime;
 use crate::store::RequestFilter;
 
@@ -77,7 +77,7 @@ impl Runtime {
         let status = self
             .inner
             .store
-            .request_retry_now(&self.inner.app, id, now_ms(), replay_success)
+            .request_retry_now(&self.inner.app, id, self.inner.now_ms(), replay_success)
             .await?;
         match status {
             None => Err(Error::NotFound(id)),
@@ -100,7 +100,7 @@ impl Runtime {
         let status = self
             .inner
             .store
-            .request_cancel(&self.inner.app, id, now_ms())
+            .request_cancel(&self.inner.app, id, self.inner.now_ms())
             .await?;
         match status {
             None => Err(Error::NotFound(id)),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::record::{now_ms, RequestId};
+use crate::record::RequestId;
 use crate::runtime::Inner;
 
 /// Recovers expired leases. Get one with [`Runtime::rescuer`](crate::Runtime::rescuer).
@@ -29,7 +29,7 @@ impl Rescuer {
         let inner = &self.inner;
         let rescued = inner
             .store
-            .request_rescue(&inner.app, now_ms(), inner.settings.compensate_batch)
+            .request_rescue(&inner.app, inner.now_ms(), inner.settings.compensate_batch)
             .await?;
         if !rescued.retried.is_empty() {
             tracing::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");

@@ -7,12 +7,13 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::completer::{Completer, CompleterTask};
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
 use crate::executor::{ExecutorPool, Job, RecordRef};
-use crate::record::{now_ms, Claimed, NewRequest, Status};
+use crate::record::{Claimed, NewRequest, Status};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
@@ -43,6 +44,8 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
+    /// The database's clock, for every time the runtime writes.
+    pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
     pub(crate) leases: Arc<dyn crate::store::LeaseKeeper>,
     pub(crate) registry: Registry,
@@ -124,6 +127,10 @@ impl Runtime {
         if settings.migrate {
             store.migrate().await?;
         }
+        let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
+        clock.sync(&*store).await.inspect_err(|error| {
+            tracing::error!(%error, "could not read the database's clock");
+        })?;
         let registry = Registry::from_inventory()?;
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
@@ -140,6 +147,7 @@ impl Runtime {
             app: settings.application_name.as_str().into(),
             owner: owner.into(),
             leases: store.lease_keeper(),
+            clock,
             store,
             registry,
             data: Arc::new(data),
@@ -183,6 +191,17 @@ impl Runtime {
                 async move { part.lock().await.run(inner).await }
             },
         )));
+        // Every instance writes times (submit-only ones too): keep reading the database's
+        // clock.
+        let (clock, store, stop) = (
+            inner.clock.clone(),
+            inner.store.clone(),
+            inner.completer_stop.clone(),
+        );
+        tasks.push(tokio::spawn(supervised("clock", (), move |_| {
+            let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
+            async move { clock.keep_synced(&*store, stop).await }
+        })));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
             return;
@@ -256,6 +275,7 @@ impl Runtime {
         let inner = &self.inner;
         crate::Heartbeat {
             keeper: inner.leases.clone(),
+            clock: inner.clock.clone(),
             pool: inner.pool.clone(),
             owner: inner.owner.clone(),
             lease: inner.settings.lease,
@@ -333,7 +353,7 @@ impl Runtime {
         let unwritten = inner.pool.finished_unwritten();
         let released = inner
             .store
-            .lease_release_owner(&inner.app, &inner.owner, &unwritten, now_ms())
+            .lease_release_owner(&inner.app, &inner.owner, &unwritten, inner.now_ms())
             .await;
         self.uninstall();
         let released = released.inspect_err(|error| {
@@ -416,6 +436,11 @@ impl Inner {
             .unwrap_or(self.settings.default_max_attempts)
     }
 
+    /// Now, by the database's clock (unix ms).
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     pub(crate) fn lease_ms(&self) -> i64 {
         self.settings.lease.as_millis() as i64
     }
@@ -456,7 +481,7 @@ impl Inner {
             run_at,
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
-            now: now_ms(),
+            now: self.now_ms(),
             notify: None,
             log: None,
         }
@@ -469,7 +494,7 @@ impl Inner {
         kind: crate::store::DueKind,
         limit: i64,
     ) -> Result<Vec<Job>> {
-        let now = now_ms();
+        let now = self.now_ms();
         let lease_until = now + self.lease_ms();
         let mut claimed = self
             .store
@@ -479,7 +504,7 @@ impl Inner {
                 kind,
                 owner: &self.owner,
                 now,
-                lease_until,
+                lease_ms: self.lease_ms(),
                 limit,
             })
             .await?;
@@ -537,7 +562,7 @@ impl Inner {
                 if let Some(record) = &job.record {
                     let released = self
                         .store
-                        .lease_release(&self.owner, &[record.id], now_ms())
+                        .lease_release(&self.owner, &[record.id], self.now_ms())
                         .await;
                     if let Ok(n) = released {
                         self.handed_back.fetch_add(n, Ordering::AcqRel);

@@ -124,6 +124,10 @@ pub struct Settings {
     pub install_global: bool,
     /// Test mode for applications' own tests (default `None`: normal operation).
     pub test_mode: Option<TestMode>,
+    /// Fault injection for tests: this process's wall clock is taken to be off by this
+    /// many milliseconds (negative: behind; default 0). The runtime takes its times from
+    /// the database's clock, so this changes nothing it promises; tests prove that.
+    pub simulated_clock_offset_ms: i64,
 }
 
 impl Default for Settings {
@@ -159,6 +163,7 @@ impl Default for Settings {
             migrate: true,
             install_global: true,
             test_mode: None,
+            simulated_clock_offset_ms: 0,
         }
     }
 }
@@ -199,6 +204,7 @@ impl std::fmt::Debug for Settings {
             .field("migrate", &self.migrate)
             .field("install_global", &self.install_global)
             .field("test_mode", &self.test_mode)
+            .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
             .finish()
     }
 }
@@ -230,6 +236,12 @@ impl Settings {
             return fail(
                 "application_name",
                 format!("must be at most {MAX_NAME_CHARS} characters, without NUL"),
+            );
+        }
+        if self.simulated_clock_offset_ms.unsigned_abs() > MAX_DURATION.as_millis() as u64 {
+            return fail(
+                "simulated_clock_offset",
+                "must be within a year either way".into(),
             );
         }
         if self.max_connections == 0 {

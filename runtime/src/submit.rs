@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::executor::{
     completion_for, failure_record, memory_failure_is_persisted, run_body, Attempt, Job,
 };
-use crate::record::{now_ms, Inserted, NewRequest, RequestId};
+use crate::record::{Inserted, NewRequest, RequestId};
 use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
 use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
@@ -33,7 +33,7 @@ impl Submission {
     }
 
     fn request(&self, inner: &Inner) -> NewRequest {
-        let now = now_ms();
+        let now = inner.now_ms();
         let mut request = inner.new_request(
             self.def,
             self.params.clone(),
@@ -102,7 +102,7 @@ impl Writer for Autocommit {
         inserted.map_err(|e| explain_lock(inner, e))
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
-        let found = inner.store.key_find(&inner.app, key, now_ms()).await;
+        let found = inner.store.key_find(&inner.app, key, inner.now_ms()).await;
         found.map_err(|e| explain_lock(inner, e))
     }
     async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()> {
@@ -129,7 +129,7 @@ impl<DB: Backend> Writer for Tx<DB> {
         DB::insert_many_in(self.conn(), requests).await
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
-        DB::key_find_in(self.conn(), &inner.app, key, now_ms()).await
+        DB::key_find_in(self.conn(), &inner.app, key, inner.now_ms()).await
     }
     async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
         DB::key_record_in(self.conn(), request).await
@@ -369,7 +369,7 @@ impl Inner {
                 job.params.clone(),
                 None,
                 0,
-                now_ms(),
+                self.now_ms(),
                 job.trace.as_ref(),
             );
             if let Err(error) = self.store.request_insert(&request).await {
@@ -431,14 +431,14 @@ impl Inner {
         let max_attempts = self.max_attempts_of(job.def) as i32;
         if let Some(record) = &mut job.record {
             if record.attempt == 0 {
-                let now = now_ms();
+                let now = self.now_ms();
                 let claimed = self
                     .store
                     .request_claim_ids(ClaimIds {
                         ids: &[record.id],
                         owner: &self.owner,
                         now,
-                        lease_until: now + self.lease_ms(),
+                        lease_ms: self.lease_ms(),
                     })
                     .await?;
                 let Some(claimed) = claimed.first() else {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::executor::Job;
-use crate::record::{now_ms, RequestId};
+use crate::record::RequestId;
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
 
@@ -73,7 +73,7 @@ impl Inner {
         if delayed.is_empty() {
             return;
         }
-        let committed = now_ms();
+        let committed = self.now_ms();
         let moves: Vec<(RequestId, i64)> = delayed
             .iter()
             .map(|&(id, written)| (id, committed - written))

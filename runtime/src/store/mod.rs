@@ -29,13 +29,14 @@ pub mod sqlite;
 /// Renews leases: the heartbeat's one statement, on a connection of its own.
 #[async_trait]
 pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
-    /// Extends to `until` the leases of those of `ids` that `owner` still holds as
-    /// running; returns the ids renewed. Gives up after `patience` (connecting included).
+    /// Extends by `lease_ms` from the database's clock the leases of those of `ids` that
+    /// `owner` still holds as running; returns the ids renewed. Gives up after
+    /// `patience` (connecting included).
     async fn renew(
         &self,
         owner: &str,
         ids: &[RequestId],
-        until: i64,
+        lease_ms: i64,
         patience: std::time::Duration,
     ) -> Result<Vec<RequestId>>;
 }
@@ -98,8 +99,10 @@ pub(crate) struct ClaimDue<'a> {
     pub(crate) executors: &'a [&'static str],
     pub(crate) kind: DueKind,
     pub(crate) owner: &'a str,
+    /// For `update_time`.
     pub(crate) now: i64,
-    pub(crate) lease_until: i64,
+    /// The lease, from the database's clock in the claiming statement.
+    pub(crate) lease_ms: i64,
     pub(crate) limit: i64,
 }
 
@@ -108,8 +111,10 @@ pub(crate) struct ClaimDue<'a> {
 pub(crate) struct ClaimIds<'a> {
     pub(crate) ids: &'a [RequestId],
     pub(crate) owner: &'a str,
+    /// For `update_time`.
     pub(crate) now: i64,
-    pub(crate) lease_until: i64,
+    /// The lease, from the database's clock in the claiming statement.
+    pub(crate) lease_ms: i64,
 }
 
 /// The outcome of one attempt, to be written by the completer.
@@ -284,7 +289,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Hands records back to the queue at once, without counting the attempt (shutdown).
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;
 
-    /// Running records whose lease expired: back to `failed`, or `dead` when out of attempts.
+    /// Running records whose lease expired (by the database's clock): back to `failed`, or `dead` when out of attempts.
     async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued>;
 
     /// Wake-ups sent when other instances commit new requests for `application`
@@ -370,6 +375,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Deletes up to `limit` keys of `application` that expired by `now`.
     async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64>;
+
+    /// The database's clock, in unix milliseconds.
+    async fn db_now_ms(&self) -> Result<i64>;
 
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.

@@ -393,9 +393,14 @@ impl BackendOps for MySql {
 
 impl Backend for MySql {}
 
-/// `SET ...` of a claim: `running`, leased, its attempt counted.
-const CLAIM_SET: &str =
-    "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+/// The database's clock in unix ms, as SQL: leases are set and compared with it in the
+/// statement itself, so that instances whose clocks differ agree on them.
+pub(super) const DB_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
+/// counted.
+const CLAIM_SET: &str = "UPDATE async_req SET status = 'running', lease_owner = ?, \
+     lease_until = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?, \
      exec_count = exec_count + 1, update_time = ?";
 
 /// Marks locked rows as claimed.
@@ -404,11 +409,11 @@ async fn mark_claimed(
     ids: &[RequestId],
     owner: &str,
     now: i64,
-    lease_until: i64,
+    lease_ms: i64,
 ) -> Result<()> {
     for chunk in ids.chunks(MAX_IN) {
         let sql = format!("{CLAIM_SET} WHERE id IN ({})", marks(chunk.len()));
-        let query = sqlx::query(&sql).bind(owner).bind(lease_until).bind(now);
+        let query = sqlx::query(&sql).bind(owner).bind(lease_ms).bind(now);
         bind_list(query, chunk).execute(&mut *conn).await?;
     }
     Ok(())
@@ -422,15 +427,10 @@ impl MySqlStore {
         let mut claimed = Vec::with_capacity(p.ids.len());
         for chunk in p.ids.chunks(MAX_IN) {
             let sql = format!(
-                "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
-                 exec_count = exec_count + 1, update_time = ? \
-                 WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
+                "{CLAIM_SET} WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
                 marks(chunk.len())
             );
-            let query = sqlx::query(&sql)
-                .bind(p.owner)
-                .bind(p.lease_until)
-                .bind(p.now);
+            let query = sqlx::query(&sql).bind(p.owner).bind(p.lease_ms).bind(p.now);
             let matched = bind_list(query, chunk)
                 .execute(&self.pool)
                 .await?
@@ -442,12 +442,11 @@ impl MySqlStore {
             // Some were taken elsewhere: which ones carry this claim's stamp?
             let sql = format!(
                 "SELECT id FROM async_req WHERE id IN ({}) AND status = 'running' \
-                 AND lease_owner = ? AND lease_until = ? AND update_time = ? AND exec_count = 1",
+                 AND lease_owner = ? AND update_time = ? AND exec_count = 1",
                 marks(chunk.len())
             );
             let ours: Vec<i64> = bind_list(sqlx::query(&sql), chunk)
                 .bind(p.owner)
-                .bind(p.lease_until)
                 .bind(p.now)
                 .try_map(|row: MySqlRow| row.try_get(0))
                 .fetch_all(&self.pool)
@@ -458,14 +457,19 @@ impl MySqlStore {
     }
 
     async fn claim_due_once(&self, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
-        let (condition, due_before) = match p.kind {
+        // Due by the database's clock; the two binds say how long past due (0, or the
+        // staleness).
+        let (condition, past_due) = match p.kind {
             DueKind::Scheduled => (
-                "((status = 'failed' AND run_at <= ?) OR (status = 'init' AND run_at <= ? AND run_at > create_time))",
-                p.now,
+                format!(
+                    "((status = 'failed' AND run_at <= {DB_NOW} - ?) \
+                     OR (status = 'init' AND run_at <= {DB_NOW} - ? AND run_at > create_time))"
+                ),
+                0,
             ),
             DueKind::Stale { older_than } => (
-                "(status = 'init' AND run_at <= ? AND run_at <= ?)",
-                p.now - older_than,
+                format!("(status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?)"),
+                older_than,
             ),
         };
         let mut tx = self.begin().await?;
@@ -479,8 +483,8 @@ impl MySqlStore {
         );
         let query = sqlx::query(&sql)
             .bind(p.application)
-            .bind(due_before)
-            .bind(due_before);
+            .bind(past_due)
+            .bind(past_due);
         let candidates: Vec<RequestId> = bind_list(query, p.executors)
             .bind(p.limit)
             .try_map(|row: MySqlRow| row.try_get(0))
@@ -496,8 +500,8 @@ impl MySqlStore {
                 marks(chunk.len())
             );
             let rows = bind_list(sqlx::query(&sql), chunk)
-                .bind(due_before)
-                .bind(due_before)
+                .bind(past_due)
+                .bind(past_due)
                 .fetch_all(&mut *tx)
                 .await?;
             for row in &rows {
@@ -506,7 +510,7 @@ impl MySqlStore {
         }
         if !claimed.is_empty() {
             let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
-            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_until).await?;
+            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_ms).await?;
         }
         tx.commit().await?;
         Ok(claimed)
@@ -577,25 +581,25 @@ impl MySqlStore {
     /// Running records whose lease expired: back to `failed`, or `dead`.
     async fn rescue_once(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
         let mut tx = self.begin().await?;
-        let mut expired: Vec<ExpiredLease> = sqlx::query(
+        let sql = format!(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-             WHERE application_name = ? AND status = 'running' AND lease_until < ? \
-             ORDER BY lease_until LIMIT ?",
-        )
-        .bind(application)
-        .bind(now)
-        .bind(limit)
-        .try_map(|row: MySqlRow| {
-            Ok((
-                row.try_get(0)?,
-                row.try_get(1)?,
-                row.try_get(2)?,
-                row.try_get_unchecked(3)?,
-                row.try_get(4)?,
-            ))
-        })
-        .fetch_all(&mut *tx)
-        .await?;
+             WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
+             ORDER BY lease_until LIMIT ?"
+        );
+        let mut expired: Vec<ExpiredLease> = sqlx::query(&sql)
+            .bind(application)
+            .bind(limit)
+            .try_map(|row: MySqlRow| {
+                Ok((
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get_unchecked(3)?,
+                    row.try_get(4)?,
+                ))
+            })
+            .fetch_all(&mut *tx)
+            .await?;
         // Rows are locked in id order, as the completer locks them: fewer deadlocks.
         expired.sort_by_key(|e| e.0);
         let mut rescued = Rescued::default();
@@ -606,18 +610,17 @@ impl MySqlStore {
                 until.unwrap_or_default()
             );
             let dead = attempt >= max_attempts;
-            let done = sqlx::query(
+            let done = sqlx::query(&format!(
                 "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
                  lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-                 AND lease_until < ?",
-            )
+                 AND lease_until < {DB_NOW}"
+            ))
             .bind(if dead { "dead" } else { "failed" })
             .bind(&error)
             .bind(now)
             .bind(now)
             .bind(id)
             .bind(attempt)
-            .bind(now)
             .execute(&mut *tx)
             .await?;
             if done.rows_affected() == 0 {
@@ -967,6 +970,13 @@ impl Store for MySqlStore {
         })
         .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn db_now_ms(&self) -> Result<i64> {
+        let now: i64 = sqlx::query_scalar(&format!("SELECT {DB_NOW}"))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(now)
     }
 
     async fn request_count_elsewhere(

@@ -37,7 +37,7 @@ impl LeaseKeeper for MySqlLeases {
         &self,
         owner: &str,
         ids: &[RequestId],
-        until: i64,
+        lease_ms: i64,
         patience: Duration,
     ) -> Result<Vec<RequestId>> {
         if ids.is_empty() {
@@ -49,9 +49,15 @@ impl LeaseKeeper for MySqlLeases {
             .run(patience, move |conn: &mut MySqlConnection| {
                 Box::pin(async move {
                     // MariaDB has no UPDATE ... RETURNING: the renewed rows are those that
-                    // carry this beat's `lease_until` under this owner afterwards (in
-                    // autocommit, each statement on its own; a record taken over between
-                    // the two is rightly not counted as renewed).
+                    // carry this beat's `lease_until` under this owner afterwards. The
+                    // lease is the database's time plus `lease_ms`, read first so that both
+                    // statements name the same value (each in autocommit; a record taken
+                    // over between the two is rightly not counted as renewed).
+                    let until: i64 =
+                        sqlx::query_scalar(&format!("SELECT {} + ?", super::mysql::DB_NOW))
+                            .bind(lease_ms)
+                            .fetch_one(&mut *conn)
+                            .await?;
                     let mut renewed = Vec::with_capacity(ids.len());
                     for chunk in ids.chunks(CHUNK) {
                         let update = format!(

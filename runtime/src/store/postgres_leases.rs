@@ -30,7 +30,7 @@ impl LeaseKeeper for PostgresLeases {
         &self,
         owner: &str,
         ids: &[RequestId],
-        until: i64,
+        lease_ms: i64,
         patience: Duration,
     ) -> Result<Vec<RequestId>> {
         if ids.is_empty() {
@@ -44,19 +44,21 @@ impl LeaseKeeper for PostgresLeases {
                     // Rows locked by another statement are skipped, so that a renewal never
                     // waits while holding locks (no deadlock with an outcome being
                     // written). A skipped record is being finished or handed back.
-                    let renewed = sqlx::query_scalar(
-                        "UPDATE async_req SET lease_until = $1 \
+                    let sql = format!(
+                        "UPDATE async_req SET lease_until = {} + $1 \
                          WHERE status = 'running' AND lease_owner = $2 \
                          AND id IN (SELECT id FROM async_req WHERE id = ANY($3) \
                            AND status = 'running' AND lease_owner = $2 \
                            ORDER BY id FOR UPDATE SKIP LOCKED) \
                          RETURNING id",
-                    )
-                    .bind(until)
-                    .bind(&owner)
-                    .bind(&ids)
-                    .fetch_all(&mut *conn)
-                    .await?;
+                        super::postgres::DB_NOW
+                    );
+                    let renewed = sqlx::query_scalar(&sql)
+                        .bind(lease_ms)
+                        .bind(&owner)
+                        .bind(&ids)
+                        .fetch_all(&mut *conn)
+                        .await?;
                     Ok(renewed)
                 })
             })

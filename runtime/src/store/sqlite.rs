@@ -509,6 +509,13 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
+    async fn db_now_ms(&self) -> Result<i64> {
+        let now: i64 = sqlx::query_scalar(&format!("SELECT {DB_NOW}"))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(now)
+    }
+
     async fn request_count_elsewhere(
         &self,
         application: &str,
@@ -570,18 +577,24 @@ async fn release_owner(
 
 // The runtime's own writes, on the writer connection (`SqliteStore::writer`).
 
+/// The database's clock in unix ms, as SQL (the same in every statement of one file's
+/// users on one machine; kept like the other backends so that the SQL reads the same).
+const DB_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
 /// Claims the given `init` records.
 async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
     if p.ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = ?, \
+    let sql = format!(
+        "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = {DB_NOW} + ?, \
          exec_count = exec_count + 1, update_time = ? \
          WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
-         RETURNING id, exec_count";
-    let rows: Vec<(i64, i32)> = sqlx::query_as(sql)
+         RETURNING id, exec_count"
+    );
+    let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)
         .bind(p.owner)
-        .bind(p.lease_until)
+        .bind(p.lease_ms)
         .bind(p.now)
         .bind(json_list(p.ids))
         .fetch_all(&mut *conn)
@@ -597,15 +610,22 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
-    let (condition, due_before) = match p.kind {
+    // Due by the database's clock: `?5` is how long past due (0, or the staleness).
+    let (condition, past_due) = match p.kind {
         DueKind::Scheduled => (
-            "((status = 'failed' AND run_at <= ?5) OR (status = 'init' AND run_at <= ?5 AND run_at > create_time))",
-            p.now,
+            format!(
+                "((status = 'failed' AND run_at <= {DB_NOW} - ?5) \
+                 OR (status = 'init' AND run_at <= {DB_NOW} - ?5 AND run_at > create_time))"
+            ),
+            0,
         ),
-        DueKind::Stale { older_than } => ("(status = 'init' AND run_at <= ?5)", p.now - older_than),
+        DueKind::Stale { older_than } => (
+            format!("(status = 'init' AND run_at <= {DB_NOW} - ?5)"),
+            older_than,
+        ),
     };
     let sql = format!(
-        "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = ?2, \
+        "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
          exec_count = exec_count + 1, update_time = ?3 \
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
            AND status IN ('init', 'failed') AND {condition} \
@@ -616,10 +636,10 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
     );
     let mut query = sqlx::query(&sql)
         .bind(p.owner)
-        .bind(p.lease_until)
+        .bind(p.lease_ms)
         .bind(p.now)
         .bind(p.application)
-        .bind(due_before)
+        .bind(past_due)
         .bind(p.limit);
     // Padded to a power of two, repeating the last name: a few statements, each
     // prepared once, serve every number of executors.
@@ -701,16 +721,16 @@ async fn renew(
     conn: &mut SqliteConnection,
     owner: &str,
     ids: &[RequestId],
-    until: i64,
+    lease_ms: i64,
 ) -> Result<Vec<RequestId>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let renewed = sqlx::query_scalar(
-        "UPDATE async_req SET lease_until = ? WHERE status = 'running' AND lease_owner = ? \
-         AND id IN (SELECT value FROM json_each(?)) RETURNING id",
-    )
-    .bind(until)
+    let renewed = sqlx::query_scalar(&format!(
+        "UPDATE async_req SET lease_until = {DB_NOW} + ? WHERE status = 'running' AND lease_owner = ? \
+         AND id IN (SELECT value FROM json_each(?)) RETURNING id"
+    ))
+    .bind(lease_ms)
     .bind(owner)
     .bind(json_list(ids))
     .fetch_all(&mut *conn)
@@ -731,12 +751,12 @@ impl super::LeaseKeeper for SqliteLeases {
         &self,
         owner: &str,
         ids: &[RequestId],
-        until: i64,
+        lease_ms: i64,
         patience: std::time::Duration,
     ) -> Result<Vec<RequestId>> {
         let work = async {
             let mut writer = self.store.writer().await?;
-            let result = renew(writer.conn(), owner, ids, until).await;
+            let result = renew(writer.conn(), owner, ids, lease_ms).await;
             writer.check(result)
         };
         tokio::time::timeout(patience, work)
@@ -777,15 +797,16 @@ async fn rescue(
     limit: i64,
 ) -> Result<Rescued> {
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let expired: Vec<ExpiredLease> = sqlx::query_as(
+    let sql = format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-         WHERE application_name = ? AND status = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?",
-    )
-    .bind(application)
-    .bind(now)
-    .bind(limit)
-    .fetch_all(&mut *tx)
-    .await?;
+         WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
+         ORDER BY lease_until LIMIT ?"
+    );
+    let expired: Vec<ExpiredLease> = sqlx::query_as(&sql)
+        .bind(application)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
     let mut rescued = Rescued::default();
     for (id, attempt, max_attempts, owner, until) in expired {
         let owner = owner.unwrap_or_default();
@@ -794,18 +815,17 @@ async fn rescue(
             until.unwrap_or_default()
         );
         let dead = attempt >= max_attempts;
-        let done = sqlx::query(
+        let done = sqlx::query(&format!(
             "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
              lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-             AND lease_until < ?",
-        )
+             AND lease_until < {DB_NOW}"
+        ))
         .bind(if dead { "dead" } else { "failed" })
         .bind(&error)
         .bind(now)
         .bind(now)
         .bind(id)
         .bind(attempt)
-        .bind(now)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {

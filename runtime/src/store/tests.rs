@@ -70,7 +70,7 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
             ids: &ids,
             owner: "owner-a",
             now,
-            lease_until: now + 60_000,
+            lease_ms: 60_000,
         })
         .await
         .unwrap();

@@ -1,0 +1,103 @@
+//! The runtime's clock: the database's. Instances that share a database compare the times
+//! they write (due times, key expiry, staleness), so they must read one clock, not each
+//! its own. The leases themselves are set and compared by the database in the statement
+//! (`lease_until = <database now> + lease`, `lease_until < <database now>`); every other
+//! time the runtime writes comes from here: the database's clock, read at start and
+//! every [`SYNC_INTERVAL`], carried forward in between by this process's monotonic clock
+//! (which a wall-clock step, NTP or a person, does not move).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::record::now_ms as wall_ms;
+use crate::store::Store;
+
+/// How often the database's clock is read again (monotonic clocks drift by parts per
+/// million: milliseconds a day).
+pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The database's time, as this process knows it.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    /// What this process's wall clock is off by, for fault-injection tests
+    /// ([`Builder::simulated_clock_offset`](crate::Builder::simulated_clock_offset)).
+    wall_offset_ms: i64,
+    /// The database's time (unix ms) at a monotonic instant.
+    base: Mutex<Option<(i64, Instant)>>,
+}
+
+impl Clock {
+    pub(crate) fn new(wall_offset_ms: i64) -> Self {
+        Clock {
+            wall_offset_ms,
+            base: Mutex::new(None),
+        }
+    }
+
+    /// Now, in unix milliseconds of the database's clock (of this process's wall clock
+    /// until the database's was first read).
+    pub(crate) fn now_ms(&self) -> i64 {
+        match *self.base.lock().expect("clock lock") {
+            Some((db, at)) => db.saturating_add(at.elapsed().as_millis() as i64),
+            None => wall_ms().saturating_add(self.wall_offset_ms),
+        }
+    }
+
+    /// Reads the database's clock; the answer is taken to be the time halfway through
+    /// the round trip.
+    pub(crate) async fn sync(&self, store: &dyn Store) -> Result<()> {
+        let sent = Instant::now();
+        let db = store.db_now_ms().await?;
+        let round_trip = sent.elapsed();
+        let at = sent + round_trip / 2;
+        let before = self.now_ms();
+        *self.base.lock().expect("clock lock") = Some((db, at));
+        let moved = self.now_ms() - before;
+        if moved.abs() > 1_000 {
+            tracing::info!(
+                moved_ms = moved,
+                "this process's clock differs from the database's; the runtime uses the database's"
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads the database's clock every [`SYNC_INTERVAL`] until `stop`.
+    pub(crate) async fn keep_synced(
+        &self,
+        store: &dyn Store,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SYNC_INTERVAL) => {}
+            }
+            if let Err(error) = self.sync(store).await {
+                tracing::warn!(%error, "could not read the database's clock; carrying on with the last reading");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn before_a_sync_the_wall_clock_with_its_offset() {
+        let clock = Clock::new(-10_000);
+        let drift = (wall_ms() - 10_000 - clock.now_ms()).abs();
+        assert!(drift < 1_000, "{drift}");
+    }
+
+    #[test]
+    fn after_a_sync_the_base_moves_with_the_monotonic_clock() {
+        let clock = Clock::new(0);
+        *clock.base.lock().unwrap() = Some((1_000, Instant::now()));
+        std::thread::sleep(Duration::from_millis(20));
+        let now = clock.now_ms();
+        assert!((1_020..1_500).contains(&now), "{now}");
+    }
+}
