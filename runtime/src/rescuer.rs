@@ -29,7 +29,12 @@ impl Rescuer {
         let inner = &self.inner;
         let rescued = inner
             .store
-            .request_rescue(&inner.app, inner.now_ms(), inner.settings.compensate_batch)
+            .request_rescue(
+                &inner.app,
+                inner.registry.names(),
+                inner.now_ms(),
+                inner.settings.compensate_batch,
+            )
             .await?;
         if !rescued.retried.is_empty() {
             tracing::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
+    /// Records to leave for other instances (a rolling deploy), kept by the presence part.
+    pub(crate) skip: crate::instances::SkipList,
     /// The database's clock, for every time the runtime writes.
     pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
@@ -147,6 +149,7 @@ impl Runtime {
             app: settings.application_name.as_str().into(),
             owner: owner.into(),
             leases: store.lease_keeper(),
+            skip: Default::default(),
             clock,
             store,
             registry,
@@ -165,6 +168,10 @@ impl Runtime {
         let runtime = Runtime {
             inner: inner.clone(),
         };
+        // Announced before any claim, so that the skip list is known from the first one.
+        if let Err(error) = runtime.presence().run_once().await {
+            tracing::warn!(%error, "could not announce this instance in async_instance");
+        }
         runtime.spawn_parts(producer, completer_task);
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
@@ -202,6 +209,16 @@ impl Runtime {
             let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
             async move { clock.keep_synced(&*store, stop).await }
         })));
+        let presence = self.presence();
+        let stop = inner.completer_stop.clone();
+        tasks.push(tokio::spawn(supervised(
+            "presence",
+            presence,
+            move |part| {
+                let stop = stop.clone();
+                async move { part.lock().await.run(stop).await }
+            },
+        )));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
             return;
@@ -281,6 +298,41 @@ impl Runtime {
             lease: inner.settings.lease,
             interval: inner.settings.heartbeat_interval,
         }
+    }
+
+    fn presence(&self) -> crate::instances::Presence {
+        let inner = &self.inner;
+        let settings = &inner.settings;
+        let ours = crate::instances::Presence::executors_of(&inner.registry);
+        crate::instances::Presence {
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            owner: inner.owner.clone(),
+            workers: settings.enabled && settings.run_workers && settings.test_mode.is_none(),
+            executors: serde_json::to_string(&ours).expect("names and signs serialize"),
+            ours,
+            alive_within: settings.lease,
+            interval: settings.heartbeat_interval,
+            skip: inner.skip.clone(),
+        }
+    }
+
+    /// The instances of this application that announced themselves within the last
+    /// `lease` (this one included), with the executors they link and their signatures.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// for instance in rt.instances().await? {
+    ///     println!("{} (workers: {}), seen {}", instance.name, instance.workers, instance.last_seen);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn instances(&self) -> Result<Vec<crate::InstanceInfo>> {
+        let inner = &self.inner;
+        inner
+            .store
+            .instance_list(&inner.app, inner.settings.lease.as_millis() as i64)
+            .await
     }
 
     /// The settings in force.
@@ -496,6 +548,7 @@ impl Inner {
     ) -> Result<Vec<Job>> {
         let now = self.now_ms();
         let lease_until = now + self.lease_ms();
+        let skip = self.skip.read().expect("skip list lock").clone();
         let mut claimed = self
             .store
             .request_claim_due(crate::store::ClaimDue {
@@ -506,6 +559,7 @@ impl Inner {
                 now,
                 lease_ms: self.lease_ms(),
                 limit,
+                skip: &skip,
             })
             .await?;
         Claimed::sort_for_start(&mut claimed);

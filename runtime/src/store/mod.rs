@@ -78,6 +78,17 @@ impl KeyClaim {
     }
 }
 
+/// What an instance announces of itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Announce<'a> {
+    pub(crate) owner: &'a str,
+    pub(crate) application: &'a str,
+    pub(crate) workers: bool,
+    /// JSON: `[{"name": ..., "sign": ...}]`.
+    pub(crate) executors: &'a str,
+    pub(crate) forget_after_ms: i64,
+}
+
 /// Which records a sweep claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DueKind {
@@ -104,6 +115,9 @@ pub(crate) struct ClaimDue<'a> {
     /// The lease, from the database's clock in the claiming statement.
     pub(crate) lease_ms: i64,
     pub(crate) limit: i64,
+    /// Records to leave for other instances, as `sign:executor` (a rolling deploy: they
+    /// have the record's signature and this binary does not).
+    pub(crate) skip: &'a [String],
 }
 
 /// Parameters of [`Store::request_claim_ids`].
@@ -290,7 +304,13 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;
 
     /// Running records whose lease expired (by the database's clock): back to `failed`, or `dead` when out of attempts.
-    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued>;
+    async fn request_rescue(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+        now: i64,
+        limit: i64,
+    ) -> Result<Rescued>;
 
     /// Wake-ups sent when other instances commit new requests for `application`
     /// (PostgreSQL `LISTEN`); `None` when the backend has no such thing and other
@@ -378,6 +398,21 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// The database's clock, in unix milliseconds.
     async fn db_now_ms(&self) -> Result<i64>;
+
+    /// Writes this instance's announcement, `seen` set to the database's clock, and
+    /// removes instances of any application not seen for `forget_after_ms`.
+    async fn instance_announce(&self, a: &Announce<'_>) -> Result<()>;
+
+    /// Removes this instance's announcement (shutdown).
+    async fn instance_leave(&self, owner: &str) -> Result<()>;
+
+    /// The instances of an application seen within `seen_within_ms` by the database's
+    /// clock, by name.
+    async fn instance_list(
+        &self,
+        application: &str,
+        seen_within_ms: i64,
+    ) -> Result<Vec<crate::instances::InstanceInfo>>;
 
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.

@@ -31,6 +31,7 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod instances;
 mod keys;
 
 /// Records in a MySQL or MariaDB database (InnoDB).
@@ -478,14 +479,27 @@ impl MySqlStore {
         // dispatcher's claim of a fresh record would skip it.
         let sql = format!(
             "SELECT id FROM async_req WHERE application_name = ? AND {condition} \
-             AND executor IN ({}) ORDER BY priority DESC, run_at, id LIMIT ?",
-            marks(p.executors.len())
+             AND executor IN ({}){skip} ORDER BY priority DESC, run_at, id LIMIT ?",
+            marks(p.executors.len()),
+            skip = if p.skip.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " AND CONCAT(sign, ':', executor) NOT IN ({})",
+                    marks(p.skip.len())
+                )
+            }
         );
+        let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
         let query = sqlx::query(&sql)
             .bind(p.application)
             .bind(past_due)
             .bind(past_due);
-        let candidates: Vec<RequestId> = bind_list(query, p.executors)
+        let mut query = bind_list(query, p.executors);
+        if !skip.is_empty() {
+            query = bind_list(query, &skip);
+        }
+        let candidates: Vec<RequestId> = query
             .bind(p.limit)
             .try_map(|row: MySqlRow| row.try_get(0))
             .fetch_all(&mut *tx)
@@ -579,27 +593,34 @@ impl MySqlStore {
     }
 
     /// Running records whose lease expired: back to `failed`, or `dead`.
-    async fn rescue_once(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+    async fn rescue_once(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+        now: i64,
+        limit: i64,
+    ) -> Result<Rescued> {
         let mut tx = self.begin().await?;
         let sql = format!(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
              WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
-             ORDER BY lease_until LIMIT ?"
+             AND executor IN ({}) ORDER BY lease_until LIMIT ?",
+            marks(executors.len())
         );
-        let mut expired: Vec<ExpiredLease> = sqlx::query(&sql)
-            .bind(application)
-            .bind(limit)
-            .try_map(|row: MySqlRow| {
-                Ok((
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get_unchecked(3)?,
-                    row.try_get(4)?,
-                ))
-            })
-            .fetch_all(&mut *tx)
-            .await?;
+        let mut expired: Vec<ExpiredLease> =
+            bind_list(sqlx::query(&sql).bind(application), executors)
+                .bind(limit)
+                .try_map(|row: MySqlRow| {
+                    Ok((
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get_unchecked(3)?,
+                        row.try_get(4)?,
+                    ))
+                })
+                .fetch_all(&mut *tx)
+                .await?;
         // Rows are locked in id order, as the completer locks them: fewer deadlocks.
         expired.sort_by_key(|e| e.0);
         let mut rescued = Rescued::default();
@@ -811,11 +832,33 @@ impl Store for MySqlStore {
         Ok(released)
     }
 
-    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
-        if limit <= 0 {
+    async fn request_rescue(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+        now: i64,
+        limit: i64,
+    ) -> Result<Rescued> {
+        if limit <= 0 || executors.is_empty() {
             return Ok(Rescued::default());
         }
-        with_retry(|| self.rescue_once(application, now, limit)).await
+        with_retry(|| self.rescue_once(application, executors, now, limit)).await
+    }
+
+    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
+        instances::announce(&self.pool, a).await
+    }
+
+    async fn instance_leave(&self, owner: &str) -> Result<()> {
+        instances::leave(&self.pool, owner).await
+    }
+
+    async fn instance_list(
+        &self,
+        application: &str,
+        seen_within_ms: i64,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        instances::list(&self.pool, application, seen_within_ms).await
     }
 
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {

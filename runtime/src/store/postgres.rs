@@ -24,6 +24,7 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod instances;
 mod keys;
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
@@ -470,6 +471,7 @@ impl Store for PostgresStore {
              WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 \
                AND {condition} \
                AND executor = ANY($6) \
+               AND NOT ((sign || ':' || executor) = ANY($8)) \
                ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
              RETURNING {CLAIMED_COLUMNS}"
         );
@@ -481,6 +483,7 @@ impl Store for PostgresStore {
             .bind(past_due)
             .bind(p.executors)
             .bind(p.limit)
+            .bind(p.skip)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(claimed_from_row).collect()
@@ -618,7 +621,13 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
-    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+    async fn request_rescue(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+        now: i64,
+        limit: i64,
+    ) -> Result<Rescued> {
         if limit <= 0 {
             return Ok(Rescued::default());
         }
@@ -627,11 +636,13 @@ impl Store for PostgresStore {
         let sql = format!(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
              WHERE application_name = $1 AND status = 'running' AND lease_until < {DB_NOW} \
+             AND executor = ANY($3) \
              ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED"
         );
         let expired: Vec<(i64, i32, i32, Option<String>, Option<i64>)> = sqlx::query_as(&sql)
             .bind(application)
             .bind(limit)
+            .bind(executors)
             .fetch_all(&mut *tx)
             .await?;
         let mut rescued = Rescued::default();
@@ -884,6 +895,22 @@ impl Store for PostgresStore {
     async fn key_expire(&self, application: &str, now: i64, limit: i64) -> Result<u64> {
         let mut conn = self.pool.acquire().await?;
         keys::expire(&mut conn, application, now, limit).await
+    }
+
+    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
+        instances::announce(&self.pool, a).await
+    }
+
+    async fn instance_leave(&self, owner: &str) -> Result<()> {
+        instances::leave(&self.pool, owner).await
+    }
+
+    async fn instance_list(
+        &self,
+        application: &str,
+        seen_within_ms: i64,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        instances::list(&self.pool, application, seen_within_ms).await
     }
 
     async fn db_now_ms(&self) -> Result<i64> {

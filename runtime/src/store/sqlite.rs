@@ -23,6 +23,7 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod instances;
 mod keys;
 
 /// Records in a SQLite database file (WAL mode).
@@ -339,10 +340,36 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn request_rescue(&self, application: &str, now: i64, limit: i64) -> Result<Rescued> {
+    async fn request_rescue(
+        &self,
+        application: &str,
+        executors: &[&'static str],
+        now: i64,
+        limit: i64,
+    ) -> Result<Rescued> {
         let mut writer = self.writer().await?;
-        let result = rescue(writer.conn(), application, now, limit).await;
+        let result = rescue(writer.conn(), application, executors, now, limit).await;
         writer.check(result)
+    }
+
+    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
+        let mut writer = self.writer().await?;
+        let result = instances::announce(writer.conn(), a).await;
+        writer.check(result)
+    }
+
+    async fn instance_leave(&self, owner: &str) -> Result<()> {
+        let mut writer = self.writer().await?;
+        let result = instances::leave(writer.conn(), owner).await;
+        writer.check(result)
+    }
+
+    async fn instance_list(
+        &self,
+        application: &str,
+        seen_within_ms: i64,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        instances::list(&self.pool, application, seen_within_ms).await
     }
 
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
@@ -579,7 +606,7 @@ async fn release_owner(
 
 /// The database's clock in unix ms, as SQL (the same in every statement of one file's
 /// users on one machine; kept like the other backends so that the SQL reads the same).
-const DB_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+pub(super) const DB_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 /// Claims the given `init` records.
 async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
@@ -629,10 +656,18 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
          exec_count = exec_count + 1, update_time = ?3 \
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
            AND status IN ('init', 'failed') AND {condition} \
-           AND executor IN ({executors}) \
+           AND executor IN ({executors}){skip} \
            ORDER BY priority DESC, run_at, id LIMIT ?6) \
          RETURNING {CLAIMED_COLUMNS}",
         executors = executor_marks(p.executors.len()),
+        skip = if p.skip.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " AND (sign || ':' || executor) NOT IN (SELECT value FROM json_each(?{}))",
+                7 + executor_count(p.executors.len())
+            )
+        },
     );
     let mut query = sqlx::query(&sql)
         .bind(p.owner)
@@ -646,6 +681,9 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
     let n = executor_count(p.executors.len());
     for i in 0..n {
         query = query.bind(p.executors[i.min(p.executors.len() - 1)]);
+    }
+    if !p.skip.is_empty() {
+        query = query.bind(json_list(p.skip));
     }
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(claimed_from_row).collect()
@@ -793,6 +831,7 @@ async fn release(
 async fn rescue(
     conn: &mut SqliteConnection,
     application: &str,
+    executors: &[&'static str],
     now: i64,
     limit: i64,
 ) -> Result<Rescued> {
@@ -800,10 +839,11 @@ async fn rescue(
     let sql = format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
          WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
-         ORDER BY lease_until LIMIT ?"
+         AND executor IN (SELECT value FROM json_each(?)) ORDER BY lease_until LIMIT ?"
     );
     let expired: Vec<ExpiredLease> = sqlx::query_as(&sql)
         .bind(application)
+        .bind(json_list(executors))
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;

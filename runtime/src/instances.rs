@@ -1,0 +1,191 @@
+//! Presence: each instance announces itself in `async_instance` (its name, whether it
+//! runs workers, the executors it links and their signatures) at start and every
+//! heartbeat interval, with the database's clock. From the live announcements it learns
+//! which records to leave alone: those whose signature it does not have while a live
+//! instance that runs workers has it (a rolling deploy: old and new versions side by side).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::registry::Registry;
+use crate::store::{Announce, Store};
+
+/// An instance that shares this database, as it announced itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InstanceInfo {
+    /// Its name, as in `lease_owner` and `async_log.worker`.
+    pub name: String,
+    /// Its application name.
+    pub application: String,
+    /// Whether it runs workers (a submit-only instance does not).
+    pub workers: bool,
+    /// When it started (unix ms, the database's clock).
+    pub started: i64,
+    /// When it last announced itself (unix ms, the database's clock).
+    pub last_seen: i64,
+    /// The executors it links, with their signatures.
+    pub executors: Vec<ExecutorSign>,
+}
+
+/// An executor's name and the sign of its persisted parameters' signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorSign {
+    /// The executor's stable name.
+    pub name: String,
+    /// The sign (hash) of its persisted parameters' types.
+    pub sign: String,
+}
+
+/// Instances not seen for this long are removed from the table.
+const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
+
+/// Records of `(executor, sign)` pairs to leave for other instances, as `sign:executor`
+/// (a sign is hex: the first `:` ends it).
+pub(crate) type SkipList = Arc<RwLock<Arc<Vec<String>>>>;
+
+/// The key of a record's `(executor, sign)` in a [`SkipList`].
+pub(crate) fn skip_key(executor: &str, sign: &str) -> String {
+    format!("{sign}:{executor}")
+}
+
+/// The presence part: announces this instance and keeps the skip list.
+pub(crate) struct Presence {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) workers: bool,
+    pub(crate) executors: String,
+    /// Our executors and their signs, to compare with other instances'.
+    pub(crate) ours: Vec<ExecutorSign>,
+    /// An instance not seen for this long is gone (the lease: its records are rescued by
+    /// then too).
+    pub(crate) alive_within: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) skip: SkipList,
+}
+
+impl Presence {
+    pub(crate) fn executors_of(registry: &Registry) -> Vec<ExecutorSign> {
+        registry
+            .names()
+            .iter()
+            .filter_map(|name| registry.get(name))
+            .map(|def| ExecutorSign {
+                name: def.name.to_string(),
+                sign: def.sign.to_string(),
+            })
+            .collect()
+    }
+
+    /// Announces this instance, then reads the live ones and updates the skip list.
+    pub(crate) async fn run_once(&self) -> Result<()> {
+        self.store
+            .instance_announce(&Announce {
+                owner: &self.owner,
+                application: &self.application,
+                workers: self.workers,
+                executors: &self.executors,
+                forget_after_ms: FORGET_AFTER_MS,
+            })
+            .await?;
+        let live = self
+            .store
+            .instance_list(&self.application, self.alive_within.as_millis() as i64)
+            .await?;
+        let skip = skip_list(&self.ours, &self.owner, &live);
+        if !skip.is_empty() {
+            tracing::debug!(
+                ?skip,
+                "leaving records of other signatures to the instances that have them"
+            );
+        }
+        *self.skip.write().expect("skip list lock") = Arc::new(skip);
+        Ok(())
+    }
+
+    /// Announces every `interval` until `stop`, then removes this instance's row.
+    pub(crate) async fn run(&self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+            if let Err(error) = self.run_once().await {
+                tracing::warn!(%error, "could not announce this instance");
+            }
+        }
+        if let Err(error) = self.store.instance_leave(&self.owner).await {
+            tracing::warn!(%error, "could not remove this instance from async_instance");
+        }
+    }
+}
+
+/// The `(executor, sign)` pairs that live worker instances other than `owner` have and
+/// this binary has under another sign.
+fn skip_list(ours: &[ExecutorSign], owner: &str, live: &[InstanceInfo]) -> Vec<String> {
+    let mut skip: Vec<String> = live
+        .iter()
+        .filter(|i| i.workers && i.name != owner)
+        .flat_map(|i| i.executors.iter())
+        .filter(|theirs| {
+            ours.iter()
+                .any(|mine| mine.name == theirs.name && mine.sign != theirs.sign)
+        })
+        .map(|theirs| skip_key(&theirs.name, &theirs.sign))
+        .collect();
+    skip.sort();
+    skip.dedup();
+    skip
+}
+
+/// Reads the executors column.
+pub(crate) fn parse_executors(json: &str) -> Vec<ExecutorSign> {
+    serde_json::from_str(json).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sign(name: &str, sign: &str) -> ExecutorSign {
+        ExecutorSign {
+            name: name.into(),
+            sign: sign.into(),
+        }
+    }
+
+    fn instance(name: &str, workers: bool, executors: Vec<ExecutorSign>) -> InstanceInfo {
+        InstanceInfo {
+            name: name.into(),
+            application: "app".into(),
+            workers,
+            started: 0,
+            last_seen: 0,
+            executors,
+        }
+    }
+
+    #[test]
+    fn only_other_signs_of_our_executors_held_by_live_workers_are_skipped() {
+        let ours = vec![sign("mail", "aaaa"), sign("pay", "bbbb")];
+        let live = vec![
+            instance("me", true, vec![sign("mail", "ffff")]),
+            instance(
+                "new",
+                true,
+                vec![
+                    sign("mail", "cccc"),
+                    sign("pay", "bbbb"),
+                    sign("other", "dddd"),
+                ],
+            ),
+            instance("submitter", false, vec![sign("pay", "eeee")]),
+        ];
+        assert_eq!(skip_list(&ours, "me", &live), vec!["cccc:mail".to_string()]);
+    }
+}
