@@ -175,6 +175,38 @@ impl Builder {
         self
     }
 
+    /// Uses the application's own PostgreSQL pool instead of opening one (`database_url`
+    /// and `max_connections` are then not used to connect). Lease renewals and `LISTEN`
+    /// use connections of their own, opened with the pool's connect options.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> async_exec_runtime::Result<()> {
+    /// let rt = async_exec_runtime::Runtime::builder().postgres_pool(pool).start().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub fn postgres_pool(mut self, pool: sqlx::PgPool) -> Self {
+        self.store = Some(Arc::new(crate::store::postgres::PostgresStore::from_pool(
+            pool,
+        )));
+        self
+    }
+
+    /// Uses the application's own MySQL/MariaDB pool instead of opening one
+    /// (`database_url` and `max_connections` are then not used to connect). Lease renewals
+    /// use a connection of their own, opened with the pool's connect options.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::MySqlPool) -> async_exec_runtime::Result<()> {
+    /// let rt = async_exec_runtime::Runtime::builder().mysql_pool(pool).start().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "mysql")]
+    pub fn mysql_pool(mut self, pool: sqlx::MySqlPool) -> Self {
+        self.store = Some(Arc::new(crate::store::mysql::MySqlStore::from_pool(pool)));
+        self
+    }
+
     /// Replaces all settings at once.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;

@@ -58,7 +58,8 @@ pub(crate) struct Presence {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) application: Arc<str>,
     pub(crate) owner: Arc<str>,
-    pub(crate) workers: bool,
+    /// Whether this instance runs workers now (`start_workers` turns it on).
+    pub(crate) workers: Arc<std::sync::atomic::AtomicBool>,
     pub(crate) executors: String,
     /// Our executors and their signs, to compare with other instances'.
     pub(crate) ours: Vec<ExecutorSign>,
@@ -88,7 +89,7 @@ impl Presence {
             .instance_announce(&Announce {
                 owner: &self.owner,
                 application: &self.application,
-                workers: self.workers,
+                workers: self.workers.load(std::sync::atomic::Ordering::Acquire),
                 executors: &self.executors,
                 forget_after_ms: FORGET_AFTER_MS,
             })

@@ -14,6 +14,7 @@ compile_error!(
     "async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`"
 );
 
+mod assemble;
 mod backoff;
 mod builder;
 mod call;

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::completer::{Completer, CompleterTask};
+use crate::completer::Completer;
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
@@ -17,7 +17,6 @@ use crate::record::{Claimed, NewRequest, Status};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
-use crate::supervise::supervised;
 use crate::trace::TraceContext;
 
 /// The running async-exec: a store, the channel, the workers and the sweeps.
@@ -44,6 +43,10 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
+    /// The producer while no workers run (a submit-only instance), for `start_workers`.
+    pub(crate) idle_producer: Mutex<Option<crate::dispatcher::Producer>>,
+    /// Whether this instance runs workers now.
+    pub(crate) workers_on: Arc<AtomicBool>,
     /// Records to leave for other instances (a rolling deploy), kept by the presence part.
     pub(crate) skip: crate::instances::SkipList,
     /// The database's clock, for every time the runtime writes.
@@ -150,6 +153,8 @@ impl Runtime {
             owner: owner.into(),
             leases: store.lease_keeper(),
             skip: Default::default(),
+            idle_producer: Mutex::new(None),
+            workers_on: Arc::new(AtomicBool::new(false)),
             clock,
             store,
             registry,
@@ -168,6 +173,11 @@ impl Runtime {
         let runtime = Runtime {
             inner: inner.clone(),
         };
+        let s = &inner.settings;
+        inner.workers_on.store(
+            s.enabled && s.run_workers && s.test_mode.is_none(),
+            Ordering::Release,
+        );
         // Announced before any claim, so that the skip list is known from the first one.
         if let Err(error) = runtime.presence().run_once().await {
             tracing::warn!(%error, "could not announce this instance in async_instance");
@@ -184,155 +194,6 @@ impl Runtime {
             "async-exec runtime started"
         );
         Ok(runtime)
-    }
-
-    fn spawn_parts(&self, producer: crate::dispatcher::Producer, completer: CompleterTask) {
-        let inner = &self.inner;
-        let mut tasks = inner.tasks.lock().expect("tasks lock");
-        let completer_inner = inner.clone();
-        tasks.push(tokio::spawn(supervised(
-            "completer",
-            completer,
-            move |part| {
-                let inner = completer_inner.clone();
-                async move { part.lock().await.run(inner).await }
-            },
-        )));
-        // Every instance writes times (submit-only ones too): keep reading the database's
-        // clock.
-        let (clock, store, stop) = (
-            inner.clock.clone(),
-            inner.store.clone(),
-            inner.completer_stop.clone(),
-        );
-        tasks.push(tokio::spawn(supervised("clock", (), move |_| {
-            let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
-            async move { clock.keep_synced(&*store, stop).await }
-        })));
-        let presence = self.presence();
-        let stop = inner.completer_stop.clone();
-        tasks.push(tokio::spawn(supervised(
-            "presence",
-            presence,
-            move |part| {
-                let stop = stop.clone();
-                async move { part.lock().await.run(stop).await }
-            },
-        )));
-        let settings = &inner.settings;
-        if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
-            return;
-        }
-        let producer_inner = inner.clone();
-        tasks.push(tokio::spawn(supervised(
-            "producer",
-            producer,
-            move |part| {
-                let inner = producer_inner.clone();
-                async move { part.lock().await.run(inner).await }
-            },
-        )));
-        let s = &inner.settings;
-        tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
-            "retrier",
-            s.retry_interval,
-            |inner| async move { crate::Retrier { inner }.run_once().await.map(drop) },
-        )));
-        tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
-            "compensator",
-            s.compensate_interval,
-            |inner| async move {
-                crate::Rescuer {
-                    inner: inner.clone(),
-                }
-                .run_once()
-                .await?;
-                crate::Compensator { inner }.run_once().await.map(drop)
-            },
-        )));
-        // Leases are kept while bodies run, also during shutdown's grace period: the
-        // heartbeat stops with the completer, after the workers.
-        let heartbeat = self.heartbeat();
-        let stop = inner.completer_stop.clone();
-        tasks.push(tokio::spawn(supervised(
-            "heartbeat",
-            heartbeat,
-            move |part| {
-                let stop = stop.clone();
-                async move { part.lock().await.clone().run(stop).await }
-            },
-        )));
-    }
-
-    /// The retry sweep, to run by hand (tests, or with background sweeps off).
-    pub fn retrier(&self) -> crate::Retrier {
-        crate::Retrier {
-            inner: self.inner.clone(),
-        }
-    }
-
-    /// The compensation sweep for records committed but never dispatched.
-    pub fn compensator(&self) -> crate::Compensator {
-        crate::Compensator {
-            inner: self.inner.clone(),
-        }
-    }
-
-    /// The sweep that recovers records whose lease expired.
-    pub fn rescuer(&self) -> crate::Rescuer {
-        crate::Rescuer {
-            inner: self.inner.clone(),
-        }
-    }
-
-    /// The lease renewal of this instance's running records.
-    pub fn heartbeat(&self) -> crate::Heartbeat {
-        let inner = &self.inner;
-        crate::Heartbeat {
-            keeper: inner.leases.clone(),
-            clock: inner.clock.clone(),
-            pool: inner.pool.clone(),
-            owner: inner.owner.clone(),
-            lease: inner.settings.lease,
-            interval: inner.settings.heartbeat_interval,
-        }
-    }
-
-    fn presence(&self) -> crate::instances::Presence {
-        let inner = &self.inner;
-        let settings = &inner.settings;
-        let ours = crate::instances::Presence::executors_of(&inner.registry);
-        crate::instances::Presence {
-            store: inner.store.clone(),
-            application: inner.app.clone(),
-            owner: inner.owner.clone(),
-            workers: settings.enabled && settings.run_workers && settings.test_mode.is_none(),
-            executors: serde_json::to_string(&ours).expect("names and signs serialize"),
-            ours,
-            alive_within: settings.lease,
-            interval: settings.heartbeat_interval,
-            skip: inner.skip.clone(),
-        }
-    }
-
-    /// The instances of this application that announced themselves within the last
-    /// `lease` (this one included), with the executors they link and their signatures.
-    ///
-    /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
-    /// for instance in rt.instances().await? {
-    ///     println!("{} (workers: {}), seen {}", instance.name, instance.workers, instance.last_seen);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn instances(&self) -> Result<Vec<crate::InstanceInfo>> {
-        let inner = &self.inner;
-        inner
-            .store
-            .instance_list(&inner.app, inner.settings.lease.as_millis() as i64)
-            .await
     }
 
     /// The settings in force.

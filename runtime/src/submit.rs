@@ -343,7 +343,7 @@ impl Inner {
             }
             None => {}
         }
-        if !self.settings.run_workers {
+        if !self.workers_on.load(std::sync::atomic::Ordering::Acquire) {
             // Submit-only: stored requests are for the instances that run workers.
             if job.record.is_none() {
                 self.spawn_direct(job);

@@ -1,0 +1,204 @@
+//! How a runtime assembles its parts: each part gets what it needs (the store, its
+//! settings, a channel, a stop token) and runs on a task of its own, supervised.
+
+use std::sync::atomic::Ordering;
+
+use crate::completer::CompleterTask;
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::supervise::supervised;
+
+impl Runtime {
+    pub(crate) fn spawn_parts(
+        &self,
+        producer: crate::dispatcher::Producer,
+        completer: CompleterTask,
+    ) {
+        let inner = &self.inner;
+        let mut tasks = inner.tasks.lock().expect("tasks lock");
+        let completer_inner = inner.clone();
+        tasks.push(tokio::spawn(supervised(
+            "completer",
+            completer,
+            move |part| {
+                let inner = completer_inner.clone();
+                async move { part.lock().await.run(inner).await }
+            },
+        )));
+        // Every instance writes times (submit-only ones too): keep reading the database's
+        // clock.
+        let (clock, store, stop) = (
+            inner.clock.clone(),
+            inner.store.clone(),
+            inner.completer_stop.clone(),
+        );
+        tasks.push(tokio::spawn(supervised("clock", (), move |_| {
+            let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
+            async move { clock.keep_synced(&*store, stop).await }
+        })));
+        let presence = self.presence();
+        let stop = inner.completer_stop.clone();
+        tasks.push(tokio::spawn(supervised(
+            "presence",
+            presence,
+            move |part| {
+                let stop = stop.clone();
+                async move { part.lock().await.run(stop).await }
+            },
+        )));
+        let settings = &inner.settings;
+        if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
+            *inner.idle_producer.lock().expect("producer lock") = Some(producer);
+            return;
+        }
+        drop(tasks);
+        self.spawn_workers(producer);
+    }
+
+    /// Starts the producer, the sweeps and the heartbeat: this instance runs requests.
+    fn spawn_workers(&self, producer: crate::dispatcher::Producer) {
+        let inner = &self.inner;
+        inner.workers_on.store(true, Ordering::Release);
+        let mut tasks = inner.tasks.lock().expect("tasks lock");
+        let producer_inner = inner.clone();
+        tasks.push(tokio::spawn(supervised(
+            "producer",
+            producer,
+            move |part| {
+                let inner = producer_inner.clone();
+                async move { part.lock().await.run(inner).await }
+            },
+        )));
+        let s = &inner.settings;
+        tasks.push(tokio::spawn(crate::sweep::every(
+            inner.clone(),
+            "retrier",
+            s.retry_interval,
+            |inner| async move { crate::Retrier { inner }.run_once().await.map(drop) },
+        )));
+        tasks.push(tokio::spawn(crate::sweep::every(
+            inner.clone(),
+            "compensator",
+            s.compensate_interval,
+            |inner| async move {
+                crate::Rescuer {
+                    inner: inner.clone(),
+                }
+                .run_once()
+                .await?;
+                crate::Compensator { inner }.run_once().await.map(drop)
+            },
+        )));
+        // Leases are kept while bodies run, also during shutdown's grace period: the
+        // heartbeat stops with the completer, after the workers.
+        let heartbeat = self.heartbeat();
+        let stop = inner.completer_stop.clone();
+        tasks.push(tokio::spawn(supervised(
+            "heartbeat",
+            heartbeat,
+            move |part| {
+                let stop = stop.clone();
+                async move { part.lock().await.clone().run(stop).await }
+            },
+        )));
+    }
+
+    /// The retry sweep, to run by hand (tests, or with background sweeps off).
+    pub fn retrier(&self) -> crate::Retrier {
+        crate::Retrier {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The compensation sweep for records committed but never dispatched.
+    pub fn compensator(&self) -> crate::Compensator {
+        crate::Compensator {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The sweep that recovers records whose lease expired.
+    pub fn rescuer(&self) -> crate::Rescuer {
+        crate::Rescuer {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// The lease renewal of this instance's running records.
+    pub fn heartbeat(&self) -> crate::Heartbeat {
+        let inner = &self.inner;
+        crate::Heartbeat {
+            keeper: inner.leases.clone(),
+            clock: inner.clock.clone(),
+            pool: inner.pool.clone(),
+            owner: inner.owner.clone(),
+            lease: inner.settings.lease,
+            interval: inner.settings.heartbeat_interval,
+        }
+    }
+
+    /// Makes a running submit-only runtime (`run_workers(false)`) run requests too: starts
+    /// its workers, sweeps and heartbeat, as if it had been started with workers. Does
+    /// nothing when they run already. Refused for a runtime that is disabled, in a test
+    /// mode, or shut down.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec_runtime::Result<()> {
+    /// let rt = async_exec_runtime::Runtime::builder().run_workers(false).start().await?;
+    /// // ... later, this instance takes its share of the work:
+    /// rt.start_workers()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_workers(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        if inner.settings.test_mode.is_some() {
+            return Err(Error::Config {
+                setting: "test_mode",
+                reason: "a runtime in a test mode runs calls itself; it has no workers to start"
+                    .into(),
+            });
+        }
+        let producer = inner.idle_producer.lock().expect("producer lock").take();
+        if let Some(producer) = producer {
+            self.spawn_workers(producer);
+            tracing::info!(owner = %inner.owner, "workers started");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn presence(&self) -> crate::instances::Presence {
+        let inner = &self.inner;
+        let settings = &inner.settings;
+        let ours = crate::instances::Presence::executors_of(&inner.registry);
+        crate::instances::Presence {
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            owner: inner.owner.clone(),
+            workers: inner.workers_on.clone(),
+            executors: serde_json::to_string(&ours).expect("names and signs serialize"),
+            ours,
+            alive_within: settings.lease,
+            interval: settings.heartbeat_interval,
+            skip: inner.skip.clone(),
+        }
+    }
+
+    /// The instances of this application that announced themselves within the last
+    /// `lease` (this one included), with the executors they link and their signatures.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// for instance in rt.instances().await? {
+    ///     println!("{} (workers: {}), seen {}", instance.name, instance.workers, instance.last_seen);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn instances(&self) -> Result<Vec<crate::InstanceInfo>> {
+        let inner = &self.inner;
+        inner
+            .store
+            .instance_list(&inner.app, inner.settings.lease.as_millis() as i64)
+            .await
+    }
+}

@@ -1,0 +1,62 @@
+//! Issue 8 item 12 (set-up): a runtime on the application's own PostgreSQL or MySQL pool,
+//! and a submit-only runtime that starts its workers later.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use async_exec::{async_exec, Backend, Context, Data, Status};
+use common::{Kind, Probe, TestDb};
+
+#[async_exec(type = SaveAsync)]
+async fn noted(label: String, probe: Data<Probe>, ctx: Context) {
+    probe.record(&label, ctx.attempt());
+}
+
+async fn a_runtime_on_the_applications_pool<DB: Backend>(db: TestDb) {
+    // The URL is not used to connect when a pool is handed in: make it unreachable.
+    let builder = db
+        .builder()
+        .database_url("postgres://nobody@127.0.0.1:1/unreachable");
+    let builder = match db.kind {
+        Kind::Sqlite => {
+            let options: sqlx::sqlite::SqliteConnectOptions = db.url.parse().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(options.create_if_missing(true))
+                .await
+                .unwrap();
+            builder.sqlite_pool(pool)
+        }
+        Kind::Postgres => builder.postgres_pool(sqlx::PgPool::connect(&db.url).await.unwrap()),
+        Kind::MySql => builder.mysql_pool(sqlx::MySqlPool::connect(&db.url).await.unwrap()),
+    };
+    let rt = builder
+        .start()
+        .await
+        .expect("start on the application's pool");
+    noted("pooled".into()).on(&rt).await.unwrap();
+    rt.data::<Probe>().unwrap().wait_runs("pooled", 1).await;
+    rt.shutdown().await.unwrap();
+}
+
+async fn a_submit_only_runtime_starts_its_workers<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let receipt = noted("later".into()).on(&rt).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let probe = rt.data::<Probe>().unwrap();
+    assert_eq!(probe.runs("later"), 0, "no workers yet");
+    let id = receipt.id.unwrap();
+    assert_eq!(rt.get(id).await.unwrap().unwrap().status, Status::Init);
+    rt.start_workers().unwrap();
+    rt.start_workers().unwrap(); // a second call changes nothing
+    probe.wait_runs("later", 1).await;
+    noted("after".into()).on(&rt).await.unwrap();
+    probe.wait_runs("after", 1).await;
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    a_runtime_on_the_applications_pool,
+    a_submit_only_runtime_starts_its_workers,
+);
