@@ -89,6 +89,10 @@ struct Args {
     /// Comma-separated: submit, drain, latency, overhead, backlog.
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
+    /// SQLite's `synchronous` for both async-exec and the queue: `full` (the library's
+    /// default) or `normal`.
+    #[arg(long, default_value = "full")]
+    sqlite_synchronous: String,
     /// A PostgreSQL database to connect to; the benchmark creates its own beside it.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres_url: String,
@@ -440,14 +444,15 @@ macro_rules! on_pool {
 }
 
 impl Pool {
-    /// Connects as the library does (SQLite: WAL, synchronous NORMAL; 8 connections).
+    /// Connects as the library does (SQLite: WAL, `synchronous` as `--sqlite-synchronous`
+    /// says, the same for both; 8 connections).
     async fn connect(kind: Kind, url: &str) -> Result<Pool> {
         Ok(match kind {
             Kind::Sqlite => {
                 let options = SqliteConnectOptions::from_str(url)?
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
+                    .synchronous(sqlite_synchronous().0)
                     .busy_timeout(Duration::from_secs(10));
                 Pool::Sqlite(
                     SqlitePoolOptions::new()
@@ -1014,6 +1019,7 @@ impl Bench<'_> {
             .application_name(APP)
             .install_global(false)
             .concurrency(self.args.concurrency)
+            .sqlite_synchronous(sqlite_synchronous().1)
     }
 
     async fn submit_only(&self) -> Result<Runtime> {
@@ -1360,6 +1366,7 @@ impl Bench<'_> {
             .args(["--backend", self.kind.name()])
             .args(["--backlog", &m.to_string()])
             .args(["--concurrency", &self.args.concurrency.to_string()])
+            .args(["--sqlite-synchronous", &self.args.sqlite_synchronous])
             .stderr(std::process::Stdio::inherit())
             .output()
             .await?;
@@ -1532,6 +1539,7 @@ async fn backlog_child(args: &Args) -> Result<()> {
                 .application_name(APP)
                 .install_global(false)
                 .concurrency(args.concurrency)
+                .sqlite_synchronous(sqlite_synchronous().1)
                 .data_arc(hits.clone())
                 .start()
                 .await?;
@@ -1575,6 +1583,14 @@ fn peak_rss_kb() -> Result<u64> {
 
 // ---------------------------------------------------------------------------------------
 
+/// SQLite's `synchronous` for this run, as the queue's and the library's setting.
+static SQLITE_SYNCHRONOUS: std::sync::OnceLock<(SqliteSynchronous, async_exec::SqliteSynchronous)> =
+    std::sync::OnceLock::new();
+
+fn sqlite_synchronous() -> (SqliteSynchronous, async_exec::SqliteSynchronous) {
+    *SQLITE_SYNCHRONOUS.get().expect("set in main")
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -1584,6 +1600,17 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let level = match args.sqlite_synchronous.as_str() {
+        "full" => (SqliteSynchronous::Full, async_exec::SqliteSynchronous::Full),
+        "normal" => (
+            SqliteSynchronous::Normal,
+            async_exec::SqliteSynchronous::Normal,
+        ),
+        other => bail!("--sqlite-synchronous full|normal, not {other:?}"),
+    };
+    SQLITE_SYNCHRONOUS
+        .set(level)
+        .map_err(|_| anyhow!("set twice"))?;
     if let Some(phase) = &args.phase {
         ensure!(phase == "backlog", "--phase backlog, not `{phase}`");
         return backlog_child(&args).await;
