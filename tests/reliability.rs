@@ -363,7 +363,7 @@ async fn sqlite_lock_held_by_the_caller_is_an_error_that_names_the_fix() {
         .unwrap();
     let mut tx: Tx = rt.begin().await.unwrap();
     plain("inside".into()).within(&mut tx).await.unwrap();
-    let forgot = plain("forgot".into()).on(&rt).await;
+    let forgot = plain("forgot".into()).on(&rt).independent().await;
     match &forgot {
         Err(error @ Error::SqliteLocked { .. }) => {
             assert!(error.to_string().contains(".within(&mut tx)"), "{error}")

@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
+    /// The transactions open now, by the task that began them.
+    pub(crate) open_txs: crate::open_tx::OpenTxs,
 }
 
 impl std::fmt::Debug for Inner {
@@ -168,6 +170,7 @@ impl Runtime {
             handed_back: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
+            open_txs: Default::default(),
             settings,
         });
         let runtime = Runtime {
