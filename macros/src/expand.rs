@@ -219,6 +219,10 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
     };
+    let data_needs = params.iter().filter_map(|p| match &p.kind {
+        Kind::Data(inner) => Some(quote!(#c::__private::DataNeed::of::<#inner>())),
+        _ => None,
+    });
     let timeout_ms = match args.timeout_ms {
         Some(ms) => quote!(::core::option::Option::Some(#ms)),
         None => quote!(::core::option::Option::None),
@@ -248,6 +252,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
                 strategy: #c::Strategy::#strategy,
                 max_attempts: #max_attempts,
                 timeout_ms: #timeout_ms,
+                data: &[#(#data_needs),*],
                 run: #run_fn,
             };
             #c::__private::inventory::submit! { #c::__private::Registration(&#def_static) }
@@ -386,6 +391,7 @@ mod tests {
                     strategy: ::async_exec::Strategy::SaveAsync,
                     max_attempts: ::core::option::Option::None,
                     timeout_ms: ::core::option::Option::None,
+                    data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                     run: __async_exec_run,
                 };
                 ::async_exec::__private::inventory::submit! { ::async_exec::__private::Registration(&__ASYNC_EXEC_DEF) }

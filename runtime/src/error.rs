@@ -98,6 +98,19 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// Executors that this runtime runs take `Data<T>` values that were not registered:
+    /// their requests would go `dead` when they run.
+    #[error(
+        "executors this runtime runs take `Data<T>` values that are not registered: {missing}; \
+         register each with `.data(value)` on the builder, or, if this runtime is not meant to \
+         run those executors (their requests would go `dead` here), say so with \
+         `.without_data::<T>()`"
+    )]
+    MissingData {
+        /// Each executor and the type it lacks: ``"`app::mail` takes `Data<app::Mailer>`"``.
+        missing: String,
+    },
+
     /// A call was awaited without `.within(&mut tx)` from a task that holds an open
     /// [`Tx`](crate::Tx) of the same runtime: it would not be part of that transaction.
     #[error(

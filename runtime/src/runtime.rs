@@ -127,6 +127,11 @@ impl Runtime {
         store: Option<Arc<dyn Store>>,
     ) -> Result<Runtime> {
         settings.validate()?;
+        let registry = Registry::from_inventory()?;
+        if settings.enabled {
+            let workers = settings.run_workers || settings.test_mode.is_some();
+            data.check(registry.defs(), |def| crate::data::runs_here(def, workers))?;
+        }
         let store = match store {
             Some(store) => store,
             None => crate::builder::connect(&settings).await?,
@@ -138,7 +143,6 @@ impl Runtime {
         clock.sync(&*store).await.inspect_err(|error| {
             tracing::error!(%error, "could not read the database's clock");
         })?;
-        let registry = Registry::from_inventory()?;
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
