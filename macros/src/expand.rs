@@ -125,6 +125,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
     let fn_token = &sig.fn_token;
     let inputs = &sig.inputs;
     let output = &sig.output;
+    let (attrs, body_attrs) = crate::placement::split(attrs, &fn_name.unraw().to_string());
 
     let def_site = Span::mixed_site();
     let args_struct = format_ident!("__AsyncExecArgs", span = def_site);
@@ -235,6 +236,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             #[serde(crate = #serde_crate)]
             struct #args_struct { #(#fields: #field_types),* }
 
+            #(#body_attrs)*
             async fn #body_fn(#inputs) #output #block
 
             fn #run_fn(#inv: #c::__private::Invocation)
