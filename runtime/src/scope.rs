@@ -53,7 +53,7 @@ enum Entry {
     /// A `SyncSave` call whose body ran at the call: its receipt, and what to write.
     Ran {
         receipt: Receipt,
-        write: Option<SyncWrite>,
+        write: Option<Box<SyncWrite>>,
     },
 }
 
@@ -170,7 +170,7 @@ impl Scope {
         }
         state.entries.push(Entry::Ran {
             receipt: receipt.clone(),
-            write,
+            write: write.map(Box::new),
         });
         Ok(receipt)
     }
@@ -190,7 +190,7 @@ impl Scope {
                     calls.push(call);
                 }
                 Entry::Ran { mut receipt, write } => {
-                    match write {
+                    match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
                             DB::key_record_in(tx.conn(), &request).await?
                         }
