@@ -162,9 +162,9 @@ impl Registry {
         self.by_name.get(name).copied()
     }
 
-    /// Every known executor.
+    /// Every known executor, by name.
     pub(crate) fn defs(&self) -> impl Iterator<Item = &'static ExecutorDef> + '_ {
-        self.by_name.values().copied()
+        self.names.iter().map(|name| self.by_name[name])
     }
 
     /// The names of all known executors, sorted.

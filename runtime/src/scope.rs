@@ -236,7 +236,8 @@ impl Runtime {
     /// - `SyncSave` runs its body at the call, as everywhere; its key is looked up among
     ///   the scope's calls and in the committed store (a key used by a `.within(&mut tx)`
     ///   call in this transaction is not seen until the commit); a failure is written for
-    ///   retry, and the key of a body that ran is recorded, in the transaction.
+    ///   retry, and the key of a body that ran is recorded, in the transaction (so a
+    ///   `Deferred` receipt has no id until the commit, and a rollback forgets both).
     /// - `.within(&mut tx)` still writes at the call; `.independent()` opts a call out (it
     ///   is written now and runs even if the transaction rolls back); a call `.on(&other)`
     ///   runtime is not part of this one.

@@ -12,6 +12,11 @@ use crate::store::Backend;
 /// A database transaction that carries calls: records written in it become visible, and
 /// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
 ///
+/// While it is open, a call awaited without `.within(&mut tx)` from the task that began it
+/// is refused ([`Error::BareCallInTransaction`]) unless it says
+/// [`.independent()`](crate::Call::independent); inside
+/// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
+///
 /// ```ignore
 /// let mut tx: Tx = rt.begin().await?;
 /// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
