@@ -224,7 +224,8 @@ impl Runtime {
     /// Runs `body` in a transaction in which calls **join the transaction without
     /// `.within(&mut tx)`**, the way Spring's `@Transactional` works: a call awaited in
     /// the body's task is held, written with the others just before the COMMIT (the
-    /// `SaveAsync` records in one multi-row INSERT), and dispatched after it. When `body`
+    /// `SaveAsync` records in one multi-row INSERT; those with an idempotency key one by
+    /// one, each checked against the keys before it), and dispatched after it. When `body`
     /// returns `Ok`, the transaction commits and its value is returned; when it returns
     /// `Err` or panics, the transaction rolls back and no call made in it runs.
     ///
