@@ -4,7 +4,7 @@
 //!
 //!     cargo run --example outbox
 
-use async_exec::{async_exec, Data, Runtime, Tx};
+use async_exec::{async_exec, Data, Runtime, Sqlite, Tx};
 use serde::{Deserialize, Serialize};
 
 /// A mail gateway, registered once on the runtime and injected into bodies.
@@ -45,6 +45,24 @@ async fn place_order(rt: &Runtime, order: Order) -> anyhow::Result<()> {
     confirm_order(order).within(&mut tx).await?;
     tx.commit().await?; // the mail goes out after this, never before
     Ok(())
+}
+
+/// The same with an ambient transaction: inside `rt.transaction`, a call without
+/// `.within` joins the transaction (written just before its COMMIT).
+async fn place_order_in_scope(rt: &Runtime, order: Order) -> anyhow::Result<()> {
+    rt.transaction(|tx: &mut Tx<Sqlite>| {
+        Box::pin(async move {
+            sqlx::query("INSERT INTO orders (id, email, total_cents) VALUES (?, ?, ?)")
+                .bind(order.id)
+                .bind(&order.email)
+                .bind(order.total_cents)
+                .execute(tx.conn())
+                .await?;
+            confirm_order(order).await?; // joins the transaction
+            Ok(())
+        })
+    })
+    .await
 }
 
 #[tokio::main]
@@ -91,6 +109,16 @@ async fn main() -> anyhow::Result<()> {
             Err(error) => format!("refused ({error}); no mail is sent for it"),
         }
     );
+
+    place_order_in_scope(
+        &rt,
+        Order {
+            id: 2,
+            email: "grace@example.com".into(),
+            total_cents: 1_999,
+        },
+    )
+    .await?;
 
     rt.wait_idle().await;
     rt.shutdown().await?;

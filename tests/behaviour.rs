@@ -67,11 +67,6 @@ async fn versioned(label: String, extra: Option<String>, probe: Data<Probe>, ctx
     probe.record(&format!("{label}:extra={extra:?}"), ctx.attempt());
 }
 
-struct NeverRegistered;
-
-#[async_exec(type = SaveAsync)]
-async fn needs_missing(_label: String, _missing: Data<NeverRegistered>) {}
-
 #[async_exec(type = SyncSave, max_attempts = 3)]
 async fn sync_save(
     label: String,
@@ -616,27 +611,6 @@ async fn records_of_unknown_executors_are_left_alone<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
-async fn data_is_injected_and_missing_data_is_a_clear_dead<DB: Backend>(db: TestDb) {
-    let rt = db
-        .builder()
-        .test_mode(TestMode::Hold)
-        .start()
-        .await
-        .unwrap();
-    ok_job("data".into()).on(&rt).await.unwrap();
-    let id = needs_missing("x".into()).on(&rt).await.unwrap().id.unwrap();
-    rt.drain().await.unwrap();
-    assert_eq!(rt.probe().runs("data"), 1);
-    let record = rt.get(id).await.unwrap().unwrap();
-    assert_eq!(record.status, Status::Dead);
-    let error = record.last_error.unwrap();
-    assert!(
-        error.contains("Data<behaviour::NeverRegistered>") && error.contains(".data(value)"),
-        "{error}"
-    );
-    rt.shutdown().await.unwrap();
-}
-
 // ---- idempotency -----------------------------------------------------------------------
 
 async fn idempotency_key_holds_under_concurrent_calls<DB: Backend>(db: TestDb) {
@@ -1134,7 +1108,6 @@ backend_suite!(
     tampered_arguments_go_dead_with_a_clear_message,
     signature_changes_compatible_run_incompatible_go_dead,
     records_of_unknown_executors_are_left_alone,
-    data_is_injected_and_missing_data_is_a_clear_dead,
     idempotency_key_holds_under_concurrent_calls,
     batch_writes_many_calls_at_once,
     batch_receipts_name_their_own_records,

@@ -313,7 +313,7 @@ async fn refused_outcome_in_drain_is_written_dead<DB: Backend>(db: TestDb) {
 /// (b) A 1 MB error is stored capped at 8 KiB on a character boundary, marked as cut, in
 /// `last_error` and in the `async_log` row; a `SyncSave` failure's record too.
 async fn huge_error_is_stored_capped<DB: Backend>(db: TestDb) {
-    let rt = db.builder().start().await.unwrap();
+    let rt = db.builder().data(Gate::default()).start().await.unwrap();
     let probe = rt.data::<Probe>().unwrap();
     let original = huge_error();
     let id = fails_hugely().on(&rt).await.unwrap().id.unwrap();
@@ -362,6 +362,7 @@ async fn huge_error_is_stored_capped<DB: Backend>(db: TestDb) {
 async fn huge_baggage_is_stored_capped<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
+        .data(Gate::default())
         .test_mode(async_exec::TestMode::Hold)
         .start()
         .await

@@ -7,21 +7,10 @@
 #[macro_use]
 mod common;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_exec::{async_exec, Backend, Context, Data, Error, RequestFilter, Status, Tx};
-use common::{now_ms, wait_for, Probe, TestDb};
-
-/// The order in which bodies started, by label.
-#[derive(Default)]
-struct StartOrder(Mutex<Vec<String>>);
-
-impl StartOrder {
-    fn labels(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
+use common::{now_ms, wait_for, Probe, StartOrder, TestDb};
 
 #[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
 async fn naps(label: String, millis: u64, probe: Data<Probe>, ctx: Context) {
@@ -363,7 +352,7 @@ async fn sqlite_lock_held_by_the_caller_is_an_error_that_names_the_fix() {
         .unwrap();
     let mut tx: Tx = rt.begin().await.unwrap();
     plain("inside".into()).within(&mut tx).await.unwrap();
-    let forgot = plain("forgot".into()).on(&rt).await;
+    let forgot = plain("forgot".into()).on(&rt).independent().await;
     match &forgot {
         Err(error @ Error::SqliteLocked { .. }) => {
             assert!(error.to_string().contains(".within(&mut tx)"), "{error}")

@@ -125,6 +125,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
     let fn_token = &sig.fn_token;
     let inputs = &sig.inputs;
     let output = &sig.output;
+    let (attrs, body_attrs) = crate::placement::split(attrs, &fn_name.unraw().to_string());
 
     let def_site = Span::mixed_site();
     let args_struct = format_ident!("__AsyncExecArgs", span = def_site);
@@ -219,6 +220,10 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
     };
+    let data_needs = params.iter().filter_map(|p| match &p.kind {
+        Kind::Data(inner) => Some(quote!(#c::__private::DataNeed::of::<#inner>())),
+        _ => None,
+    });
     let timeout_ms = match args.timeout_ms {
         Some(ms) => quote!(::core::option::Option::Some(#ms)),
         None => quote!(::core::option::Option::None),
@@ -231,6 +236,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             #[serde(crate = #serde_crate)]
             struct #args_struct { #(#fields: #field_types),* }
 
+            #(#body_attrs)*
             async fn #body_fn(#inputs) #output #block
 
             fn #run_fn(#inv: #c::__private::Invocation)
@@ -248,6 +254,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
                 strategy: #c::Strategy::#strategy,
                 max_attempts: #max_attempts,
                 timeout_ms: #timeout_ms,
+                data: &[#(#data_needs),*],
                 run: #run_fn,
             };
             #c::__private::inventory::submit! { #c::__private::Registration(&#def_static) }
@@ -386,6 +393,7 @@ mod tests {
                     strategy: ::async_exec::Strategy::SaveAsync,
                     max_attempts: ::core::option::Option::None,
                     timeout_ms: ::core::option::Option::None,
+                    data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                     run: __async_exec_run,
                 };
                 ::async_exec::__private::inventory::submit! { ::async_exec::__private::Registration(&__ASYNC_EXEC_DEF) }

@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod placement;
 mod validate;
 
 /// Turns an `async fn` into a persisted, retried executor.
@@ -36,6 +37,18 @@ mod validate;
 /// `.priority(..)`) that submits the request when awaited. The body moves,
 /// unchanged, into a hidden executor that the runtime runs later, and that
 /// executor is registered with `inventory`, so no registration call is needed.
+///
+/// Attributes after `#[async_exec]` that concern the body go on the hidden
+/// executor: `#[tracing::instrument]` (its span is entered when the body runs,
+/// named after the function unless it sets `name`), and the lint levels `warn`,
+/// `deny`, `forbid`, `expect`; `allow` and `cfg` go on both; the others (docs,
+/// `deprecated`, `must_use`, `cfg_attr`, ...) stay on the wrapper.
+///
+/// ```ignore
+/// #[async_exec(type = SaveAsync)]
+/// #[tracing::instrument(skip(mailer), fields(user = user_id))] // entered when the body runs
+/// async fn send_welcome(user_id: i64, mailer: Data<Mailer>) -> anyhow::Result<()> { Ok(()) }
+/// ```
 ///
 /// # Parameters
 ///

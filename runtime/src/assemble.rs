@@ -159,6 +159,7 @@ impl Runtime {
                     .into(),
             });
         }
+        inner.data.check(inner.registry.defs(), |_| true)?;
         let producer = inner.idle_producer.lock().expect("producer lock").take();
         if let Some(producer) = producer {
             self.spawn_workers(producer);

@@ -160,6 +160,25 @@ impl Builder {
         self
     }
 
+    /// Declares that this runtime provides no `T` on purpose: [`start`](Builder::start)
+    /// then does not refuse executors that take a `Data<T>`, and a request of theirs that
+    /// runs here goes `dead` naming the missing value. For a binary that links executors
+    /// another runtime (or another process) runs, and for tests.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// struct ReportStore;
+    /// let rt = async_exec::Runtime::builder()
+    ///     .without_data::<ReportStore>() // the report executors run in the batch service
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_data<T: 'static>(mut self) -> Self {
+        self.data.decline::<T>();
+        self
+    }
+
     /// Registers a shared value that bodies receive as a `Data<T>` parameter.
     pub fn data_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
         self.data.insert(value);

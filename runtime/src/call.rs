@@ -35,6 +35,7 @@ pub struct Call {
     delay: Option<Duration>,
     priority: i32,
     runtime: Option<Runtime>,
+    independent: bool,
 }
 
 /// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
@@ -63,6 +64,7 @@ impl Call {
             delay: None,
             priority: 0,
             runtime: None,
+            independent: false,
         }
     }
 
@@ -102,6 +104,29 @@ impl Call {
     /// data, and nothing runs unless the transaction commits.
     pub fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> CallIn<'_, DB> {
         CallIn { call: self, tx }
+    }
+
+    /// Submit on its own, outside any transaction, even when the calling task holds one:
+    /// the call is written (or dispatched) now and **runs even if the caller's transaction
+    /// rolls back**. Without it, a call awaited without `.within(&mut tx)` from a task that
+    /// holds an open [`Tx`] of the runtime is refused with
+    /// [`Error::BareCallInTransaction`], and one made inside
+    /// [`Runtime::transaction`](crate::Runtime::transaction) joins that transaction.
+    ///
+    /// ```no_run
+    /// # use async_exec::{async_exec, Runtime, Tx};
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn audit(event: String) {}
+    ///
+    /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+    /// let tx: Tx = rt.begin().await?;
+    /// audit("login attempted".into()).independent().await?; // kept even if `tx` rolls back
+    /// tx.rollback().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn independent(mut self) -> Self {
+        self.independent = true;
+        self
     }
 
     /// The executor's stable name.
@@ -150,12 +175,48 @@ impl IntoFuture for Call {
     type IntoFuture = BoxFuture<'static, Result<Receipt>>;
 
     fn into_future(self) -> Self::IntoFuture {
+        let independent = self.independent;
         let prepared = self.into_submission();
         Box::pin(async move {
             let (submission, runtime) = prepared?;
-            let runtime = runtime.or_else(global).ok_or(Error::NoRuntime)?;
-            runtime.inner.submit(submission).await
+            let executor = submission.def.name;
+            match Route::of(runtime, independent, executor)? {
+                Route::Scope(scope) => scope.submit(submission).await,
+                Route::Alone(runtime) => runtime.inner.submit(submission).await,
+            }
         })
+    }
+}
+
+/// Where a call awaited without `.within(&mut tx)` goes.
+enum Route {
+    /// Into the [`Runtime::transaction`](crate::Runtime::transaction) scope of this task.
+    Scope(std::sync::Arc<crate::scope::Scope>),
+    /// On its own (autocommit).
+    Alone(Runtime),
+}
+
+impl Route {
+    /// The call's runtime is the one it names with `.on(&rt)`, else that of the scope this
+    /// task is in, else the global one. A call of the scope's runtime joins the scope
+    /// unless it is independent; outside a scope, one made from a task that holds an open
+    /// `Tx` of its runtime is refused unless it is independent.
+    fn of(runtime: Option<Runtime>, independent: bool, executor: &'static str) -> Result<Route> {
+        let scope = crate::scope::current();
+        let runtime = runtime
+            .or_else(|| scope.as_ref().map(|s| s.runtime()))
+            .or_else(global)
+            .ok_or(Error::NoRuntime)?;
+        if independent {
+            return Ok(Route::Alone(runtime));
+        }
+        if let Some(scope) = scope.filter(|s| s.is_of(&runtime)) {
+            return Ok(Route::Scope(scope));
+        }
+        if runtime.inner.open_txs.held_here() {
+            return Err(Error::BareCallInTransaction { executor });
+        }
+        Ok(Route::Alone(runtime))
     }
 }
 
@@ -219,6 +280,16 @@ pub enum Outcome {
     },
     /// `AsyncSave`, `Async`, `Thread`: held in memory, dispatched after the commit.
     InMemory,
+    /// `SaveAsync`, called without `.within(&mut tx)` inside
+    /// [`Runtime::transaction`](crate::Runtime::transaction): the record is written with
+    /// the scope's other calls in one INSERT just before its COMMIT, so nothing about it is
+    /// known yet (`id` is `None`). The receipt it gets then (its id, or
+    /// [`Outcome::Existing`] for a key in use) is `receipts[index]` of
+    /// [`Runtime::transaction_with_receipts`](crate::Runtime::transaction_with_receipts).
+    Pending {
+        /// The call's position among the calls made in the scope, from 0.
+        index: usize,
+    },
     /// `SaveAsync` outside a transaction whose record could not be written: it runs in
     /// memory (the `degrade_to_memory` setting), and a crash before it runs loses it.
     Degraded {
@@ -238,6 +309,7 @@ pub fn batch(calls: impl IntoIterator<Item = Call>) -> Batch {
     Batch {
         calls: calls.into_iter().collect(),
         runtime: None,
+        independent: false,
     }
 }
 
@@ -247,6 +319,7 @@ pub fn batch(calls: impl IntoIterator<Item = Call>) -> Batch {
 pub struct Batch {
     calls: Vec<Call>,
     runtime: Option<Runtime>,
+    independent: bool,
 }
 
 impl Batch {
@@ -259,6 +332,13 @@ impl Batch {
     /// Submit inside the caller's transaction.
     pub fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> BatchIn<'_, DB> {
         BatchIn { batch: self, tx }
+    }
+
+    /// Submit on its own, outside any transaction, even when the calling task holds one;
+    /// see [`Call::independent`].
+    pub fn independent(mut self) -> Self {
+        self.independent = true;
+        self
     }
 
     fn into_submissions(self) -> Result<(Vec<Submission>, Option<Runtime>)> {
@@ -277,14 +357,15 @@ impl IntoFuture for Batch {
 
     fn into_future(self) -> Self::IntoFuture {
         let first_runtime = self.calls.iter().find_map(|c| c.runtime.clone());
+        let independent = self.independent;
+        let executor = self.calls.first().map_or("(empty batch)", |c| c.def.name);
         let prepared = self.into_submissions();
         Box::pin(async move {
             let (submissions, runtime) = prepared?;
-            let runtime = runtime
-                .or(first_runtime)
-                .or_else(global)
-                .ok_or(Error::NoRuntime)?;
-            runtime.inner.submit_batch(submissions).await
+            match Route::of(runtime.or(first_runtime), independent, executor)? {
+                Route::Scope(scope) => scope.submit_batch(submissions).await,
+                Route::Alone(runtime) => runtime.inner.submit_batch(submissions).await,
+            }
         })
     }
 }

@@ -98,6 +98,35 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// Executors that this runtime runs take `Data<T>` values that were not registered:
+    /// their requests would go `dead` when they run.
+    #[error(
+        "executors this runtime runs take `Data<T>` values that are not registered: {missing}; \
+         register each with `.data(value)` on the builder, or, if this runtime is not meant to \
+         run those executors (their requests would go `dead` here), say so with \
+         `.without_data::<T>()`"
+    )]
+    MissingData {
+        /// Each executor and the type it lacks: ``"`app::mail` takes `Data<app::Mailer>`"``.
+        missing: String,
+    },
+
+    /// A call was awaited without `.within(&mut tx)` from a task that holds an open
+    /// [`Tx`](crate::Tx) of the same runtime: it would not be part of that transaction.
+    #[error(
+        "executor `{executor}` was called without `.within(&mut tx)` while this task holds an \
+         open transaction of the runtime: the call would not be part of it (it would run even \
+         if the transaction rolls back, and on SQLite it would wait for that transaction's \
+         write lock). Pass the transaction with `.within(&mut tx)`, or make the calls inside \
+         `rt.transaction(|tx| Box::pin(async move {{ ... }}))`, where calls without `.within` \
+         join it; if the call is meant to run whatever the transaction does, say so with \
+         `.independent()`"
+    )]
+    BareCallInTransaction {
+        /// The executor called.
+        executor: &'static str,
+    },
+
     /// A background part of the runtime panicked (it is restarted; the panic is logged).
     #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
     Panicked(&'static str),

@@ -30,6 +30,7 @@ mod fault;
 mod heartbeat;
 mod instances;
 mod keys;
+mod open_tx;
 mod ops;
 mod outcome;
 mod record;
@@ -38,6 +39,7 @@ mod registry;
 mod rescuer;
 mod retrier;
 mod runtime;
+mod scope;
 mod settings;
 pub mod store;
 mod strategy;
@@ -53,7 +55,7 @@ pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
 pub use compensator::{CompensateReport, Compensator};
 pub use completer::CompleteReport;
 pub use context::Context;
-pub use data::Data;
+pub use data::{Data, DataNeed};
 pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
@@ -81,6 +83,7 @@ pub use sqlx::Sqlite;
 
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::data::DataNeed;
     pub use crate::outcome::{Failure, IntoOutcome};
     pub use crate::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
     pub use inventory;

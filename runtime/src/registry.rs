@@ -39,6 +39,8 @@ pub struct ExecutorDef {
     pub max_attempts: Option<u32>,
     /// The attribute's `timeout`, in milliseconds, if given.
     pub timeout_ms: Option<u64>,
+    /// The `Data<T>` parameters of the body, checked at start.
+    pub data: &'static [crate::data::DataNeed],
     /// Decodes the arguments and runs the body.
     pub run: RunFn,
 }
@@ -51,6 +53,7 @@ impl fmt::Debug for ExecutorDef {
             .field("sign", &self.sign)
             .field("signature", &self.signature)
             .field("strategy", &self.strategy)
+            .field("data", &self.data)
             .finish_non_exhaustive()
     }
 }
@@ -159,6 +162,11 @@ impl Registry {
         self.by_name.get(name).copied()
     }
 
+    /// Every known executor, by name.
+    pub(crate) fn defs(&self) -> impl Iterator<Item = &'static ExecutorDef> + '_ {
+        self.names.iter().map(|name| self.by_name[name])
+    }
+
     /// The names of all known executors, sorted.
     pub(crate) fn names(&self) -> &[&'static str] {
         &self.names
@@ -183,6 +191,7 @@ mod tests {
             strategy: Strategy::SaveAsync,
             max_attempts: None,
             timeout_ms: None,
+            data: &[],
             run: never,
         }
     }

@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
+    /// The transactions open now, by the task that began them.
+    pub(crate) open_txs: crate::open_tx::OpenTxs,
 }
 
 impl std::fmt::Debug for Inner {
@@ -125,6 +127,11 @@ impl Runtime {
         store: Option<Arc<dyn Store>>,
     ) -> Result<Runtime> {
         settings.validate()?;
+        let registry = Registry::from_inventory()?;
+        if settings.enabled {
+            let workers = settings.run_workers || settings.test_mode.is_some();
+            data.check(registry.defs(), |def| crate::data::runs_here(def, workers))?;
+        }
         let store = match store {
             Some(store) => store,
             None => crate::builder::connect(&settings).await?,
@@ -136,7 +143,6 @@ impl Runtime {
         clock.sync(&*store).await.inspect_err(|error| {
             tracing::error!(%error, "could not read the database's clock");
         })?;
-        let registry = Registry::from_inventory()?;
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
@@ -168,6 +174,7 @@ impl Runtime {
             handed_back: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
+            open_txs: Default::default(),
             settings,
         });
         let runtime = Runtime {

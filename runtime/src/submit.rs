@@ -18,7 +18,7 @@ use crate::strategy::Strategy;
 use crate::tx::Tx;
 
 impl Submission {
-    fn job(&self) -> Job {
+    pub(crate) fn job(&self) -> Job {
         Job {
             def: self.def,
             params: self.params.clone(),
@@ -32,7 +32,7 @@ impl Submission {
         now + self.delay.map_or(0, |d| d.as_millis() as i64)
     }
 
-    fn request(&self, inner: &Inner) -> NewRequest {
+    pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
         let now = inner.now_ms();
         let mut request = inner.new_request(
             self.def,

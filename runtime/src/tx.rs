@@ -4,12 +4,18 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::executor::Job;
+use crate::open_tx::OpenTx;
 use crate::record::RequestId;
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
 
 /// A database transaction that carries calls: records written in it become visible, and
 /// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
+///
+/// While it is open, a call awaited without `.within(&mut tx)` from the task that began it
+/// is refused ([`Error::BareCallInTransaction`]) unless it says
+/// [`.independent()`](crate::Call::independent); inside
+/// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
 ///
 /// ```ignore
 /// let mut tx: Tx = rt.begin().await?;
@@ -26,6 +32,9 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
     /// Delayed records written here, with the time each was written (unix ms): their
     /// delay is moved to count from the commit.
     pub(crate) delayed: Vec<(RequestId, i64)>,
+    /// Counts this transaction as open in the task that began it, until it ends: a call
+    /// made there without `.within(&mut tx)` is refused.
+    open: OpenTx,
 }
 
 impl<DB: Backend> Tx<DB> {
@@ -49,8 +58,10 @@ impl<DB: Backend> Tx<DB> {
             inner,
             pending,
             delayed,
+            open,
         } = self;
         tx.commit().await?;
+        drop(open);
         inner.after_commit(pending).await;
         inner.count_delays_from_commit(&delayed).await;
         Ok(())
@@ -105,6 +116,7 @@ impl Runtime {
             inner: self.inner.clone(),
             pending: Vec::new(),
             delayed: Vec::new(),
+            open: self.inner.open_txs.open(),
         })
     }
 
@@ -116,6 +128,7 @@ impl Runtime {
             inner: self.inner.clone(),
             pending: Vec::new(),
             delayed: Vec::new(),
+            open: self.inner.open_txs.open(),
         }
     }
 }

@@ -110,6 +110,7 @@ impl TestDb {
             .retry_base_delay(Duration::from_millis(20))
             .retry_max_delay(Duration::from_secs(2))
             .data(Probe::default())
+            .data(StartOrder::default())
     }
 
     async fn pool(&self) -> AnyPool {
@@ -189,6 +190,17 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// The order in which bodies started, by label (`tests/reliability.rs`); registered on
+/// every test runtime, as the executors that take it are linked into that test binary.
+#[derive(Default)]
+pub struct StartOrder(pub Mutex<Vec<String>>);
+
+impl StartOrder {
+    pub fn labels(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
 }
 
 /// What bodies report: one entry per run, by label.
