@@ -20,6 +20,7 @@ mod builder;
 mod call;
 mod clock;
 mod compensator;
+mod control;
 mod completer;
 mod context;
 mod data;
@@ -31,7 +32,9 @@ mod heartbeat;
 mod instances;
 mod keys;
 mod ops;
+mod operations;
 mod outcome;
+pub mod query;
 mod record;
 mod redact;
 mod registry;
@@ -58,6 +61,11 @@ pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
+pub use query::{
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
+    RequestQuery,
+};
+pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
