@@ -20,6 +20,8 @@ mod builder;
 mod call;
 mod clock;
 mod compensator;
+#[cfg(feature = "console")]
+pub mod console;
 mod control;
 mod completer;
 mod context;

@@ -258,6 +258,15 @@ impl Runtime {
             .await
     }
 
+    /// How many requests of this application each instance holds `running` now.
+    pub async fn running_by_instance(&self) -> Result<Vec<(String, i64)>> {
+        self.inner
+            .store
+            .ops()
+            .request_count_running_by_owner(&self.inner.app)
+            .await
+    }
+
     /// The executors linked into this binary, by name.
     pub fn executor_infos(&self) -> Vec<ExecutorInfo> {
         let inner = &self.inner;

@@ -20,6 +20,7 @@ use crate::record::{RequestId, Status};
 /// assert_eq!(dead_mails.status, Some(Status::Dead));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 #[non_exhaustive]
 pub struct RequestQuery {
     /// In this status.
@@ -153,6 +154,7 @@ impl Default for PageSpec {
 
 /// What an operator does to requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Run again now: `failed` keeps its attempts; `dead` and `cancelled` start over.
@@ -208,6 +210,7 @@ impl Action {
 
 /// Attempts finished in one minute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct MinuteStat {
     /// The minute's start (unix ms).
     pub minute: i64,
@@ -221,6 +224,7 @@ pub struct MinuteStat {
 
 /// The queue depth sampled in one minute.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct DepthSample {
     /// The minute's start (unix ms).
     pub minute: i64,
@@ -232,6 +236,7 @@ pub struct DepthSample {
 
 /// An executor whose claims are paused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct Pause {
     /// The executor.
     pub executor: String,
@@ -243,6 +248,7 @@ pub struct Pause {
 
 /// One operator action, as the audit trail keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// Its id (0 before it is written).
     pub id: i64,
@@ -262,6 +268,7 @@ pub struct AuditEntry {
 
 /// How many requests of one executor are in one status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct ExecutorCount {
     /// The executor.
     pub executor: String,

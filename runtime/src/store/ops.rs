@@ -45,6 +45,9 @@ pub(crate) trait OpsStore: Send + Sync {
     /// Requests of `application` by executor and status.
     async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>>;
 
+    /// Running requests of `application` by the instance holding them.
+    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>>;
+
     /// The due time of the longest-waiting due record (`init` or `failed`, due by `now`).
     async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>>;
 

@@ -107,6 +107,19 @@ impl OpsStore for SqliteStore {
             .collect()
     }
 
+    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ? \
+             AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect()
+    }
+
     async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>> {
         Ok(sqlx::query_scalar(
             "SELECT MIN(run_at) FROM async_req WHERE application_name = ? \
