@@ -116,7 +116,7 @@ pub(crate) async fn login(
             let cookie = auth::session_cookie(&base, &token, state.config.secure_cookie);
             (
                 [(header::SET_COOKIE, cookie)],
-                Redirect::to(&format!("{base}/")),
+                Redirect::to(super::views::home(&base)),
             )
                 .into_response()
         }

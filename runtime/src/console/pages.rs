@@ -30,7 +30,7 @@ pub(crate) fn page(status: StatusCode, markup: Markup) -> Response {
 
 /// A page that says what went wrong.
 pub(crate) fn error_page(base: &str, who: &Who, status: StatusCode, message: &str) -> Response {
-    let body = html! { p.error id="error" { (message) } p { a href={ (base) "/" } { "Back to the overview" } } };
+    let body = html! { p.error id="error" { (message) } p { a href=(super::views::home(base)) { "Back to the overview" } } };
     page(status, layout(base, Some(who), status.canonical_reason().unwrap_or("Error"), body))
 }
 

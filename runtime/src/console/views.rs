@@ -23,8 +23,8 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
             body {
                 @if let Some(who) = who {
                     nav {
-                        a.brand href={ (base) "/" } { "async-exec" }
-                        a id="nav-overview" href={ (base) "/" } { "Overview" }
+                        a.brand href=(home(base)) { "async-exec" }
+                        a id="nav-overview" href=(home(base)) { "Overview" }
                         a id="nav-requests" href={ (base) "/requests" } { "Requests" }
                         a id="nav-executors" href={ (base) "/executors" } { "Executors" }
                         a id="nav-instances" href={ (base) "/instances" } { "Instances" }
@@ -44,6 +44,16 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
                 }
             }
         }
+    }
+}
+
+/// The overview's address: the mount path itself (`/console`; axum routes `/console/`
+/// elsewhere), or `/` at the root.
+pub(crate) fn home(base: &str) -> &str {
+    if base.is_empty() {
+        "/"
+    } else {
+        base
     }
 }
 

@@ -248,11 +248,13 @@ pub(crate) fn contains_pattern(needle: &str) -> String {
 /// the text says `{now}`: written for `Sql::push` and one bind.
 pub(crate) fn action_set(action: Action) -> Option<&'static str> {
     match action {
-        // As `retry_now`: due now; a failed record keeps its attempts, others start over.
+        // Due now, as `init`, so that the producer's claim of waiting records (woken by
+        // the action, and every poll interval on other instances) takes it at once rather
+        // than the next retry sweep; a failed record keeps its attempts, others start over.
         // `exec_count` first: MySQL assigns left to right, reading the values it set.
         Action::Retry | Action::ReplayDead => Some(
             "exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END, \
-             status = 'failed', lease_owner = NULL, lease_until = NULL, \
+             status = 'init', lease_owner = NULL, lease_until = NULL, \
              run_at = {now}, update_time = {now}",
         ),
         Action::Cancel => Some("status = 'cancelled', update_time = {now}"),
