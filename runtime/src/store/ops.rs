@@ -147,8 +147,6 @@ impl Sql {
 
     /// Appends ` AND <filter>` for `query` over the requests of `application`.
     pub(crate) fn filter(&mut self, application: &str, query: &RequestQuery) -> &mut Self {
-        self.push(" application_name = ")
-            .bind(Bind::Text(application.into()));
         let texts = [
             &query.executor,
             &query.key,
@@ -156,10 +154,15 @@ impl Sql {
             &query.error,
             &query.application,
         ];
-        // No stored text holds a NUL (PostgreSQL cannot): such a filter matches nothing.
-        if texts.iter().any(|t| t.as_deref().is_some_and(|t| t.contains('\0'))) {
-            return self.push(" AND 1 = 0");
+        // No stored text holds a NUL (PostgreSQL cannot): such a filter matches nothing,
+        // and is not sent (PostgreSQL refuses the bind).
+        if application.contains('\0')
+            || texts.iter().any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
+        {
+            return self.push(" 1 = 0");
         }
+        self.push(" application_name = ")
+            .bind(Bind::Text(application.into()));
         if let Some(status) = query.status {
             self.push(" AND status = ")
                 .bind(Bind::Text(status.as_str().into()));
@@ -302,6 +305,10 @@ mod tests {
     fn a_nul_in_a_filter_matches_nothing() {
         let mut sql = Sql::new(Marks::Question, "WHERE");
         sql.filter("app", &RequestQuery::default().remark_contains("a\0b"));
-        assert!(sql.text.ends_with("AND 1 = 0"), "{}", sql.text);
+        assert_eq!(sql.text, "WHERE 1 = 0");
+        assert!(sql.binds.is_empty());
+        let mut sql = Sql::new(Marks::Question, "WHERE");
+        sql.filter("a\0pp", &RequestQuery::default());
+        assert_eq!(sql.text, "WHERE 1 = 0", "the application too");
     }
 }
