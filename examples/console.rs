@@ -66,7 +66,10 @@ async fn send_mail(to: String) -> anyhow::Result<()> {
 #[async_exec(type = SaveAsync, name = "demo::sync_crm", remark = "demo: fails twice, then succeeds", max_attempts = 5)]
 async fn sync_crm(customer: i64, ctx: Context) -> anyhow::Result<()> {
     if ctx.attempt() < 3 {
-        anyhow::bail!("CRM for customer {customer} answered 503 (attempt {})", ctx.attempt());
+        anyhow::bail!(
+            "CRM for customer {customer} answered 503 (attempt {})",
+            ctx.attempt()
+        );
     }
     Ok(())
 }
@@ -84,15 +87,17 @@ async fn charge(order: String, cents: i64, ctx: Context, seen: Data<Seen>) -> an
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let args = Args::parse();
     if args.hash_password {
         let mut password = String::new();
         std::io::stdin().read_to_string(&mut password)?;
-        println!("{}", console::hash_password(password.trim_end_matches(['\r', '\n']))?);
+        println!(
+            "{}",
+            console::hash_password(password.trim_end_matches(['\r', '\n']))?
+        );
         return Ok(());
     }
     let rt = Runtime::builder()
@@ -116,8 +121,9 @@ async fn main() -> anyhow::Result<()> {
         let [name, role, hash] = parts[..] else {
             anyhow::bail!("--user {user}: write name:role:argon2-hash");
         };
-        let role = Role::parse(role)
-            .ok_or_else(|| anyhow::anyhow!("--user {name}: role `{role}` is not viewer or operator"))?;
+        let role = Role::parse(role).ok_or_else(|| {
+            anyhow::anyhow!("--user {name}: role `{role}` is not viewer or operator")
+        })?;
         config = config.user(name, role, hash);
     }
     let config = config.from_env();

@@ -187,9 +187,18 @@ async fn unauthenticated_requests_are_refused<DB: Backend>(db: TestDb) {
     ] {
         let reply = get(&app, page, Auth::None).await;
         assert_eq!(reply.status, StatusCode::SEE_OTHER, "{page}");
-        assert_eq!(reply.location.as_deref(), Some("/ops/console/login"), "{page}");
+        assert_eq!(
+            reply.location.as_deref(),
+            Some("/ops/console/login"),
+            "{page}"
+        );
     }
-    for form in ["/actions", "/executors/pause", "/executors/resume", "/logout"] {
+    for form in [
+        "/actions",
+        "/executors/pause",
+        "/executors/resume",
+        "/logout",
+    ] {
         let reply = post_form(&app, form, Auth::None, &[("action", "delete")]).await;
         assert_eq!(reply.status, StatusCode::SEE_OTHER, "{form}");
     }
@@ -207,11 +216,20 @@ async fn unauthenticated_requests_are_refused<DB: Backend>(db: TestDb) {
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{api}");
         assert!(reply.json()["error"].as_str().unwrap().contains("Bearer"));
     }
-    for api in ["/api/actions", "/api/executors/pause", "/api/executors/resume"] {
+    for api in [
+        "/api/actions",
+        "/api/executors/pause",
+        "/api/executors/resume",
+    ] {
         let reply = post_json(&app, api, Auth::None, None, json!({})).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{api}");
     }
-    let forged = get(&app, "/api/requests", Auth::Cookie("async_exec_console=forged")).await;
+    let forged = get(
+        &app,
+        "/api/requests",
+        Auth::Cookie("async_exec_console=forged"),
+    )
+    .await;
     assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
     let wrong_token = get(&app, "/api/requests", Auth::Bearer("not-a-token")).await;
     assert_eq!(wrong_token.status, StatusCode::UNAUTHORIZED);
@@ -248,7 +266,11 @@ async fn wrong_passwords_are_refused_then_limited<DB: Backend>(db: TestDb) {
     assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS, "per user");
     assert!(limited.body.contains("wait 15 minutes"));
     let same_address = send(&app, from("10.0.0.1", "victor", "viewer pass")).await;
-    assert_eq!(same_address.status, StatusCode::TOO_MANY_REQUESTS, "per address");
+    assert_eq!(
+        same_address.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "per address"
+    );
     let elsewhere = send(&app, from("10.0.0.3", "victor", "viewer pass")).await;
     assert_eq!(elsewhere.status, StatusCode::SEE_OTHER);
     let unknown_user = send(&app, from("10.0.0.4", "mallory", "operator pass")).await;
@@ -275,7 +297,13 @@ async fn every_page_renders_and_viewers_cannot_act<DB: Backend>(db: TestDb) {
     let auth = Auth::Cookie(&cookie);
     let overview = get(&app, "", auth).await;
     assert_eq!(overview.status, StatusCode::OK);
-    for id in ["count-dead", "chart-hour", "chart-day", "chart-depth", "executor-counts"] {
+    for id in [
+        "count-dead",
+        "chart-hour",
+        "chart-day",
+        "chart-depth",
+        "executor-counts",
+    ] {
         assert!(overview.body.contains(&format!(r#"id="{id}""#)), "{id}");
     }
     assert!(overview.body.contains(r#"data-count="1""#));
@@ -284,18 +312,30 @@ async fn every_page_renders_and_viewers_cannot_act<DB: Backend>(db: TestDb) {
     let list = get(&app, "/requests?status=dead", auth).await;
     assert_eq!(list.status, StatusCode::OK);
     assert!(list.body.contains(&format!(r#"data-request-id="{dead}""#)));
-    assert!(!list.body.contains(r#"id="action-form""#), "no actions for viewers");
+    assert!(
+        !list.body.contains(r#"id="action-form""#),
+        "no actions for viewers"
+    );
     let detail = get(&app, &format!("/requests/{dead}"), auth).await;
     assert_eq!(detail.status, StatusCode::OK);
     assert!(detail.body.contains("boom: page"));
     assert!(detail.body.contains(r#"id="attempts""#));
-    assert!(detail.body.contains(r#"data-outcome="error""#), "{}", detail.body);
-    assert!(detail.body.contains("&quot;label&quot;: &quot;page&quot;"), "pretty JSON");
+    assert!(
+        detail.body.contains(r#"data-outcome="error""#),
+        "{}",
+        detail.body
+    );
+    assert!(
+        detail.body.contains("&quot;label&quot;: &quot;page&quot;"),
+        "pretty JSON"
+    );
     let missing = get(&app, "/requests/999999", auth).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     let executors = get(&app, "/executors", auth).await;
     assert_eq!(executors.status, StatusCode::OK);
-    assert!(executors.body.contains(r#"data-executor="console::doomed""#));
+    assert!(executors
+        .body
+        .contains(r#"data-executor="console::doomed""#));
     let instances = get(&app, "/instances", auth).await;
     assert_eq!(instances.status, StatusCode::OK);
     assert!(instances.body.contains(rt.instance()));
@@ -313,25 +353,51 @@ async fn every_page_renders_and_viewers_cannot_act<DB: Backend>(db: TestDb) {
         let reply = get(&app, api, auth).await;
         assert_eq!(reply.status, StatusCode::OK, "{api}: {}", reply.body);
     }
-    let detail = get(&app, &format!("/api/requests/{dead}"), auth).await.json();
+    let detail = get(&app, &format!("/api/requests/{dead}"), auth)
+        .await
+        .json();
     assert_eq!(detail["arguments"]["label"], "page");
     assert_eq!(detail["attempts"][0]["outcome"], "error");
     let counted = get(&app, "/api/actions/count?action=retry&status=dead", auth).await;
     assert_eq!(counted.json()["count"], 1);
     // Viewers are refused every action, CSRF token or not.
     let id = dead.to_string();
-    let fields = [("csrf", csrf.as_str()), ("action", "retry"), ("id", &id), ("confirm", "yes")];
-    assert_eq!(post_form(&app, "/actions", auth, &fields).await.status, StatusCode::FORBIDDEN);
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("action", "retry"),
+        ("id", &id),
+        ("confirm", "yes"),
+    ];
+    assert_eq!(
+        post_form(&app, "/actions", auth, &fields).await.status,
+        StatusCode::FORBIDDEN
+    );
     let pause = [("csrf", csrf.as_str()), ("executor", "console::doomed")];
-    assert_eq!(post_form(&app, "/executors/pause", auth, &pause).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        post_form(&app, "/executors/pause", auth, &pause)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
     let body = json!({"action": "retry", "query": {"id": dead}});
     let api = post_json(&app, "/api/actions", auth, Some(&csrf), body.clone()).await;
     assert_eq!(api.status, StatusCode::FORBIDDEN);
-    let api = post_json(&app, "/api/executors/pause", auth, Some(&csrf), json!({"executor": "x"})).await;
+    let api = post_json(
+        &app,
+        "/api/executors/pause",
+        auth,
+        Some(&csrf),
+        json!({"executor": "x"}),
+    )
+    .await;
     assert_eq!(api.status, StatusCode::FORBIDDEN);
     let token = post_json(&app, "/api/actions", Auth::Bearer(VIEWER_TOKEN), None, body).await;
     assert_eq!(token.status, StatusCode::FORBIDDEN);
-    assert_eq!(db.count("async_audit").await, 0, "nothing refused is audited");
+    assert_eq!(
+        db.count("async_audit").await,
+        0,
+        "nothing refused is audited"
+    );
     assert_eq!(rt.get(dead).await.unwrap().unwrap().status, Status::Dead);
     // Logging out ends the session.
     let out = post_form(&app, "/logout", auth, &[("csrf", csrf.as_str())]).await;
@@ -350,7 +416,11 @@ async fn actions_without_the_csrf_token_are_refused<DB: Backend>(db: TestDb) {
     let auth = Auth::Cookie(&cookie);
     let id = dead.to_string();
     for token in [None, Some("0000"), Some("")] {
-        let mut fields = vec![("action", "delete"), ("id", id.as_str()), ("confirm", "yes")];
+        let mut fields = vec![
+            ("action", "delete"),
+            ("id", id.as_str()),
+            ("confirm", "yes"),
+        ];
         if let Some(token) = token {
             fields.push(("csrf", token));
         }
@@ -358,7 +428,13 @@ async fn actions_without_the_csrf_token_are_refused<DB: Backend>(db: TestDb) {
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{token:?}");
         assert!(reply.body.contains("CSRF"));
     }
-    let pause = post_form(&app, "/executors/pause", auth, &[("executor", "console::doomed")]).await;
+    let pause = post_form(
+        &app,
+        "/executors/pause",
+        auth,
+        &[("executor", "console::doomed")],
+    )
+    .await;
     assert_eq!(pause.status, StatusCode::FORBIDDEN);
     let body = json!({"action": "delete", "query": {"id": dead}});
     for token in [None, Some("wrong")] {
@@ -370,7 +446,12 @@ async fn actions_without_the_csrf_token_are_refused<DB: Backend>(db: TestDb) {
     assert!(rt.get(dead).await.unwrap().is_some(), "nothing was deleted");
     assert_eq!(db.count("async_audit").await, 0);
     // With the token, the same delete goes through.
-    let fields = [("csrf", csrf.as_str()), ("action", "delete"), ("id", &id), ("confirm", "yes")];
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("action", "delete"),
+        ("id", &id),
+        ("confirm", "yes"),
+    ];
     let reply = post_form(&app, "/actions", auth, &fields).await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
     assert!(rt.get(dead).await.unwrap().is_none());
@@ -396,7 +477,10 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
     let rt = db.builder().start().await.unwrap();
     doomed("plain".into()).on(&rt).await.unwrap();
     doomed("50%_off\\ sale".into()).on(&rt).await.unwrap();
-    doomed("🦀 emoji \u{200f}rtl\u{202e}mark".into()).on(&rt).await.unwrap();
+    doomed("🦀 emoji \u{200f}rtl\u{202e}mark".into())
+        .on(&rt)
+        .await
+        .unwrap();
     fine("keyed".into())
         .key("k' OR 1=1 --%_\\🦀")
         .delay(Duration::from_secs(3600))
@@ -408,10 +492,14 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
     let (cookie, _) = login(&app, "victor", "viewer pass").await;
     let auth = Auth::Cookie(&cookie);
     let expect = |needle: &str| -> usize {
-        ["plain", "50%_off\\ sale", "🦀 emoji \u{200f}rtl\u{202e}mark"]
-            .iter()
-            .filter(|label| format!("boom: {label}").contains(needle))
-            .count()
+        [
+            "plain",
+            "50%_off\\ sale",
+            "🦀 emoji \u{200f}rtl\u{202e}mark",
+        ]
+        .iter()
+        .filter(|label| format!("boom: {label}").contains(needle))
+        .count()
     };
     for needle in ODD {
         let qs = serde_urlencoded::to_string([("error", needle)]).unwrap();
@@ -421,27 +509,51 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
         assert_eq!(found, expect(needle), "error contains {needle:?}");
         let page = get(&app, &format!("/requests?{qs}"), auth).await;
         assert_eq!(page.status, StatusCode::OK, "{needle:?}");
-        assert_eq!(page.body.matches("data-request-id=").count(), found, "{needle:?}");
+        assert_eq!(
+            page.body.matches("data-request-id=").count(),
+            found,
+            "{needle:?}"
+        );
         for field in ["executor", "key", "remark", "application"] {
             let qs = serde_urlencoded::to_string([(field, needle)]).unwrap();
             let reply = get(&app, &format!("/api/requests?{qs}"), auth).await;
-            assert_eq!(reply.status, StatusCode::OK, "{field} = {needle:?}: {}", reply.body);
-            assert_eq!(reply.json()["requests"].as_array().unwrap().len(), 0, "{field} = {needle:?}");
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "{field} = {needle:?}: {}",
+                reply.body
+            );
+            assert_eq!(
+                reply.json()["requests"].as_array().unwrap().len(),
+                0,
+                "{field} = {needle:?}"
+            );
         }
     }
     // Each metacharacter stands for itself.
     let percent = get(&app, "/api/requests?error=0%25_o", auth).await.json();
     assert_eq!(percent["requests"].as_array().unwrap().len(), 1);
     let key = serde_urlencoded::to_string([("key", "k' OR 1=1 --%_\\🦀")]).unwrap();
-    let keyed = get(&app, &format!("/api/requests?{key}"), auth).await.json();
-    assert_eq!(keyed["requests"][0]["idempotency_key"], "k' OR 1=1 --%_\\🦀");
+    let keyed = get(&app, &format!("/api/requests?{key}"), auth)
+        .await
+        .json();
+    assert_eq!(
+        keyed["requests"][0]["idempotency_key"],
+        "k' OR 1=1 --%_\\🦀"
+    );
     let unicode = serde_urlencoded::to_string([("error", "\u{200f}rtl\u{202e}")]).unwrap();
     let page = get(&app, &format!("/requests?{unicode}"), auth).await;
-    assert!(page.body.contains("🦀 emoji \u{200f}rtl\u{202e}mark"), "shown as it is");
+    assert!(
+        page.body.contains("🦀 emoji \u{200f}rtl\u{202e}mark"),
+        "shown as it is"
+    );
     // Bad fields are explained, not failed.
     let bad = get(&app, "/api/requests?status=deadd", auth).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(bad.json()["error"].as_str().unwrap().contains("dead, cancelled"));
+    assert!(bad.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("dead, cancelled"));
     let bad_page = get(&app, "/requests?id=abc", auth).await;
     assert_eq!(bad_page.status, StatusCode::BAD_REQUEST);
     assert_eq!(db.count("async_req").await, 4, "nothing dropped");
@@ -476,7 +588,13 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     ];
     let confirm = post_form(&app, "/actions", auth, &review).await;
     assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
-    assert!(confirm.body.contains(r#"id="confirm-count" data-count="3""#), "{}", confirm.body);
+    assert!(
+        confirm
+            .body
+            .contains(r#"id="confirm-count" data-count="3""#),
+        "{}",
+        confirm.body
+    );
     assert!(confirm.body.contains(r#"id="confirm-submit""#));
     assert_eq!(db.count("async_audit").await, 0, "not yet");
     // Then the action.
@@ -500,24 +618,64 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     .await;
     let trail = rt.audit_trail(10).await.unwrap();
     assert_eq!(trail.len(), 1);
-    assert_eq!((trail[0].actor.as_str(), trail[0].action.as_str(), trail[0].affected), ("alice", "replay_dead", 3));
+    assert_eq!(
+        (
+            trail[0].actor.as_str(),
+            trail[0].action.as_str(),
+            trail[0].affected
+        ),
+        ("alice", "replay_dead", 3)
+    );
     assert!(trail[0].target.contains("batch"), "{}", trail[0].target);
-    assert_eq!(rt.attempts(other).await.unwrap().len(), 1, "outside the filter: untouched");
+    assert_eq!(
+        rt.attempts(other).await.unwrap().len(),
+        1,
+        "outside the filter: untouched"
+    );
     // One request: cancel the waiting one through the API, with the session's token.
     let cancel = json!({"action": "cancel", "query": {"id": waiting}});
     let reply = post_json(&app, "/api/actions", auth, Some(&csrf), cancel).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(reply.json()["changed"], 1);
-    assert_eq!(rt.get(waiting).await.unwrap().unwrap().status, Status::Cancelled);
+    assert_eq!(
+        rt.get(waiting).await.unwrap().unwrap().status,
+        Status::Cancelled
+    );
     // Retry by the detail page's button; then delete every cancelled one.
     let id = other.to_string();
-    let retry = [("csrf", csrf.as_str()), ("action", "retry"), ("id", &id), ("confirm", "yes"), ("back", &format!("/requests/{other}"))];
+    let retry = [
+        ("csrf", csrf.as_str()),
+        ("action", "retry"),
+        ("id", &id),
+        ("confirm", "yes"),
+        ("back", &format!("/requests/{other}")),
+    ];
     let reply = post_form(&app, "/actions", auth, &retry).await;
-    assert_eq!(reply.location.as_deref().map(|l| l.starts_with(&format!("/ops/console/requests/{other}?notice="))), Some(true));
-    let delete = [("csrf", csrf.as_str()), ("action", "delete"), ("status", "cancelled"), ("confirm", "yes")];
-    assert_eq!(post_form(&app, "/actions", auth, &delete).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        reply
+            .location
+            .as_deref()
+            .map(|l| l.starts_with(&format!("/ops/console/requests/{other}?notice="))),
+        Some(true)
+    );
+    let delete = [
+        ("csrf", csrf.as_str()),
+        ("action", "delete"),
+        ("status", "cancelled"),
+        ("confirm", "yes"),
+    ];
+    assert_eq!(
+        post_form(&app, "/actions", auth, &delete).await.status,
+        StatusCode::SEE_OTHER
+    );
     assert!(rt.get(waiting).await.unwrap().is_none());
-    let actions: Vec<String> = rt.audit_trail(10).await.unwrap().into_iter().map(|e| e.action).collect();
+    let actions: Vec<String> = rt
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
     assert_eq!(actions, ["delete", "retry", "cancel", "replay_dead"]);
     let audit_page = get(&app, "/audit", auth).await;
     assert_eq!(audit_page.body.matches("data-audit-id=").count(), 4);
@@ -535,21 +693,53 @@ async fn pausing_stops_claims_on_other_instances_within_seconds<DB: Backend>(db:
     let front = db.builder().run_workers(false).start().await.unwrap();
     let app = mounted(&front);
     let bot = Auth::Bearer(OPERATOR_TOKEN);
-    let paused = post_json(&app, "/api/executors/pause", bot, None, json!({"executor": "console::fine"})).await;
+    let paused = post_json(
+        &app,
+        "/api/executors/pause",
+        bot,
+        None,
+        json!({"executor": "console::fine"}),
+    )
+    .await;
     assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
     tokio::time::sleep(Duration::from_millis(2500)).await; // the worker re-reads every second
-    let id = fine("while paused".into()).on(&front).await.unwrap().id.unwrap();
+    let id = fine("while paused".into())
+        .on(&front)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let probe = worker.data::<Probe>().unwrap();
     assert_eq!(probe.runs("while paused"), 0, "paused: not claimed");
     assert_eq!(front.get(id).await.unwrap().unwrap().status, Status::Init);
     let executors = get(&app, "/api/executors", bot).await.json();
-    let fine_view = executors.as_array().unwrap().iter().find(|e| e["name"] == "console::fine").unwrap();
+    let fine_view = executors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "console::fine")
+        .unwrap();
     assert_eq!(fine_view["paused_by"], "ops-bot");
-    let resumed = post_json(&app, "/api/executors/resume", bot, None, json!({"executor": "console::fine"})).await;
+    let resumed = post_json(
+        &app,
+        "/api/executors/resume",
+        bot,
+        None,
+        json!({"executor": "console::fine"}),
+    )
+    .await;
     assert_eq!(resumed.status, StatusCode::OK);
-    probe.wait_runs_within("while paused", 1, Duration::from_secs(5)).await;
-    let actions: Vec<String> = front.audit_trail(10).await.unwrap().into_iter().map(|e| e.action).collect();
+    probe
+        .wait_runs_within("while paused", 1, Duration::from_secs(5))
+        .await;
+    let actions: Vec<String> = front
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
     assert_eq!(actions, ["resume", "pause"]);
     front.shutdown().await.unwrap();
     worker.shutdown().await.unwrap();
@@ -563,22 +753,47 @@ async fn bearer_tokens_and_the_openapi_document<DB: Backend>(db: TestDb) {
     }
     wait_status(&rt, Status::Dead, 1).await;
     let app = mounted(&rt);
-    let viewer = get(&app, "/api/requests?status=dead", Auth::Bearer(VIEWER_TOKEN)).await;
+    let viewer = get(
+        &app,
+        "/api/requests?status=dead",
+        Auth::Bearer(VIEWER_TOKEN),
+    )
+    .await;
     assert_eq!(viewer.status, StatusCode::OK);
     assert_eq!(viewer.json()["requests"][0]["id"], dead);
-    let session = get(&app, "/api/session", Auth::Bearer(OPERATOR_TOKEN)).await.json();
-    assert_eq!((session["user"].as_str(), session["role"].as_str()), (Some("ops-bot"), Some("operator")));
-    assert!(session["csrf"].is_null(), "a bearer token needs no CSRF token");
+    let session = get(&app, "/api/session", Auth::Bearer(OPERATOR_TOKEN))
+        .await
+        .json();
+    assert_eq!(
+        (session["user"].as_str(), session["role"].as_str()),
+        (Some("ops-bot"), Some("operator"))
+    );
+    assert!(
+        session["csrf"].is_null(),
+        "a bearer token needs no CSRF token"
+    );
     let body = json!({"action": "retry", "query": {"status": "dead"}});
-    let retried = post_json(&app, "/api/actions", Auth::Bearer(OPERATOR_TOKEN), None, body).await;
+    let retried = post_json(
+        &app,
+        "/api/actions",
+        Auth::Bearer(OPERATOR_TOKEN),
+        None,
+        body,
+    )
+    .await;
     assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
     assert_eq!(retried.json()["changed"], 1);
     assert_eq!(rt.audit_trail(1).await.unwrap()[0].actor, "ops-bot");
     // Finished counts reach async_stat although successes are deleted.
     wait_for(|| async {
-        let overview = get(&app, "/api/overview", Auth::Bearer(VIEWER_TOKEN)).await.json();
+        let overview = get(&app, "/api/overview", Auth::Bearer(VIEWER_TOKEN))
+            .await
+            .json();
         let finished = overview["finished_per_minute"].as_array().unwrap().clone();
-        let ok: i64 = finished.iter().map(|m| m["succeeded"].as_i64().unwrap()).sum();
+        let ok: i64 = finished
+            .iter()
+            .map(|m| m["succeeded"].as_i64().unwrap())
+            .sum();
         ok == 3
     })
     .await;
@@ -586,7 +801,16 @@ async fn bearer_tokens_and_the_openapi_document<DB: Backend>(db: TestDb) {
     assert_eq!(doc.status, StatusCode::OK);
     let doc = doc.json();
     assert_eq!(doc["servers"][0]["url"], MOUNT);
-    for path in ["/api/requests", "/api/requests/{id}", "/api/actions", "/api/actions/count", "/api/executors/pause", "/api/overview", "/api/instances", "/api/audit"] {
+    for path in [
+        "/api/requests",
+        "/api/requests/{id}",
+        "/api/actions",
+        "/api/actions/count",
+        "/api/executors/pause",
+        "/api/overview",
+        "/api/instances",
+        "/api/audit",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} documented");
     }
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
@@ -598,19 +822,34 @@ async fn the_console_refuses_to_start_open_on_a_public_address<DB: Backend>(db: 
     let rt = db.builder().start().await.unwrap();
     let public = ConsoleConfig::new().listen("0.0.0.0:8080".parse().unwrap());
     let error = console::router(&rt, public).unwrap_err().to_string();
-    assert!(error.contains("not a loopback address") && error.contains("ASYNC_EXEC_CONSOLE_USERS"), "{error}");
-    let unsaid = console::router(&rt, ConsoleConfig::new()).unwrap_err().to_string();
+    assert!(
+        error.contains("not a loopback address") && error.contains("ASYNC_EXEC_CONSOLE_USERS"),
+        "{error}"
+    );
+    let unsaid = console::router(&rt, ConsoleConfig::new())
+        .unwrap_err()
+        .to_string();
     assert!(unsaid.contains("no user is configured"), "{unsaid}");
     let bad_hash = ConsoleConfig::new().user("alice", Role::Operator, "plaintext");
-    assert!(console::router(&rt, bad_hash).unwrap_err().to_string().contains("hash_password"));
+    assert!(console::router(&rt, bad_hash)
+        .unwrap_err()
+        .to_string()
+        .contains("hash_password"));
     // On a loopback address without users: open, every visitor an operator named `local`.
     let local = ConsoleConfig::new().listen("127.0.0.1:8080".parse().unwrap());
     let app = Router::new().nest(MOUNT, console::router(&rt, local).unwrap());
     let (cookie, csrf) = login(&app, "", "").await;
-    let session = get(&app, "/api/session", Auth::Cookie(&cookie)).await.json();
+    let session = get(&app, "/api/session", Auth::Cookie(&cookie))
+        .await
+        .json();
     assert_eq!(session["user"], "local");
     let pause = [("csrf", csrf.as_str()), ("executor", "console::fine")];
-    assert_eq!(post_form(&app, "/executors/pause", Auth::Cookie(&cookie), &pause).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        post_form(&app, "/executors/pause", Auth::Cookie(&cookie), &pause)
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
     assert_eq!(rt.paused().await.unwrap()[0].paused_by, "local");
     rt.shutdown().await.unwrap();
 }

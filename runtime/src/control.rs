@@ -81,13 +81,15 @@ impl Control {
         let counts = std::mem::take(&mut *self.counts.lock().expect("stat lock"));
         counts
             .into_iter()
-            .map(|((executor, minute), [succeeded, failed, retried])| StatDelta {
-                executor,
-                minute,
-                succeeded,
-                failed,
-                retried,
-            })
+            .map(
+                |((executor, minute), [succeeded, failed, retried])| StatDelta {
+                    executor,
+                    minute,
+                    succeeded,
+                    failed,
+                    retried,
+                },
+            )
             .collect()
     }
 
@@ -142,8 +144,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         if ticks % flush_every == 0 {
             flush_counts(&inner).await;
         }
-        if ticks % depth_every == 0 && inner.workers_on.load(std::sync::atomic::Ordering::Acquire)
-        {
+        if ticks % depth_every == 0 && inner.workers_on.load(std::sync::atomic::Ordering::Acquire) {
             let now = inner.now_ms();
             let ops = inner.store.ops();
             if let Err(error) = ops.depth_sample(&inner.app, minute_of(now)).await {
@@ -190,13 +191,7 @@ mod tests {
         let control = Control::default();
         control.count("a", &CompletionResult::Delete, 60_001);
         control.count("a", &CompletionResult::Succeeded, 119_999);
-        control.count(
-            "a",
-            &CompletionResult::Dead {
-                error: "x".into(),
-            },
-            60_000,
-        );
+        control.count("a", &CompletionResult::Dead { error: "x".into() }, 60_000);
         control.count(
             "a",
             &CompletionResult::Failed {

@@ -20,11 +20,11 @@ mod builder;
 mod call;
 mod clock;
 mod compensator;
+mod completer;
 #[cfg(feature = "console")]
 pub mod console;
-mod control;
-mod completer;
 mod context;
+mod control;
 mod data;
 mod dispatcher;
 mod error;
@@ -33,8 +33,8 @@ mod fault;
 mod heartbeat;
 mod instances;
 mod keys;
-mod ops;
 mod operations;
+mod ops;
 mod outcome;
 pub mod query;
 mod record;
@@ -63,12 +63,12 @@ pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
+pub use operations::ExecutorInfo;
+pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
     RequestQuery,
 };
-pub use operations::ExecutorInfo;
-pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};

@@ -178,7 +178,8 @@ impl Runtime {
         let ops = self.inner.store.ops();
         ops.pause_set(&self.inner.app, executor, actor, now).await?;
         let target = serde_json::json!({ "executor": executor }).to_string();
-        self.audit(&self.inner.app, actor, "pause", target, 0).await?;
+        self.audit(&self.inner.app, actor, "pause", target, 0)
+            .await?;
         crate::control::refresh_pauses(&self.inner).await
     }
 
@@ -187,7 +188,8 @@ impl Runtime {
         let ops = self.inner.store.ops();
         let was = ops.pause_clear(&self.inner.app, executor).await?;
         let target = serde_json::json!({ "executor": executor }).to_string();
-        self.audit(&self.inner.app, actor, "resume", target, 0).await?;
+        self.audit(&self.inner.app, actor, "resume", target, 0)
+            .await?;
         crate::control::refresh_pauses(&self.inner).await?;
         Ok(was)
     }

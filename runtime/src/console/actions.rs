@@ -208,7 +208,11 @@ pub(crate) async fn action(
     }
     let Some(action) = Action::parse(&form.action) else {
         let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
-        let message = format!("unknown action `{}`: use one of {}", form.action, names.join(", "));
+        let message = format!(
+            "unknown action `{}`: use one of {}",
+            form.action,
+            names.join(", ")
+        );
         return error_page(&base, &who, StatusCode::BAD_REQUEST, &message);
     };
     let query = match form.filter.to_query() {
@@ -246,7 +250,12 @@ pub(crate) async fn action(
     let changed = match state.rt.act(action, &query, &who.name).await {
         Ok(changed) => changed,
         Err(error) => {
-            return error_page(&base, &who, StatusCode::INTERNAL_SERVER_ERROR, &error.to_string())
+            return error_page(
+                &base,
+                &who,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &error.to_string(),
+            )
         }
     };
     let text = format!("{}: {changed} request(s) changed", action_label(action));
@@ -267,10 +276,19 @@ async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: 
     };
     let done = match pause {
         true => state.rt.pause_executor(&executor, &who.name).await,
-        false => state.rt.resume_executor(&executor, &who.name).await.map(|_| ()),
+        false => state
+            .rt
+            .resume_executor(&executor, &who.name)
+            .await
+            .map(|_| ()),
     };
     if let Err(error) = done {
-        return error_page(base, who, StatusCode::INTERNAL_SERVER_ERROR, &error.to_string());
+        return error_page(
+            base,
+            who,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &error.to_string(),
+        );
     }
     let text = match pause {
         true => format!("{executor}: claims paused on every instance"),

@@ -335,13 +335,11 @@ pub(crate) struct ActionCount {
     count: i64,
 }
 
-fn parse_action(name: &str) -> Result<Action, Response> {
+/// The action named `name`, or the message listing the valid ones.
+fn parse_action(name: &str) -> Result<Action, String> {
     Action::parse(name).ok_or_else(|| {
         let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
-        problem(
-            StatusCode::BAD_REQUEST,
-            &format!("unknown action `{name}`: use one of {}", names.join(", ")),
-        )
+        format!("unknown action `{name}`: use one of {}", names.join(", "))
     })
 }
 
@@ -357,7 +355,7 @@ async fn count_action(
 ) -> Response {
     let action = match parse_action(&params.action) {
         Ok(action) => action,
-        Err(refused) => return refused,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
     let query = match filter.to_query() {
         Ok(query) => query,
@@ -396,7 +394,11 @@ async fn run_action(
     if let Some(refused) = may_act(&caller) {
         return refused;
     }
-    match state.rt.act(body.action, &body.query, &caller.who.name).await {
+    match state
+        .rt
+        .act(body.action, &body.query, &caller.who.name)
+        .await
+    {
         Ok(changed) => Json(ActionDone {
             action: body.action,
             changed,
@@ -476,7 +478,9 @@ struct SecuritySchemes;
 
 impl utoipa::Modify for SecuritySchemes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+        use utoipa::openapi::security::{
+            ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme,
+        };
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
@@ -505,7 +509,11 @@ struct ApiDoc;
 async fn openapi(parts: Parts) -> Response {
     let mut doc = ApiDoc::openapi();
     let base = auth::base_of(&parts);
-    let base = if base.is_empty() { "/".to_string() } else { base };
+    let base = if base.is_empty() {
+        "/".to_string()
+    } else {
+        base
+    };
     doc.servers = Some(vec![utoipa::openapi::Server::new(base)]);
     Json(doc).into_response()
 }

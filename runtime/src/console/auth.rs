@@ -328,7 +328,10 @@ mod tests {
     fn passwords_verify_against_their_hash_only() {
         let hash = hash_password("secret").unwrap();
         let config = ConsoleConfig::new().user("alice", Role::Viewer, &hash);
-        assert_eq!(verify_password(&config, "alice", "secret"), Some(Role::Viewer));
+        assert_eq!(
+            verify_password(&config, "alice", "secret"),
+            Some(Role::Viewer)
+        );
         assert_eq!(verify_password(&config, "alice", "Secret"), None);
         assert_eq!(verify_password(&config, "bob", "secret"), None);
     }

@@ -75,7 +75,13 @@ pub(crate) fn finished_bars(id: &str, title: &str, buckets: &[MinuteStat]) -> Ma
 }
 
 /// The queue depth (waiting and running) over time.
-pub(crate) fn depth_line(id: &str, title: &str, samples: &[DepthSample], since: i64, now: i64) -> Markup {
+pub(crate) fn depth_line(
+    id: &str,
+    title: &str,
+    samples: &[DepthSample],
+    since: i64,
+    now: i64,
+) -> Markup {
     let max = samples
         .iter()
         .map(|s| s.waiting.max(s.running))
@@ -139,7 +145,10 @@ mod tests {
         ];
         let buckets = bucketed(&stats, 180_000, 60_000, 2);
         assert_eq!(buckets.len(), 2);
-        assert_eq!((buckets[0].minute, buckets[0].succeeded, buckets[0].failed), (120_000, 2, 1));
+        assert_eq!(
+            (buckets[0].minute, buckets[0].succeeded, buckets[0].failed),
+            (120_000, 2, 1)
+        );
         assert_eq!(buckets[1].succeeded, 3);
     }
 }

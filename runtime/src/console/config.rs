@@ -77,7 +77,11 @@ impl std::fmt::Debug for ConsoleConfig {
         f.debug_struct("ConsoleConfig")
             .field(
                 "users",
-                &self.users.iter().map(|u| (&u.name, u.role)).collect::<Vec<_>>(),
+                &self
+                    .users
+                    .iter()
+                    .map(|u| (&u.name, u.role))
+                    .collect::<Vec<_>>(),
             )
             .field(
                 "tokens",

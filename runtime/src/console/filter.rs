@@ -64,7 +64,9 @@ fn parse_time(field: &str, text: &str) -> Result<i64, String> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_millis() as i64)
         .ok_or_else(|| {
-            format!("`{field}` = `{text}`: write a time as 2026-12-01T09:30 (UTC) or unix milliseconds")
+            format!(
+                "`{field}` = `{text}`: write a time as 2026-12-01T09:30 (UTC) or unix milliseconds"
+            )
         })
 }
 

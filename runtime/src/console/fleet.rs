@@ -133,7 +133,9 @@ pub(crate) async fn executor_views(state: &State) -> crate::Result<Vec<ExecutorV
     }
     for instance in &instances {
         for e in &instance.executors {
-            let view = views.entry(e.name.clone()).or_insert_with(|| blank(&e.name));
+            let view = views
+                .entry(e.name.clone())
+                .or_insert_with(|| blank(&e.name));
             view.instances.push(InstanceSign {
                 instance: instance.name.clone(),
                 sign: e.sign.clone(),
@@ -195,7 +197,12 @@ pub(crate) async fn executors(
     let views = match executor_views(&state).await {
         Ok(views) => views,
         Err(error) => {
-            return error_page(&base, &who, StatusCode::INTERNAL_SERVER_ERROR, &error.to_string())
+            return error_page(
+                &base,
+                &who,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &error.to_string(),
+            )
         }
     };
     let body = html! {
@@ -259,7 +266,12 @@ pub(crate) async fn instances(
     let views = match instance_views(&state).await {
         Ok(views) => views,
         Err(error) => {
-            return error_page(&base, &who, StatusCode::INTERNAL_SERVER_ERROR, &error.to_string())
+            return error_page(
+                &base,
+                &who,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &error.to_string(),
+            )
         }
     };
     let body = html! {
@@ -292,7 +304,12 @@ pub(crate) async fn audit(
     let entries = match state.rt.audit_trail(200).await {
         Ok(entries) => entries,
         Err(error) => {
-            return error_page(&base, &who, StatusCode::INTERNAL_SERVER_ERROR, &error.to_string())
+            return error_page(
+                &base,
+                &who,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &error.to_string(),
+            )
         }
     };
     let body = html! {
@@ -311,5 +328,8 @@ pub(crate) async fn audit(
             }
         }
     };
-    page(StatusCode::OK, layout(&base, Some(&who), "Audit trail", body))
+    page(
+        StatusCode::OK,
+        layout(&base, Some(&who), "Audit trail", body),
+    )
 }

@@ -31,7 +31,15 @@ pub(crate) fn page(status: StatusCode, markup: Markup) -> Response {
 /// A page that says what went wrong.
 pub(crate) fn error_page(base: &str, who: &Who, status: StatusCode, message: &str) -> Response {
     let body = html! { p.error id="error" { (message) } p { a href=(super::views::home(base)) { "Back to the overview" } } };
-    page(status, layout(base, Some(who), status.canonical_reason().unwrap_or("Error"), body))
+    page(
+        status,
+        layout(
+            base,
+            Some(who),
+            status.canonical_reason().unwrap_or("Error"),
+            body,
+        ),
+    )
 }
 
 fn failed(base: &str, who: &Who, error: crate::Error) -> Response {
@@ -66,7 +74,9 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
     let counts = rt.count_by_status().await?;
     let by_executor = rt.counts_by_executor().await?;
     let oldest = rt.oldest_waiting().await?;
-    let day = rt.finished_per_minute(Duration::from_secs(24 * 3600)).await?;
+    let day = rt
+        .finished_per_minute(Duration::from_secs(24 * 3600))
+        .await?;
     let depth = rt.queue_depth(Duration::from_secs(24 * 3600)).await?;
     let now = crate::record::now_ms();
     let now_minute = minute_of(now);
@@ -303,7 +313,12 @@ pub(crate) async fn request_detail(
     Query(params): Query<NoticeParams>,
 ) -> Response {
     let Ok(id) = id.parse::<i64>() else {
-        return error_page(&base, &who, StatusCode::BAD_REQUEST, "a request id is a whole number");
+        return error_page(
+            &base,
+            &who,
+            StatusCode::BAD_REQUEST,
+            "a request id is a whole number",
+        );
     };
     let request = match state.rt.get(id).await {
         Ok(Some(request)) => request,

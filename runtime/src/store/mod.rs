@@ -17,9 +17,9 @@ mod dedicated;
 pub mod mysql;
 #[cfg(feature = "mysql")]
 mod mysql_leases;
+pub(crate) mod ops;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-pub(crate) mod ops;
 #[cfg(feature = "postgres")]
 mod postgres_leases;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -46,7 +46,8 @@ pub(crate) trait OpsStore: Send + Sync {
     async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>>;
 
     /// Running requests of `application` by the instance holding them.
-    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>>;
+    async fn request_count_running_by_owner(&self, application: &str)
+        -> Result<Vec<(String, i64)>>;
 
     /// The due time of the longest-waiting due record (`init` or `failed`, due by `now`).
     async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>>;
@@ -70,15 +71,13 @@ pub(crate) trait OpsStore: Send + Sync {
     async fn depth_sample(&self, application: &str, minute: i64) -> Result<()>;
 
     /// Queue depth samples from `since_minute` (unix ms).
-    async fn depth_series(&self, application: &str, since_minute: i64)
-        -> Result<Vec<DepthSample>>;
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>>;
 
     /// Removes statistics of minutes before `before_minute` (unix ms).
     async fn stat_prune(&self, before_minute: i64) -> Result<()>;
 
     /// Pauses claims of `executor` (again: keeps the first pause).
-    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64)
-        -> Result<()>;
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()>;
 
     /// Resumes claims of `executor`; whether it was paused.
     async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool>;
@@ -157,7 +156,9 @@ impl Sql {
         // No stored text holds a NUL (PostgreSQL cannot): such a filter matches nothing,
         // and is not sent (PostgreSQL refuses the bind).
         if application.contains('\0')
-            || texts.iter().any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
+            || texts
+                .iter()
+                .any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
         {
             return self.push(" 1 = 0");
         }
@@ -168,10 +169,12 @@ impl Sql {
                 .bind(Bind::Text(status.as_str().into()));
         }
         if let Some(executor) = &query.executor {
-            self.push(" AND executor = ").bind(Bind::Text(executor.clone()));
+            self.push(" AND executor = ")
+                .bind(Bind::Text(executor.clone()));
         }
         if let Some(key) = &query.key {
-            self.push(" AND idempotency_key = ").bind(Bind::Text(key.clone()));
+            self.push(" AND idempotency_key = ")
+                .bind(Bind::Text(key.clone()));
         }
         if let Some(id) = query.id {
             self.push(" AND id = ").bind(Bind::Int(id));
@@ -225,10 +228,8 @@ impl Sql {
                 .bind(Bind::Int(id))
                 .push("))");
         }
-        self.push(&format!(
-            " ORDER BY create_time {dir}, id {dir} LIMIT "
-        ))
-        .bind(Bind::Int(page.limit.clamp(1, 1000)))
+        self.push(&format!(" ORDER BY create_time {dir}, id {dir} LIMIT "))
+            .bind(Bind::Int(page.limit.clamp(1, 1000)))
     }
 }
 

@@ -1,8 +1,8 @@
 //! The MySQL/MariaDB SQL of the operators' statements ([`OpsStore`]).
 
 use async_trait::async_trait;
-use sqlx::query::Query;
 use sqlx::mysql::{MySqlArguments, MySqlRow};
+use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
 use super::{request_from_row, status_from, MySqlStore, REQUEST_COLUMNS};
@@ -13,7 +13,6 @@ use crate::query::{
 };
 use crate::record::{Request, Status};
 use crate::store::ops::{action_set, push_set, Bind, Marks, OpsStore, Sql};
-
 
 fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
     let mut query = sqlx::query(&sql.text);
@@ -73,7 +72,8 @@ impl OpsStore for MySqlStore {
                 bound(&s).execute(&mut *tx).await?.rows_affected()
             }
             None => {
-                let mut logs = sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
+                let mut logs =
+                    sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
                 logs.filter(application, query)
                     .statuses(action.applies_to())
                     .push(")");
@@ -107,7 +107,10 @@ impl OpsStore for MySqlStore {
             .collect()
     }
 
-    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>> {
+    async fn request_count_running_by_owner(
+        &self,
+        application: &str,
+    ) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query(
             "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ? \
              AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
@@ -211,11 +214,7 @@ impl OpsStore for MySqlStore {
         Ok(())
     }
 
-    async fn depth_series(
-        &self,
-        application: &str,
-        since_minute: i64,
-    ) -> Result<Vec<DepthSample>> {
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
         let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT minute, waiting, running FROM async_depth \
              WHERE application_name = ? AND minute >= ? ORDER BY minute",
@@ -246,13 +245,7 @@ impl OpsStore for MySqlStore {
         Ok(())
     }
 
-    async fn pause_set(
-        &self,
-        application: &str,
-        executor: &str,
-        by: &str,
-        now: i64,
-    ) -> Result<()> {
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
         sqlx::query(
             "INSERT IGNORE INTO async_pause (application_name, executor, paused_by, paused_at) \
              VALUES (?, ?, ?, ?)",

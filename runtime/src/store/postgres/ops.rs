@@ -1,8 +1,8 @@
 //! The PostgreSQL SQL of the operators' statements ([`OpsStore`]).
 
 use async_trait::async_trait;
-use sqlx::query::Query;
 use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::PostgresStore;
@@ -73,7 +73,8 @@ impl OpsStore for PostgresStore {
                 bound(&s).execute(&mut *tx).await?.rows_affected()
             }
             None => {
-                let mut logs = sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
+                let mut logs =
+                    sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
                 logs.filter(application, query)
                     .statuses(action.applies_to())
                     .push(")");
@@ -107,7 +108,10 @@ impl OpsStore for PostgresStore {
             .collect()
     }
 
-    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>> {
+    async fn request_count_running_by_owner(
+        &self,
+        application: &str,
+    ) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query(
             "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = $1 \
              AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
@@ -214,11 +218,7 @@ impl OpsStore for PostgresStore {
         Ok(())
     }
 
-    async fn depth_series(
-        &self,
-        application: &str,
-        since_minute: i64,
-    ) -> Result<Vec<DepthSample>> {
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
         let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT minute, waiting, running FROM async_depth \
              WHERE application_name = $1 AND minute >= $2 ORDER BY minute",
@@ -249,13 +249,7 @@ impl OpsStore for PostgresStore {
         Ok(())
     }
 
-    async fn pause_set(
-        &self,
-        application: &str,
-        executor: &str,
-        by: &str,
-        now: i64,
-    ) -> Result<()> {
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
         sqlx::query(
             "INSERT INTO async_pause (application_name, executor, paused_by, paused_at) \
              VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",

@@ -73,7 +73,8 @@ impl OpsStore for SqliteStore {
                 bound(&s).execute(&mut *tx).await?.rows_affected()
             }
             None => {
-                let mut logs = sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
+                let mut logs =
+                    sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
                 logs.filter(application, query)
                     .statuses(action.applies_to())
                     .push(")");
@@ -107,7 +108,10 @@ impl OpsStore for SqliteStore {
             .collect()
     }
 
-    async fn request_count_running_by_owner(&self, application: &str) -> Result<Vec<(String, i64)>> {
+    async fn request_count_running_by_owner(
+        &self,
+        application: &str,
+    ) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query(
             "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ? \
              AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
@@ -214,11 +218,7 @@ impl OpsStore for SqliteStore {
         Ok(())
     }
 
-    async fn depth_series(
-        &self,
-        application: &str,
-        since_minute: i64,
-    ) -> Result<Vec<DepthSample>> {
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
         let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT minute, waiting, running FROM async_depth \
              WHERE application_name = ? AND minute >= ? ORDER BY minute",
@@ -249,13 +249,7 @@ impl OpsStore for SqliteStore {
         Ok(())
     }
 
-    async fn pause_set(
-        &self,
-        application: &str,
-        executor: &str,
-        by: &str,
-        now: i64,
-    ) -> Result<()> {
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
         sqlx::query(
             "INSERT OR IGNORE INTO async_pause (application_name, executor, paused_by, paused_at) \
              VALUES (?, ?, ?, ?)",
