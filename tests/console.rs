@@ -854,6 +854,55 @@ async fn the_console_refuses_to_start_open_on_a_public_address<DB: Backend>(db: 
     rt.shutdown().await.unwrap();
 }
 
+async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    // Seven records, several created in the same millisecond.
+    for (i, created) in [1000, 1000, 1000, 2000, 2000, 3000, 3000].iter().enumerate() {
+        db.exec(&format!(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, create_time, update_time) \
+             VALUES ('tests', 'console::old', 's', 'SaveAsync', 'dead', 1, 1, '{{\"n\":{i}}}', '', 0, \
+             {created}, {created}, {created})"
+        ))
+        .await;
+    }
+    let app = mounted(&rt);
+    let auth = Auth::Bearer(VIEWER_TOKEN);
+    for order in ["newest", "oldest"] {
+        let mut seen: Vec<(i64, i64)> = Vec::new();
+        let mut after = String::new();
+        loop {
+            let path = format!("/api/requests?executor=console::old&order={order}&limit=2&after={after}");
+            let page = get(&app, &path, auth).await.json();
+            for r in page["requests"].as_array().unwrap() {
+                seen.push((r["create_time"].as_i64().unwrap(), r["id"].as_i64().unwrap()));
+            }
+            match page["next"].as_str() {
+                Some(next) => after = next.to_string(),
+                None => break,
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.sort();
+        if order == "newest" {
+            sorted.reverse();
+        }
+        assert_eq!(seen, sorted, "{order}: in order");
+        sorted.dedup();
+        assert_eq!(sorted.len(), 7, "{order}: each once: {seen:?}");
+    }
+    // The page links to the next one with the same filter.
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let first = get(&app, "/requests?executor=console::old&limit=3", Auth::Cookie(&cookie)).await;
+    assert_eq!(first.body.matches("data-request-id=").count(), 3);
+    let next = first.body.split(r#"id="next-page" href=""#).nth(1).unwrap().split('"').next().unwrap();
+    let next = next.replace("&amp;", "&");
+    assert!(next.starts_with("/ops/console/requests?executor=console%3A%3Aold&"), "{next}");
+    let second = get(&app, next.trim_start_matches(MOUNT), Auth::Cookie(&cookie)).await;
+    assert_eq!(second.body.matches("data-request-id=").count(), 3);
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
     unauthenticated_requests_are_refused,
     wrong_passwords_are_refused_then_limited,
@@ -864,4 +913,5 @@ backend_suite!(
     pausing_stops_claims_on_other_instances_within_seconds,
     bearer_tokens_and_the_openapi_document,
     the_console_refuses_to_start_open_on_a_public_address,
+    keyset_pages_cover_every_request_once_in_either_order,
 );

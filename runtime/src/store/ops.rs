@@ -220,13 +220,17 @@ impl Sql {
             Order::Oldest => (">", "ASC"),
         };
         if let Some(Cursor { create_time, id }) = page.after {
-            self.push(&format!(" AND (create_time {cmp} "))
+            // `create_time <=` (or `>=`) bounds the index range on every backend (a row
+            // comparison or a plain OR would not, on MySQL), so a deep page reads as few
+            // index entries as the first; the rest drops the cursor's own time's rows
+            // up to its id.
+            self.push(&format!(" AND create_time {cmp}= "))
                 .bind(Bind::Int(create_time))
-                .push(" OR (create_time = ")
+                .push(&format!(" AND (create_time {cmp} "))
                 .bind(Bind::Int(create_time))
-                .push(&format!(" AND id {cmp} "))
+                .push(&format!(" OR id {cmp} "))
                 .bind(Bind::Int(id))
-                .push("))");
+                .push(")");
         }
         self.push(&format!(" ORDER BY create_time {dir}, id {dir} LIMIT "))
             .bind(Bind::Int(page.limit.clamp(1, 1000)))
