@@ -158,6 +158,7 @@ async fn login(app: &Router, user: &str, password: &str) -> (String, String) {
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ops/console"] {
         assert!(set_cookie.contains(attribute), "{set_cookie}");
     }
+    assert!(!set_cookie.contains("Secure"), "plain HTTP: {set_cookie}");
     let cookie = set_cookie.split(';').next().unwrap().to_string();
     let session = get(app, "/api/session", Auth::Cookie(&cookie)).await;
     assert_eq!(session.status, StatusCode::OK);
@@ -285,6 +286,13 @@ async fn wrong_passwords_are_refused_then_limited<DB: Backend>(db: TestDb) {
     )
     .await;
     assert_eq!(api.status, StatusCode::UNAUTHORIZED);
+    // Behind a TLS proxy the cookie is `Secure`.
+    let mut behind_tls = from("10.0.0.5", "victor", "viewer pass");
+    behind_tls
+        .headers_mut()
+        .insert("x-forwarded-proto", "https".parse().unwrap());
+    let cookie = send(&app, behind_tls).await.set_cookie.unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
     rt.shutdown().await.unwrap();
 }
 
@@ -857,7 +865,10 @@ async fn the_console_refuses_to_start_open_on_a_public_address<DB: Backend>(db: 
 async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
     // Seven records, several created in the same millisecond.
-    for (i, created) in [1000, 1000, 1000, 2000, 2000, 3000, 3000].iter().enumerate() {
+    for (i, created) in [1000, 1000, 1000, 2000, 2000, 3000, 3000]
+        .iter()
+        .enumerate()
+    {
         db.exec(&format!(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
              max_attempts, param_json, remark, priority, run_at, create_time, update_time) \
@@ -872,10 +883,14 @@ async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: 
         let mut seen: Vec<(i64, i64)> = Vec::new();
         let mut after = String::new();
         loop {
-            let path = format!("/api/requests?executor=console::old&order={order}&limit=2&after={after}");
+            let path =
+                format!("/api/requests?executor=console::old&order={order}&limit=2&after={after}");
             let page = get(&app, &path, auth).await.json();
             for r in page["requests"].as_array().unwrap() {
-                seen.push((r["create_time"].as_i64().unwrap(), r["id"].as_i64().unwrap()));
+                seen.push((
+                    r["create_time"].as_i64().unwrap(),
+                    r["id"].as_i64().unwrap(),
+                ));
             }
             match page["next"].as_str() {
                 Some(next) => after = next.to_string(),
@@ -893,11 +908,26 @@ async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: 
     }
     // The page links to the next one with the same filter.
     let (cookie, _) = login(&app, "victor", "viewer pass").await;
-    let first = get(&app, "/requests?executor=console::old&limit=3", Auth::Cookie(&cookie)).await;
+    let first = get(
+        &app,
+        "/requests?executor=console::old&limit=3",
+        Auth::Cookie(&cookie),
+    )
+    .await;
     assert_eq!(first.body.matches("data-request-id=").count(), 3);
-    let next = first.body.split(r#"id="next-page" href=""#).nth(1).unwrap().split('"').next().unwrap();
+    let next = first
+        .body
+        .split(r#"id="next-page" href=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
     let next = next.replace("&amp;", "&");
-    assert!(next.starts_with("/ops/console/requests?executor=console%3A%3Aold&"), "{next}");
+    assert!(
+        next.starts_with("/ops/console/requests?executor=console%3A%3Aold&"),
+        "{next}"
+    );
     let second = get(&app, next.trim_start_matches(MOUNT), Auth::Cookie(&cookie)).await;
     assert_eq!(second.body.matches("data-request-id=").count(), 3);
     rt.shutdown().await.unwrap();

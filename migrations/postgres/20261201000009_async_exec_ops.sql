@@ -47,8 +47,10 @@ CREATE TABLE IF NOT EXISTS async_audit (
 CREATE INDEX IF NOT EXISTS async_audit_time ON async_audit (create_time);
 
 -- The console's request list: keyset pages by creation time, alone or with a status or
--- an executor, and lookups by idempotency key.
+-- an executor, and lookups by idempotency key (only keyed records are in that index
+-- where the backend has partial indexes: keyless inserts do not touch it).
 CREATE INDEX IF NOT EXISTS async_req_created ON async_req (application_name, create_time, id);
 CREATE INDEX IF NOT EXISTS async_req_status_created ON async_req (application_name, status, create_time, id);
 CREATE INDEX IF NOT EXISTS async_req_executor_created ON async_req (application_name, executor, create_time, id);
-CREATE INDEX IF NOT EXISTS async_req_key ON async_req (application_name, idempotency_key);
+CREATE INDEX IF NOT EXISTS async_req_key ON async_req (application_name, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;

@@ -135,11 +135,19 @@ async fn flush_counts(inner: &Inner) {
 pub(crate) async fn run(inner: Arc<Inner>) {
     let stop = inner.completer_stop.clone();
     let mut ticks: u64 = 0;
+    // Warned of an unreadable pause table since it last worked: say it once, not every second.
+    let mut warned = false;
     let depth_every = DEPTH_SAMPLE.as_secs() / PAUSE_REFRESH.as_secs();
     let flush_every = STAT_FLUSH.as_secs() / PAUSE_REFRESH.as_secs();
     loop {
-        if let Err(error) = refresh_pauses(&inner).await {
-            tracing::warn!(%error, "could not read the paused executors (async_pause)");
+        match refresh_pauses(&inner).await {
+            Ok(()) => warned = false,
+            Err(error) if !warned => {
+                warned = true;
+                tracing::warn!(%error, "could not read the paused executors (async_pause); \
+                    trying again every second, pauses known before stay in force");
+            }
+            Err(error) => tracing::debug!(%error, "could not read the paused executors"),
         }
         if ticks % flush_every == 0 {
             flush_counts(&inner).await;

@@ -113,7 +113,11 @@ pub(crate) async fn login(
     match check_login(&state, &parts, &form.user, &form.password) {
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
-            let cookie = auth::session_cookie(&base, &token, state.config.secure_cookie);
+            let cookie = auth::session_cookie(
+                &base,
+                &token,
+                state.config.secure_cookie || auth::over_tls(&parts),
+            );
             (
                 [(header::SET_COOKIE, cookie)],
                 Redirect::to(super::views::home(&base)),
@@ -146,7 +150,7 @@ pub(crate) async fn logout(
     if let Some(token) = auth::cookie(&parts, auth::COOKIE) {
         state.sessions.close(token);
     }
-    let cookie = auth::cleared_cookie(&base, state.config.secure_cookie);
+    let cookie = auth::cleared_cookie(&base, state.config.secure_cookie || auth::over_tls(&parts));
     (
         [(header::SET_COOKIE, cookie)],
         Redirect::to(&format!("{base}/login")),

@@ -116,7 +116,11 @@ async fn login(
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let base = auth::base_of(&parts);
-            let cookie = auth::session_cookie(&base, &token, state.config.secure_cookie);
+            let cookie = auth::session_cookie(
+                &base,
+                &token,
+                state.config.secure_cookie || auth::over_tls(&parts),
+            );
             let who = state.sessions.find(&token);
             let info = SessionInfo {
                 user: name,

@@ -240,6 +240,17 @@ pub(crate) fn base_of(parts: &Parts) -> String {
     base.trim_end_matches('/').to_string()
 }
 
+/// Whether the request came over TLS: an `https` URI, or `X-Forwarded-Proto: https`
+/// from a proxy in front.
+pub(crate) fn over_tls(parts: &Parts) -> bool {
+    parts.uri.scheme_str() == Some("https")
+        || parts
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
 /// The `Set-Cookie` value of a session.
 pub(crate) fn session_cookie(base: &str, token: &str, secure: bool) -> String {
     let path = if base.is_empty() { "/" } else { base };

@@ -173,7 +173,8 @@ impl Sql {
                 .bind(Bind::Text(executor.clone()));
         }
         if let Some(key) = &query.key {
-            self.push(" AND idempotency_key = ")
+            // `IS NOT NULL` lets SQLite use the partial index of keyed records.
+            self.push(" AND idempotency_key IS NOT NULL AND idempotency_key = ")
                 .bind(Bind::Text(key.clone()));
         }
         if let Some(id) = query.id {
