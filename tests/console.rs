@@ -172,6 +172,11 @@ async fn every_page_renders_and_viewers_cannot_act<DB: Backend>(db: TestDb) {
     }
     assert!(overview.body.contains(r#"data-count="1""#));
     assert!(overview.body.contains("<svg"));
+    assert_eq!(
+        overview.frame_options.as_deref(),
+        Some("DENY"),
+        "no framing"
+    );
     assert!(overview.body.contains(r#"href="/ops/console/requests""#));
     let list = get(&app, "/requests?status=dead", auth).await;
     assert_eq!(list.status, StatusCode::OK);

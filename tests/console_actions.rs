@@ -226,6 +226,26 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
             .map(|l| l.starts_with(&format!("/ops/console/requests/{other}?notice="))),
         Some(true)
     );
+    // `back` stays inside the console.
+    for outside in [
+        "//evil.example/x",
+        "https://evil.example/",
+        "/\\evil.example",
+    ] {
+        let retry = [
+            ("csrf", csrf.as_str()),
+            ("action", "retry"),
+            ("id", &id),
+            ("confirm", "yes"),
+            ("back", outside),
+        ];
+        let reply = post_form(&app, "/actions", auth, &retry).await;
+        let location = reply.location.unwrap();
+        assert!(
+            location.starts_with("/ops/console/requests?"),
+            "{outside}: {location}"
+        );
+    }
     let delete = [
         ("csrf", csrf.as_str()),
         ("action", "delete"),
@@ -244,9 +264,20 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         .into_iter()
         .map(|e| e.action)
         .collect();
-    assert_eq!(actions, ["delete", "retry", "cancel", "replay_dead"]);
+    assert_eq!(
+        actions,
+        [
+            "delete",
+            "retry",
+            "retry",
+            "retry",
+            "retry",
+            "cancel",
+            "replay_dead"
+        ]
+    );
     let audit_page = get(&app, "/audit", auth).await;
-    assert_eq!(audit_page.body.matches("data-audit-id=").count(), 4);
+    assert_eq!(audit_page.body.matches("data-audit-id=").count(), 7);
     rt.shutdown().await.unwrap();
 }
 

@@ -47,6 +47,7 @@ pub struct Reply {
     pub status: StatusCode,
     pub location: Option<String>,
     pub set_cookie: Option<String>,
+    pub frame_options: Option<String>,
     pub body: String,
 }
 
@@ -64,16 +65,18 @@ pub async fn send(app: &Router, request: Request<Body>) -> Reply {
             .get(name)
             .map(|v: &header::HeaderValue| v.to_str().unwrap().to_string())
     };
-    let (status, location, set_cookie) = (
+    let (status, location, set_cookie, frame_options) = (
         response.status(),
         header(header::LOCATION),
         header(header::SET_COOKIE),
+        header(header::X_FRAME_OPTIONS),
     );
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     Reply {
         status,
         location,
         set_cookie,
+        frame_options,
         body: String::from_utf8(bytes.to_vec()).unwrap(),
     }
 }

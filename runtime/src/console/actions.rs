@@ -265,7 +265,8 @@ pub(crate) async fn action(
     let text = format!("{}: {changed} request(s) changed", action_label(action));
     let back = form
         .back
-        .filter(|b| b.starts_with('/') && !b.starts_with("//") && action != Action::Delete)
+        .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
+        .filter(|_| action != Action::Delete)
         .unwrap_or_else(|| format!("/requests?{filter_qs}"));
     let sep = if back.contains('?') { "&" } else { "?" };
     Redirect::to(&format!("{base}{back}{sep}notice={}", urlencode(&text))).into_response()

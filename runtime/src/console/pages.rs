@@ -23,9 +23,29 @@ use crate::store::ops::minute_of;
 pub(crate) use super::actions::{action, login, login_form, logout, pause, resume};
 pub(crate) use super::fleet::{audit, executors, instances};
 
+/// What every page is sent with: no framing (clickjacking), scripts, styles, forms and
+/// images from the console only, nothing cached (the pages show live records).
+const PAGE_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("cache-control", "no-store"),
+];
+
 /// A rendered page with its status.
 pub(crate) fn page(status: StatusCode, markup: Markup) -> Response {
-    (status, Html(markup.into_string())).into_response()
+    let mut response = (status, Html(markup.into_string())).into_response();
+    for (name, value) in PAGE_HEADERS {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_static(name),
+            axum::http::HeaderValue::from_static(value),
+        );
+    }
+    response
 }
 
 /// A page that says what went wrong.
