@@ -68,6 +68,12 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
+    /// Tells the producer to claim waiting records from the store (an executor resumed).
+    pub(crate) fn look_in_store(&self) {
+        self.overflow.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
     /// Whether every job sent has been started or dropped by the producer.
     pub(crate) fn is_empty(&self) -> bool {
         self.queued.load(Ordering::Acquire) == 0
@@ -148,6 +154,7 @@ async fn next_wakeup(wakeups: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
 async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
     let ids: Vec<RequestId> = batch
         .iter()
+        .filter(|j| !inner.control.is_paused(j.def.name)) // left `init` until resumed
         .filter_map(|j| j.record.as_ref().map(|r| r.id))
         .collect();
     let now = inner.now_ms();

@@ -131,6 +131,11 @@ pub enum Error {
     #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
     Panicked(&'static str),
 
+    /// The operations console cannot start with this configuration (the message says
+    /// what to change).
+    #[error("the async-exec console cannot start: {0}")]
+    Console(String),
+
     /// A [`RequestFilter`](crate::RequestFilter) asks for something out of range.
     #[error("invalid request filter: {0}")]
     InvalidFilter(String),

@@ -21,7 +21,10 @@ mod call;
 mod clock;
 mod compensator;
 mod completer;
+#[cfg(feature = "console")]
+pub mod console;
 mod context;
+mod control;
 mod data;
 mod dispatcher;
 mod error;
@@ -31,8 +34,10 @@ mod heartbeat;
 mod instances;
 mod keys;
 mod open_tx;
+mod operations;
 mod ops;
 mod outcome;
+pub mod query;
 mod record;
 mod redact;
 mod registry;
@@ -60,7 +65,12 @@ pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
+pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use query::{
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
+    RequestQuery,
+};
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};

@@ -16,6 +16,7 @@ pub type RequestId = i64;
 /// `success`, `dead` and `cancelled` are terminal: only an explicit replay
 /// ([`Runtime::retry_now`](crate::Runtime::retry_now)) moves a request out of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Status {
@@ -90,6 +91,7 @@ impl FromStr for Status {
 
 /// One request record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct Request {
     /// Its id.
     pub id: RequestId,
@@ -133,6 +135,7 @@ pub struct Request {
 
 /// One attempt, as logged in `async_log`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct AttemptLog {
     /// The request.
     pub request_id: RequestId,

@@ -49,6 +49,8 @@ pub(crate) struct Inner {
     pub(crate) workers_on: Arc<AtomicBool>,
     /// Records to leave for other instances (a rolling deploy), kept by the presence part.
     pub(crate) skip: crate::instances::SkipList,
+    /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
+    pub(crate) control: crate::control::Control,
     /// The database's clock, for every time the runtime writes.
     pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
@@ -159,6 +161,7 @@ impl Runtime {
             owner: owner.into(),
             leases: store.lease_keeper(),
             skip: Default::default(),
+            control: Default::default(),
             idle_producer: Mutex::new(None),
             workers_on: Arc::new(AtomicBool::new(false)),
             clock,
@@ -190,6 +193,7 @@ impl Runtime {
             tracing::warn!(%error, "could not announce this instance in async_instance");
         }
         runtime.spawn_parts(producer, completer_task);
+        crate::control::spawn(&inner);
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
@@ -417,11 +421,15 @@ impl Inner {
         let now = self.now_ms();
         let lease_until = now + self.lease_ms();
         let skip = self.skip.read().expect("skip list lock").clone();
+        let executors = self.control.claimable(self.registry.names());
+        if executors.is_empty() {
+            return Ok(Vec::new()); // every executor paused
+        }
         let mut claimed = self
             .store
             .request_claim_due(crate::store::ClaimDue {
                 application: &self.app,
-                executors: self.registry.names(),
+                executors: &executors,
                 kind,
                 owner: &self.owner,
                 now,

@@ -399,6 +399,8 @@ impl Inner {
         if let Some(record) = &job.record {
             let completion = completion_for(self, record, &attempt);
             log_if_dead(&completion, job.def.name);
+            self.control
+                .count(job.def.name, &completion.result, attempt.finished);
             if let Err(id) = self.completer.send(completion) {
                 // The completer is gone (an aborted runtime): the lease expires and the
                 // record runs again elsewhere.
@@ -454,6 +456,8 @@ impl Inner {
             Some(record) => {
                 let completion = completion_for(self, record, &attempt);
                 log_if_dead(&completion, job.def.name);
+                self.control
+                    .count(job.def.name, &completion.result, attempt.finished);
                 write_batch(self, &[completion]).await?;
             }
             None => self.finish(job, attempt).await,

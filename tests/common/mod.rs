@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+#[cfg(feature = "console")]
+pub mod console;
 pub mod proxy;
 
 use async_exec::{Builder, Runtime};

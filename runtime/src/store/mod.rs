@@ -17,6 +17,7 @@ mod dedicated;
 pub mod mysql;
 #[cfg(feature = "mysql")]
 mod mysql_leases;
+pub(crate) mod ops;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
@@ -258,6 +259,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// For downcasting to the backend's store (to begin a typed transaction).
     fn as_any(&self) -> &dyn Any;
+
+    /// The operators' statements of this backend (`store/<backend>/ops.rs`).
+    fn ops(&self) -> &dyn ops::OpsStore;
 
     /// Creates or updates the tables.
     async fn migrate(&self) -> Result<()>;

@@ -33,6 +33,7 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
+mod ops;
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -752,6 +753,10 @@ impl Store for MySqlStore {
     }
 
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn ops(&self) -> &dyn super::ops::OpsStore {
         self
     }
 

@@ -26,6 +26,7 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
+mod ops;
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
 /// statement itself, so that instances whose clocks differ agree on them.
@@ -396,6 +397,10 @@ impl Store for PostgresStore {
     }
 
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn ops(&self) -> &dyn super::ops::OpsStore {
         self
     }
 

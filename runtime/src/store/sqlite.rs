@@ -25,6 +25,7 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
+mod ops;
 
 /// Records in a SQLite database file (WAL mode).
 #[derive(Debug, Clone)]
@@ -286,6 +287,10 @@ impl Store for SqliteStore {
     }
 
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn ops(&self) -> &dyn super::ops::OpsStore {
         self
     }
 

@@ -1,0 +1,523 @@
+//! The JSON API: every page and action, under the same authentication (a session cookie
+//! whose writes carry `X-CSRF-Token`, or `Authorization: Bearer <token>`), described by
+//! the OpenAPI document at `api/openapi.json` (generated from these handlers).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State as Shared};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::OpenApi;
+
+use super::actions::check_login;
+use super::auth::{self, ApiWho};
+use super::config::Role;
+use super::filter::{FilterForm, PageForm};
+use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
+use super::State;
+use crate::query::{
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, RequestQuery,
+};
+use crate::record::{AttemptLog, Request, Status};
+
+pub(crate) fn routes() -> Router<Arc<State>> {
+    Router::new()
+        .route("/api/openapi.json", get(openapi))
+        .route("/api/login", post(login))
+        .route("/api/session", get(session))
+        .route("/api/overview", get(overview))
+        .route("/api/requests", get(list_requests))
+        .route("/api/requests/{id}", get(get_request))
+        .route("/api/executors", get(list_executors))
+        .route("/api/executors/pause", post(pause_executor))
+        .route("/api/executors/resume", post(resume_executor))
+        .route("/api/instances", get(list_instances))
+        .route("/api/audit", get(list_audit))
+        .route("/api/actions/count", get(count_action))
+        .route("/api/actions", post(run_action))
+}
+
+/// An error: what went wrong and what to do.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Problem {
+    /// The message.
+    error: String,
+}
+
+/// A JSON error response.
+pub(crate) fn problem(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        Json(Problem {
+            error: message.to_string(),
+        }),
+    )
+        .into_response()
+}
+
+fn failed(error: crate::Error) -> Response {
+    let status = match error {
+        crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
+        crate::Error::NotFound(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    problem(status, &error.to_string())
+}
+
+/// Refuses viewers (403) and session writes without the session's CSRF token (403).
+fn may_act(caller: &ApiWho) -> Option<Response> {
+    if caller.who.role != Role::Operator {
+        return Some(problem(
+            StatusCode::FORBIDDEN,
+            "viewers cannot act on requests or executors: use an operator's login or token",
+        ));
+    }
+    if !caller.who.csrf_ok(caller.csrf_header.as_deref()) {
+        return Some(problem(
+            StatusCode::FORBIDDEN,
+            "send the session's CSRF token (from GET api/session) in the X-CSRF-Token header",
+        ));
+    }
+    None
+}
+
+/// Who is logged in, and the CSRF token that the session's writes carry.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct SessionInfo {
+    user: String,
+    role: Role,
+    /// `null` for a bearer token.
+    csrf: Option<String>,
+}
+
+/// A login.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct LoginBody {
+    user: String,
+    password: String,
+}
+
+/// Logs in: sets the session cookie and returns the session's CSRF token.
+#[utoipa::path(post, path = "/api/login", request_body = LoginBody, responses(
+    (status = 200, description = "Logged in; the cookie is set", body = SessionInfo),
+    (status = 401, description = "Wrong user name or password", body = Problem),
+    (status = 429, description = "Too many failed logins", body = Problem)))]
+async fn login(
+    Shared(state): Shared<Arc<State>>,
+    parts: Parts,
+    Json(body): Json<LoginBody>,
+) -> Response {
+    match check_login(&state, &parts, &body.user, &body.password) {
+        Ok((name, role)) => {
+            let token = state.sessions.open(&name, role);
+            let base = auth::base_of(&parts);
+            let cookie = auth::session_cookie(
+                &base,
+                &token,
+                state.config.secure_cookie || auth::over_tls(&parts),
+            );
+            let who = state.sessions.find(&token);
+            let info = SessionInfo {
+                user: name,
+                role,
+                csrf: who.and_then(|w| w.csrf),
+            };
+            ([(header::SET_COOKIE, cookie)], Json(info)).into_response()
+        }
+        Err((status, message)) => problem(status, &message),
+    }
+}
+
+/// The caller and the session's CSRF token.
+#[utoipa::path(get, path = "/api/session", responses((status = 200, body = SessionInfo), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn session(caller: ApiWho) -> Json<SessionInfo> {
+    Json(SessionInfo {
+        user: caller.who.name,
+        role: caller.who.role,
+        csrf: caller.who.csrf,
+    })
+}
+
+/// How many requests are in one status.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct StatusCount {
+    status: Status,
+    count: i64,
+}
+
+/// The overview page's numbers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Overview {
+    /// Every status, zeros included.
+    by_status: Vec<StatusCount>,
+    by_executor: Vec<ExecutorCount>,
+    /// How long the longest-waiting due request has waited (ms).
+    oldest_waiting_ms: Option<i64>,
+    /// Failed (dead) out of finished in the last hour, 0 to 1; `null` when none finished.
+    failure_rate_last_hour: Option<f64>,
+    /// Finished per minute over the last day (minutes without any left out).
+    finished_per_minute: Vec<MinuteStat>,
+    /// Queue depth samples over the last day, one a minute.
+    queue_depth: Vec<DepthSample>,
+}
+
+/// Counts, the oldest waiting request, the failure rate and the series of the charts.
+#[utoipa::path(get, path = "/api/overview", responses((status = 200, body = Overview), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn overview(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    let rt = &state.rt;
+    let day = Duration::from_secs(24 * 3600);
+    let result = async {
+        let counts = rt.count_by_status().await?;
+        let by_status = Status::ALL
+            .iter()
+            .map(|&status| StatusCount {
+                status,
+                count: counts
+                    .iter()
+                    .find(|(s, _)| *s == status)
+                    .map_or(0, |(_, n)| *n),
+            })
+            .collect();
+        let finished = rt.finished_per_minute(day).await?;
+        let hour_start = crate::store::ops::minute_of(crate::record::now_ms()) - 59 * 60_000;
+        let (ok, dead) = finished
+            .iter()
+            .filter(|m| m.minute >= hour_start)
+            .fold((0, 0), |(o, d), m| (o + m.succeeded, d + m.failed));
+        Ok::<_, crate::Error>(Overview {
+            by_status,
+            by_executor: rt.counts_by_executor().await?,
+            oldest_waiting_ms: rt.oldest_waiting().await?.map(|d| d.as_millis() as i64),
+            failure_rate_last_hour: (ok + dead > 0).then(|| dead as f64 / (ok + dead) as f64),
+            finished_per_minute: finished,
+            queue_depth: rt.queue_depth(day).await?,
+        })
+    }
+    .await;
+    match result {
+        Ok(overview) => Json(overview).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// A page of requests.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RequestPage {
+    requests: Vec<Request>,
+    /// The `after` of the next page; `null` on the last.
+    next: Option<String>,
+}
+
+/// Requests matching the filter, a keyset page at a time.
+#[utoipa::path(get, path = "/api/requests", params(FilterForm, PageForm),
+    responses((status = 200, body = RequestPage), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_requests(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(filter): Query<FilterForm>,
+    Query(paging): Query<PageForm>,
+) -> Response {
+    let (query, page) = match (filter.to_query(), paging.to_page()) {
+        (Ok(q), Ok(p)) => (q, p),
+        (Err(e), _) | (_, Err(e)) => return problem(StatusCode::BAD_REQUEST, &e),
+    };
+    match state.rt.query(&query, &page).await {
+        Ok(requests) => {
+            let next = (requests.len() as i64 == page.limit)
+                .then(|| requests.last())
+                .flatten()
+                .map(|r| {
+                    Cursor {
+                        create_time: r.create_time,
+                        id: r.id,
+                    }
+                    .to_text()
+                });
+            Json(RequestPage { requests, next }).into_response()
+        }
+        Err(error) => failed(error),
+    }
+}
+
+/// A request with its attempts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RequestDetail {
+    request: Request,
+    /// Its arguments, parsed.
+    arguments: serde_json::Value,
+    attempts: Vec<AttemptLog>,
+}
+
+/// One request, its arguments and every attempt logged.
+#[utoipa::path(get, path = "/api/requests/{id}", params(("id" = i64, Path, description = "The request id")),
+    responses((status = 200, body = RequestDetail), (status = 404, body = Problem), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn get_request(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Path(id): Path<i64>,
+) -> Response {
+    let request = match state.rt.get(id).await {
+        Ok(Some(request)) => request,
+        Ok(None) => return failed(crate::Error::NotFound(id)),
+        Err(error) => return failed(error),
+    };
+    match state.rt.attempts(id).await {
+        Ok(attempts) => Json(RequestDetail {
+            arguments: serde_json::from_str(&request.param_json)
+                .unwrap_or(serde_json::Value::String(request.param_json.clone())),
+            request,
+            attempts,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Executors registered in this build and seen in the table.
+#[utoipa::path(get, path = "/api/executors", responses((status = 200, body = [ExecutorView]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_executors(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match executor_views(&state).await {
+        Ok(views) => Json(views).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Instances alive.
+#[utoipa::path(get, path = "/api/instances", responses((status = 200, body = [InstanceView]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_instances(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match instance_views(&state).await {
+        Ok(views) => Json(views).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// How many audit entries.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AuditParams {
+    /// At most this many, newest first (default 200).
+    limit: Option<i64>,
+}
+
+/// The audit trail, newest first.
+#[utoipa::path(get, path = "/api/audit", params(AuditParams), responses((status = 200, body = [AuditEntry]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_audit(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<AuditParams>,
+) -> Response {
+    match state.rt.audit_trail(params.limit.unwrap_or(200)).await {
+        Ok(entries) => Json(entries).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Which action to count.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ActionParams {
+    /// `retry`, `cancel`, `delete` or `replay_dead`.
+    action: String,
+}
+
+/// How many requests an action would change.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ActionCount {
+    action: Action,
+    count: i64,
+}
+
+/// The action named `name`, or the message listing the valid ones.
+fn parse_action(name: &str) -> Result<Action, String> {
+    Action::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
+        format!("unknown action `{name}`: use one of {}", names.join(", "))
+    })
+}
+
+/// How many requests matching the filter an action would change: show it before acting.
+#[utoipa::path(get, path = "/api/actions/count", params(ActionParams, FilterForm),
+    responses((status = 200, body = ActionCount), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn count_action(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<ActionParams>,
+    Query(filter): Query<FilterForm>,
+) -> Response {
+    let action = match parse_action(&params.action) {
+        Ok(action) => action,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let query = match filter.to_query() {
+        Ok(query) => query,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, &e),
+    };
+    match state.rt.count_actionable(action, &query).await {
+        Ok(count) => Json(ActionCount { action, count }).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// An action on every request matching a query.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct ActionBody {
+    action: Action,
+    /// Which requests; `{"id": 42}` for one.
+    query: RequestQuery,
+}
+
+/// What an action changed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ActionDone {
+    action: Action,
+    changed: u64,
+}
+
+/// Retries, cancels, deletes or replays every request matching the query (audited).
+#[utoipa::path(post, path = "/api/actions", request_body = ActionBody,
+    responses((status = 200, body = ActionDone), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn run_action(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<ActionBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    match state
+        .rt
+        .act(body.action, &body.query, &caller.who.name)
+        .await
+    {
+        Ok(changed) => Json(ActionDone {
+            action: body.action,
+            changed,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// An executor to pause or resume.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct ExecutorBody {
+    executor: String,
+}
+
+/// Whether an executor is paused now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct PauseState {
+    executor: String,
+    paused: bool,
+}
+
+/// Pauses the claims of an executor on every instance (audited).
+#[utoipa::path(post, path = "/api/executors/pause", request_body = ExecutorBody,
+    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn pause_executor(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<ExecutorBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    match state
+        .rt
+        .pause_executor(&body.executor, &caller.who.name)
+        .await
+    {
+        Ok(()) => Json(PauseState {
+            executor: body.executor,
+            paused: true,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Resumes the claims of an executor (audited).
+#[utoipa::path(post, path = "/api/executors/resume", request_body = ExecutorBody,
+    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn resume_executor(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<ExecutorBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    match state
+        .rt
+        .resume_executor(&body.executor, &caller.who.name)
+        .await
+    {
+        Ok(_) => Json(PauseState {
+            executor: body.executor,
+            paused: false,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// The security schemes: the session cookie and bearer tokens.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme,
+        };
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                auth::COOKIE,
+                "The session cookie of a login; writes also send X-CSRF-Token",
+            ))),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "async-exec console API", description = "Requests, executors, instances and operator actions of an async-exec database."),
+    paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
+        list_audit, count_action, run_action, pause_executor, resume_executor),
+    modifiers(&SecuritySchemes)
+)]
+struct ApiDoc;
+
+/// The OpenAPI document of this API, with the mount path as its server.
+async fn openapi(parts: Parts) -> Response {
+    let mut doc = ApiDoc::openapi();
+    let base = auth::base_of(&parts);
+    let base = if base.is_empty() {
+        "/".to_string()
+    } else {
+        base
+    };
+    doc.servers = Some(vec![utoipa::openapi::Server::new(base)]);
+    Json(doc).into_response()
+}

@@ -1,0 +1,373 @@
+//! Logins, sessions, CSRF tokens, bearer tokens and the limit on failed logins.
+//!
+//! A session is a random 256-bit token in an `HttpOnly`, `SameSite=Strict` cookie (and
+//! `Secure` when configured); the server keeps only its SHA-256, with the user, role and
+//! the session's CSRF token, which every state-changing request must carry (a form field
+//! `csrf`, or the `X-CSRF-Token` header). Secrets are compared in constant time.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use axum::extract::{FromRequestParts, OriginalUri};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::config::{ConsoleConfig, Role};
+use super::State;
+use crate::error::{Error, Result};
+
+/// The session cookie's name.
+pub(crate) const COOKIE: &str = "async_exec_console";
+
+/// How long a session lasts without a new login.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Failed logins allowed per user and per address within [`FAILURE_WINDOW`].
+pub(crate) const MAX_FAILURES: usize = 5;
+
+/// The window of [`MAX_FAILURES`].
+const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// Hashes a password with argon2id (a fresh salt), for [`ConsoleConfig::user`] or
+/// `ASYNC_EXEC_CONSOLE_USERS`.
+///
+/// ```
+/// let hash = async_exec::console::hash_password("correct horse battery staple").unwrap();
+/// assert!(hash.starts_with("$argon2id$"));
+/// ```
+pub fn hash_password(password: &str) -> Result<String> {
+    let mut salt = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt)
+        .map_err(|e| Error::Console(format!("could not encode a salt: {e}")))?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|e| Error::Console(format!("could not hash the password: {e}")))
+}
+
+/// The hex SHA-256 of an API token, for [`ConsoleConfig::api_token_sha256`] or
+/// `ASYNC_EXEC_CONSOLE_TOKENS`. Make tokens long and random (32 bytes or more).
+///
+/// ```
+/// let digest = async_exec::console::token_digest("test");
+/// assert_eq!(digest, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
+/// ```
+pub fn token_digest(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex(&bytes)
+}
+
+/// Who is asking, and how they proved it.
+#[derive(Debug, Clone)]
+pub(crate) struct Who {
+    pub(crate) name: String,
+    pub(crate) role: Role,
+    /// The session's CSRF token; `None` for a bearer token (no cookie, nothing to forge).
+    pub(crate) csrf: Option<String>,
+}
+
+impl Who {
+    /// Whether `sent` is this session's CSRF token (always, for a bearer token).
+    pub(crate) fn csrf_ok(&self, sent: Option<&str>) -> bool {
+        match (&self.csrf, sent) {
+            (None, _) => true,
+            (Some(ours), Some(sent)) => bool::from(ours.as_bytes().ct_eq(sent.as_bytes())),
+            (Some(_), None) => false,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    who: Who,
+    expires: Instant,
+}
+
+/// Sessions, by the SHA-256 of their token.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+impl Sessions {
+    /// A new session for `name`; returns its token.
+    pub(crate) fn open(&self, name: &str, role: Role) -> String {
+        let token = random_token();
+        let mut map = self.map.lock().expect("session lock");
+        let now = Instant::now();
+        map.retain(|_, s| s.expires > now);
+        map.insert(
+            Sha256::digest(token.as_bytes()).into(),
+            Session {
+                who: Who {
+                    name: name.to_string(),
+                    role,
+                    csrf: Some(random_token()),
+                },
+                expires: now + SESSION_TTL,
+            },
+        );
+        token
+    }
+
+    pub(crate) fn find(&self, token: &str) -> Option<Who> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let map = self.map.lock().expect("session lock");
+        map.get(&key)
+            .filter(|s| s.expires > Instant::now())
+            .map(|s| s.who.clone())
+    }
+
+    pub(crate) fn close(&self, token: &str) {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.map.lock().expect("session lock").remove(&key);
+    }
+}
+
+/// Failed logins per user and per address.
+#[derive(Debug, Default)]
+pub(crate) struct Limiter {
+    failures: Mutex<HashMap<String, Vec<Instant>>>,
+}
+
+impl Limiter {
+    /// Whether `user` or `address` has failed too often lately.
+    pub(crate) fn blocked(&self, user: &str, address: &str) -> bool {
+        let mut failures = self.failures.lock().expect("limiter lock");
+        let now = Instant::now();
+        [format!("user:{user}"), format!("addr:{address}")]
+            .iter()
+            .any(|key| {
+                let list = failures.entry(key.clone()).or_default();
+                list.retain(|t| now.duration_since(*t) < FAILURE_WINDOW);
+                list.len() >= MAX_FAILURES
+            })
+    }
+
+    pub(crate) fn failed(&self, user: &str, address: &str) {
+        let mut failures = self.failures.lock().expect("limiter lock");
+        for key in [format!("user:{user}"), format!("addr:{address}")] {
+            failures.entry(key).or_default().push(Instant::now());
+        }
+    }
+
+    pub(crate) fn succeeded(&self, user: &str) {
+        self.failures
+            .lock()
+            .expect("limiter lock")
+            .remove(&format!("user:{user}"));
+    }
+}
+
+/// A hash to verify against when the user does not exist, so that the answer takes as
+/// long as for a wrong password.
+fn decoy_hash() -> &'static str {
+    static DECOY: OnceLock<String> = OnceLock::new();
+    DECOY.get_or_init(|| hash_password("decoy").expect("argon2 hashes"))
+}
+
+/// The user `name`'s role when `password` is theirs.
+pub(crate) fn verify_password(config: &ConsoleConfig, name: &str, password: &str) -> Option<Role> {
+    let user = config
+        .users
+        .iter()
+        .find(|u| bool::from(u.name.as_bytes().ct_eq(name.as_bytes())));
+    let hash = user.map_or(decoy_hash(), |u| u.hash.as_str());
+    let parsed = PasswordHash::new(hash).ok()?;
+    let ok = Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok();
+    match (ok, user) {
+        (true, Some(user)) => Some(user.role),
+        _ => None,
+    }
+}
+
+/// The token's name and role when it is one of the configured ones.
+fn verify_token(config: &ConsoleConfig, token: &str) -> Option<Who> {
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let mut found = None;
+    for t in &config.tokens {
+        if bool::from(t.digest.ct_eq(&digest)) {
+            found = Some(Who {
+                name: t.name.clone(),
+                role: t.role,
+                csrf: None,
+            });
+        }
+    }
+    found
+}
+
+/// The value of cookie `name` in the request.
+pub(crate) fn cookie<'a>(parts: &'a Parts, name: &str) -> Option<&'a str> {
+    parts
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+/// The path the console is mounted under (`""` at the root, `/console`, ...).
+pub(crate) fn base_of(parts: &Parts) -> String {
+    let inner = parts.uri.path();
+    let full = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(inner, |original| original.0.path());
+    let base = full.strip_suffix(inner).unwrap_or(full);
+    base.trim_end_matches('/').to_string()
+}
+
+/// Whether the request came over TLS: an `https` URI, or `X-Forwarded-Proto: https`
+/// from a proxy in front.
+pub(crate) fn over_tls(parts: &Parts) -> bool {
+    parts.uri.scheme_str() == Some("https")
+        || parts
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+/// The `Set-Cookie` value of a session.
+pub(crate) fn session_cookie(base: &str, token: &str, secure: bool) -> String {
+    let path = if base.is_empty() { "/" } else { base };
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={token}; Path={path}; HttpOnly; SameSite=Strict; Max-Age=43200{secure}")
+}
+
+/// The `Set-Cookie` value that ends a session.
+pub(crate) fn cleared_cookie(base: &str, secure: bool) -> String {
+    let path = if base.is_empty() { "/" } else { base };
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
+}
+
+fn session_of(parts: &Parts, state: &State) -> Option<Who> {
+    cookie(parts, COOKIE).and_then(|token| state.sessions.find(token))
+}
+
+/// A page's visitor, logged in; others are sent to the login page.
+#[derive(Debug)]
+pub(crate) struct PageWho {
+    pub(crate) who: Who,
+    pub(crate) base: String,
+}
+
+impl FromRequestParts<std::sync::Arc<State>> for PageWho {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &std::sync::Arc<State>,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        let base = base_of(parts);
+        match session_of(parts, state) {
+            Some(who) => Ok(PageWho { who, base }),
+            None => Err(Redirect::to(&format!("{base}/login")).into_response()),
+        }
+    }
+}
+
+/// A JSON API caller: a session (whose writes carry `X-CSRF-Token`) or a bearer token;
+/// others get 401.
+#[derive(Debug)]
+pub(crate) struct ApiWho {
+    pub(crate) who: Who,
+    /// The `X-CSRF-Token` header, if sent.
+    pub(crate) csrf_header: Option<String>,
+}
+
+impl FromRequestParts<std::sync::Arc<State>> for ApiWho {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &std::sync::Arc<State>,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        let csrf_header = parts
+            .headers
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bearer = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let who = match bearer {
+            Some(token) => verify_token(&state.config, token.trim()),
+            None => session_of(parts, state),
+        };
+        match who {
+            Some(who) => Ok(ApiWho { who, csrf_header }),
+            None => Err(super::api::problem(
+                StatusCode::UNAUTHORIZED,
+                "log in (POST /login) and send the session cookie, or send `Authorization: Bearer <token>`",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_verify_against_their_hash_only() {
+        let hash = hash_password("secret").unwrap();
+        let config = ConsoleConfig::new().user("alice", Role::Viewer, &hash);
+        assert_eq!(
+            verify_password(&config, "alice", "secret"),
+            Some(Role::Viewer)
+        );
+        assert_eq!(verify_password(&config, "alice", "Secret"), None);
+        assert_eq!(verify_password(&config, "bob", "secret"), None);
+    }
+
+    #[test]
+    fn the_limiter_blocks_after_five_failures_per_user_or_address() {
+        let limiter = Limiter::default();
+        for _ in 0..MAX_FAILURES {
+            assert!(!limiter.blocked("alice", "10.0.0.1"));
+            limiter.failed("alice", "10.0.0.1");
+        }
+        assert!(limiter.blocked("alice", "10.0.0.2"), "per user");
+        assert!(limiter.blocked("bob", "10.0.0.1"), "per address");
+        assert!(!limiter.blocked("bob", "10.0.0.2"));
+    }
+
+    #[test]
+    fn csrf_tokens_must_match() {
+        let who = Who {
+            name: "a".into(),
+            role: Role::Operator,
+            csrf: Some("abc".into()),
+        };
+        assert!(who.csrf_ok(Some("abc")));
+        assert!(!who.csrf_ok(Some("abd")));
+        assert!(!who.csrf_ok(None));
+    }
+}

@@ -1,0 +1,255 @@
+//! Who may use the console, and how it is served.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What a console user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Look at every page; no actions.
+    Viewer,
+    /// Every page and every action.
+    Operator,
+}
+
+impl Role {
+    /// Reads `viewer` or `operator`.
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            _ => None,
+        }
+    }
+
+    /// `viewer` or `operator`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+/// A user who logs in with a password.
+#[derive(Clone)]
+pub(crate) struct User {
+    pub(crate) name: String,
+    pub(crate) role: Role,
+    /// The argon2 hash, PHC string.
+    pub(crate) hash: String,
+}
+
+/// A bearer token for the JSON API.
+#[derive(Clone)]
+pub(crate) struct Token {
+    pub(crate) name: String,
+    pub(crate) role: Role,
+    /// SHA-256 of the token.
+    pub(crate) digest: [u8; 32],
+}
+
+/// The console's users, tokens and serving options.
+///
+/// ```
+/// use async_exec::console::{hash_password, ConsoleConfig, Role};
+/// let config = ConsoleConfig::new()
+///     .user("alice", Role::Operator, &hash_password("a long passphrase").unwrap())
+///     .listen("0.0.0.0:8080".parse().unwrap())
+///     .secure_cookie(true); // served over TLS (directly or behind a proxy)
+/// # let _ = config;
+/// ```
+#[derive(Clone, Default)]
+pub struct ConsoleConfig {
+    pub(crate) users: Vec<User>,
+    pub(crate) tokens: Vec<Token>,
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) secure_cookie: bool,
+    pub(crate) errors: Vec<String>,
+}
+
+impl std::fmt::Debug for ConsoleConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleConfig")
+            .field(
+                "users",
+                &self
+                    .users
+                    .iter()
+                    .map(|u| (&u.name, u.role))
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "tokens",
+                &self
+                    .tokens
+                    .iter()
+                    .map(|t| (&t.name, t.role))
+                    .collect::<Vec<_>>(),
+            )
+            .field("listen", &self.listen)
+            .field("secure_cookie", &self.secure_cookie)
+            .finish()
+    }
+}
+
+/// The variable of users: `name:role:argon2-hash`, entries separated by whitespace or `;`.
+pub const USERS_VAR: &str = "ASYNC_EXEC_CONSOLE_USERS";
+/// The variable of API tokens: `name:role:sha256-hex`, separated like the users.
+pub const TOKENS_VAR: &str = "ASYNC_EXEC_CONSOLE_TOKENS";
+/// Set to `1` or `true` to mark the session cookie `Secure` (served over TLS).
+pub const SECURE_COOKIE_VAR: &str = "ASYNC_EXEC_CONSOLE_SECURE_COOKIE";
+
+impl ConsoleConfig {
+    /// No users, no tokens: add some, or [`listen`](Self::listen) on a loopback address.
+    pub fn new() -> Self {
+        ConsoleConfig::default()
+    }
+
+    /// Adds the users and tokens of the environment ([`USERS_VAR`], [`TOKENS_VAR`],
+    /// [`SECURE_COOKIE_VAR`]) to this configuration.
+    ///
+    /// ```sh
+    /// export ASYNC_EXEC_CONSOLE_USERS='alice:operator:$argon2id$v=19$m=19456,t=2,p=1$...;bob:viewer:$argon2id$...'
+    /// export ASYNC_EXEC_CONSOLE_TOKENS='ci:viewer:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08'
+    /// ```
+    pub fn from_env(mut self) -> Self {
+        if let Ok(users) = std::env::var(USERS_VAR) {
+            for entry in entries(&users) {
+                match entry.splitn(3, ':').collect::<Vec<_>>()[..] {
+                    [name, role, hash] => match Role::parse(role) {
+                        Some(role) => self = self.user(name, role, hash),
+                        None => self.errors.push(format!(
+                            "{USERS_VAR}: user `{name}` has role `{role}`: write `viewer` or `operator`"
+                        )),
+                    },
+                    _ => self.errors.push(format!(
+                        "{USERS_VAR}: an entry is not `name:role:argon2-hash`"
+                    )),
+                }
+            }
+        }
+        if let Ok(tokens) = std::env::var(TOKENS_VAR) {
+            for entry in entries(&tokens) {
+                match entry.splitn(3, ':').collect::<Vec<_>>()[..] {
+                    [name, role, digest] => match Role::parse(role) {
+                        Some(role) => self = self.api_token_sha256(name, role, digest),
+                        None => self.errors.push(format!(
+                            "{TOKENS_VAR}: token `{name}` has role `{role}`: write `viewer` or `operator`"
+                        )),
+                    },
+                    _ => self.errors.push(format!(
+                        "{TOKENS_VAR}: an entry is not `name:role:sha256-hex`"
+                    )),
+                }
+            }
+        }
+        if let Ok(secure) = std::env::var(SECURE_COOKIE_VAR) {
+            self.secure_cookie = matches!(secure.as_str(), "1" | "true" | "yes");
+        }
+        self
+    }
+
+    /// Adds a user who logs in with the password whose argon2 hash (a PHC string,
+    /// `$argon2id$...`, as [`hash_password`](super::hash_password) makes) is `hash`.
+    pub fn user(mut self, name: &str, role: Role, hash: &str) -> Self {
+        if argon2::password_hash::PasswordHash::new(hash).is_err() {
+            self.errors.push(format!(
+                "user `{name}`: the password hash is not an argon2 PHC string \
+                 (`$argon2id$v=19$...`); make one with `async_exec::console::hash_password`"
+            ));
+        } else if name.is_empty() || name.contains(':') {
+            self.errors
+                .push(format!("user `{name}`: a name is not empty and has no `:`"));
+        } else {
+            self.users.push(User {
+                name: name.to_string(),
+                role,
+                hash: hash.to_string(),
+            });
+        }
+        self
+    }
+
+    /// Adds a bearer token for the JSON API (`Authorization: Bearer <token>`), given by
+    /// the hex SHA-256 of the token (as [`token_digest`](super::token_digest) makes): the
+    /// configuration never holds the token itself.
+    pub fn api_token_sha256(mut self, name: &str, role: Role, sha256_hex: &str) -> Self {
+        match parse_digest(sha256_hex) {
+            Some(digest) => self.tokens.push(Token {
+                name: name.to_string(),
+                role,
+                digest,
+            }),
+            None => self.errors.push(format!(
+                "token `{name}`: the digest is not 64 hex digits (the SHA-256 of the token); \
+                 make one with `async_exec::console::token_digest`"
+            )),
+        }
+        self
+    }
+
+    /// The address the console is served on. On one that is not loopback, `router`
+    /// refuses to start without users or tokens; on a loopback address without any, every
+    /// visitor is an operator named `local`.
+    pub fn listen(mut self, address: SocketAddr) -> Self {
+        self.listen = Some(address);
+        self
+    }
+
+    /// Marks the session cookie `Secure`: set it when the console is served over TLS.
+    pub fn secure_cookie(mut self, secure: bool) -> Self {
+        self.secure_cookie = secure;
+        self
+    }
+
+    /// Whether anyone can log in (or use a token).
+    pub(crate) fn has_credentials(&self) -> bool {
+        !self.users.is_empty() || !self.tokens.is_empty()
+    }
+
+    /// Checks the configuration: `Ok(true)` when logins are required, `Ok(false)` for the
+    /// open loopback console.
+    pub(crate) fn check(&self) -> Result<bool> {
+        if let Some(error) = self.errors.first() {
+            return Err(Error::Console(error.clone()));
+        }
+        if self.has_credentials() {
+            return Ok(true);
+        }
+        match self.listen {
+            Some(address) if address.ip().is_loopback() => Ok(false),
+            Some(address) => Err(Error::Console(format!(
+                "it would listen on {address}, which is not a loopback address, and no user \
+                 is configured: anyone who reaches it could retry and delete requests. Add users \
+                 (`ConsoleConfig::user`, or {USERS_VAR}=\"name:operator:$argon2id$...\"), or listen on \
+                 127.0.0.1"
+            ))),
+            None => Err(Error::Console(format!(
+                "no user is configured: add users (`ConsoleConfig::user`, or \
+                 {USERS_VAR}=\"name:operator:$argon2id$...\"), or, for a console on this machine \
+                 only, say `ConsoleConfig::listen(\"127.0.0.1:PORT\")`"
+            ))),
+        }
+    }
+}
+
+fn entries(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| c == ';' || c.is_whitespace())
+        .filter(|e| !e.is_empty())
+}
+
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(digest)
+}

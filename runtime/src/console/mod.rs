@@ -1,0 +1,107 @@
+//! The operations console (cargo feature `console`): an axum [`Router`] with login,
+//! server-rendered pages (overview with charts, requests, request detail, executors,
+//! instances, audit trail), actions on one request or every request matching a filter,
+//! and a JSON API with its OpenAPI document at `api/openapi.json`.
+//!
+//! Mount it under any path; every link and form follows it:
+//!
+//! ```no_run
+//! # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
+//! use async_exec::console::{self, ConsoleConfig, Role};
+//! let config = ConsoleConfig::new()
+//!     .user("alice", Role::Operator, &console::hash_password("a long passphrase")?)
+//!     .from_env(); // and ASYNC_EXEC_CONSOLE_USERS / _TOKENS
+//! let app = axum::Router::new().nest("/console", console::router(&rt, config)?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that failed
+//! logins are also limited per client address.
+
+mod actions;
+mod api;
+mod auth;
+mod charts;
+mod config;
+mod filter;
+mod fleet;
+mod pages;
+mod views;
+
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use auth::{hash_password, token_digest};
+pub use config::{ConsoleConfig, Role, SECURE_COOKIE_VAR, TOKENS_VAR, USERS_VAR};
+
+use crate::error::Result;
+use crate::runtime::Runtime;
+
+/// What every handler shares.
+pub(crate) struct State {
+    pub(crate) rt: Runtime,
+    pub(crate) config: ConsoleConfig,
+    /// `false` for the open console on a loopback address without users.
+    pub(crate) login_required: bool,
+    pub(crate) sessions: auth::Sessions,
+    pub(crate) limiter: auth::Limiter,
+}
+
+/// The console's stylesheet, embedded.
+const CSS: &str = include_str!("assets/console.css");
+
+/// The console for `rt`'s database, to mount under a path of the application's choosing
+/// (`Router::new().nest("/console", router)`).
+///
+/// Refuses (with a message saying what to change) a configuration with errors, and one
+/// without users or tokens unless [`ConsoleConfig::listen`] names a loopback address.
+///
+/// ```
+/// use async_exec::console::ConsoleConfig;
+/// # async fn demo(rt: async_exec::Runtime) {
+/// let refused = async_exec::console::router(&rt, ConsoleConfig::new().listen("0.0.0.0:80".parse().unwrap()));
+/// assert!(refused.unwrap_err().to_string().contains("not a loopback address"));
+/// # }
+/// ```
+pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
+    let login_required = config.check()?;
+    let state = Arc::new(State {
+        rt: rt.clone(),
+        config,
+        login_required,
+        sessions: Default::default(),
+        limiter: Default::default(),
+    });
+    Ok(Router::new()
+        .route("/", get(pages::overview))
+        .route("/login", get(pages::login_form).post(pages::login))
+        .route("/logout", post(pages::logout))
+        .route("/requests", get(pages::requests))
+        .route("/requests/{id}", get(pages::request_detail))
+        .route("/actions", post(pages::action))
+        .route("/executors", get(pages::executors))
+        .route("/executors/pause", post(pages::pause))
+        .route("/executors/resume", post(pages::resume))
+        .route("/instances", get(pages::instances))
+        .route("/audit", get(pages::audit))
+        .route("/assets/console.css", get(css))
+        .merge(api::routes())
+        .with_state(state))
+}
+
+async fn css() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        CSS,
+    )
+}

@@ -1,0 +1,413 @@
+//! The console's pages: overview, requests, request detail, executors, instances, audit.
+//! Forms and the actions they post are in [`super::actions`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State as Shared};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::auth::{PageWho, Who};
+use super::charts;
+use super::filter::{FilterForm, PageForm};
+use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el};
+use super::State;
+use crate::query::{Action, Cursor, Order};
+use crate::record::Status;
+use crate::store::ops::minute_of;
+
+pub(crate) use super::actions::{action, login, login_form, logout, pause, resume};
+pub(crate) use super::fleet::{audit, executors, instances};
+
+/// What every page is sent with: no framing (clickjacking), scripts, styles, forms and
+/// images from the console only, nothing cached (the pages show live records).
+const PAGE_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "same-origin"),
+    ("cache-control", "no-store"),
+];
+
+/// A rendered page with its status.
+pub(crate) fn page(status: StatusCode, markup: Markup) -> Response {
+    let mut response = (status, Html(markup.into_string())).into_response();
+    for (name, value) in PAGE_HEADERS {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_static(name),
+            axum::http::HeaderValue::from_static(value),
+        );
+    }
+    response
+}
+
+/// A page that says what went wrong.
+pub(crate) fn error_page(base: &str, who: &Who, status: StatusCode, message: &str) -> Response {
+    let body = html! { p.error id="error" { (message) } p { a href=(super::views::home(base)) { "Back to the overview" } } };
+    page(
+        status,
+        layout(
+            base,
+            Some(who),
+            status.canonical_reason().unwrap_or("Error"),
+            body,
+        ),
+    )
+}
+
+fn failed(base: &str, who: &Who, error: crate::Error) -> Response {
+    let status = match error {
+        crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error_page(base, who, status, &error.to_string())
+}
+
+/// A `?notice=` shown after an action.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NoticeParams {
+    #[serde(default)]
+    pub(crate) notice: Option<String>,
+}
+
+/// Overview: counts by status and executor, the oldest waiting request, the failure rate,
+/// and the charts.
+pub(crate) async fn overview(
+    PageWho { who, base }: PageWho,
+    Shared(state): Shared<Arc<State>>,
+) -> Response {
+    match overview_body(&state, &base).await {
+        Ok(body) => page(StatusCode::OK, layout(&base, Some(&who), "Overview", body)),
+        Err(error) => failed(&base, &who, error),
+    }
+}
+
+async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
+    let rt = &state.rt;
+    let counts = rt.count_by_status().await?;
+    let by_executor = rt.counts_by_executor().await?;
+    let oldest = rt.oldest_waiting().await?;
+    let day = rt
+        .finished_per_minute(Duration::from_secs(24 * 3600))
+        .await?;
+    let depth = rt.queue_depth(Duration::from_secs(24 * 3600)).await?;
+    let now = crate::record::now_ms();
+    let now_minute = minute_of(now);
+    let hour = charts::bucketed(&day, now_minute, 60_000, 60);
+    let quarter_hours = charts::bucketed(&day, now_minute, 15 * 60_000, 96);
+    let (ok, dead): (i64, i64) = hour
+        .iter()
+        .fold((0, 0), |(o, d), b| (o + b.succeeded, d + b.failed));
+    let rate = if ok + dead == 0 {
+        "—".to_string()
+    } else {
+        format!("{:.1} %", 100.0 * dead as f64 / (ok + dead) as f64)
+    };
+    let count_of = |status: Status| {
+        counts
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    let mut executors: BTreeMap<&str, BTreeMap<&str, i64>> = BTreeMap::new();
+    for c in &by_executor {
+        executors
+            .entry(c.executor.as_str())
+            .or_default()
+            .insert(c.status.as_str(), c.count);
+    }
+    Ok(html! {
+        section.cards {
+            @for status in Status::ALL {
+                div.card id={ "count-" (status.as_str()) } data-count=(count_of(status)) {
+                    div.label { (badge(status)) }
+                    div.value { (count_of(status)) }
+                }
+            }
+            div.card id="oldest-waiting" {
+                div.label { "oldest waiting" }
+                div.value { (oldest.map(|d| span(d.as_millis() as i64)).unwrap_or_else(|| "none".into())) }
+            }
+            div.card id="failure-rate" {
+                div.label { "failed, last hour" }
+                div.value { (rate) }
+            }
+        }
+        (charts::finished_bars("chart-hour", "Finished per minute, last hour", &hour))
+        (charts::finished_bars("chart-day", "Finished per 15 minutes, last day", &quarter_hours))
+        (charts::depth_line("chart-depth", "Queue depth, last day", &depth, now - 24 * 3600 * 1000, now))
+        h2 { "By executor" }
+        table id="executor-counts" {
+            thead { tr { th { "executor" } @for status in Status::ALL { th { (status.as_str()) } } } }
+            tbody {
+                @for (executor, by_status) in &executors {
+                    tr data-executor=(executor) {
+                        td { a href={ (base) "/requests?executor=" (urlencode(executor)) } { (executor) } }
+                        @for status in Status::ALL {
+                            td.num { (by_status.get(status.as_str()).copied().unwrap_or(0)) }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `text` for a query string.
+pub(crate) fn urlencode(text: &str) -> String {
+    serde_urlencoded::to_string([("", text)])
+        .map(|s| s.trim_start_matches('=').to_string())
+        .unwrap_or_default()
+}
+
+/// The query string of the requests page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ListParams {
+    #[serde(flatten)]
+    pub(crate) filter: FilterForm,
+    #[serde(flatten)]
+    pub(crate) page: PageForm,
+    #[serde(default)]
+    pub(crate) notice: Option<String>,
+}
+
+/// The filter form, with the values of `filter`.
+fn filter_form(base: &str, filter: &FilterForm, order: Order) -> Markup {
+    let field = |name: &str, label: &str, value: &Option<String>| {
+        html! {
+            label for={ "filter-" (name) } { (label) }
+            input id={ "filter-" (name) } name=(name) value=(value.as_deref().unwrap_or(""));
+        }
+    };
+    html! {
+        form.filters id="filter-form" method="get" action={ (base) "/requests" } {
+            label for="filter-status" { "status" }
+            select id="filter-status" name="status" {
+                option value="" { "any" }
+                @for status in Status::ALL {
+                    option value=(status.as_str()) selected[filter.status.as_deref() == Some(status.as_str())] { (status.as_str()) }
+                }
+            }
+            (field("executor", "executor", &filter.executor))
+            (field("application", "application", &filter.application))
+            (field("key", "key", &filter.key))
+            (field("id", "id", &filter.id))
+            (field("remark", "remark has", &filter.remark))
+            (field("error", "error has", &filter.error))
+            (field("from", "created from", &filter.from))
+            (field("to", "created before", &filter.to))
+            label for="filter-order" { "order" }
+            select id="filter-order" name="order" {
+                option value="newest" selected[order == Order::Newest] { "newest first" }
+                option value="oldest" selected[order == Order::Oldest] { "oldest first" }
+            }
+            button id="filter-submit" type="submit" { "Filter" }
+            a id="filter-clear" href={ (base) "/requests" } { "clear" }
+        }
+    }
+}
+
+/// The filter's fields as hidden inputs, for the action form.
+pub(crate) fn hidden_filter(filter: &FilterForm) -> Markup {
+    let fields = [
+        ("status", &filter.status),
+        ("executor", &filter.executor),
+        ("application", &filter.application),
+        ("key", &filter.key),
+        ("id", &filter.id),
+        ("remark", &filter.remark),
+        ("error", &filter.error),
+        ("from", &filter.from),
+        ("to", &filter.to),
+    ];
+    html! {
+        @for (name, value) in fields {
+            @if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                input type="hidden" name=(name) value=(value);
+            }
+        }
+    }
+}
+
+/// Requests: the filter, a keyset page, and (for operators) the actions on every match.
+pub(crate) async fn requests(
+    PageWho { who, base }: PageWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<ListParams>,
+) -> Response {
+    let (query, page_spec) = match (params.filter.to_query(), params.page.to_page()) {
+        (Ok(q), Ok(p)) => (q, p),
+        (Err(e), _) | (_, Err(e)) => {
+            return error_page(&base, &who, StatusCode::BAD_REQUEST, &e);
+        }
+    };
+    let rows = match state.rt.query(&query, &page_spec).await {
+        Ok(rows) => rows,
+        Err(error) => return failed(&base, &who, error),
+    };
+    let filter_qs = params.filter.to_query_string();
+    let order = match page_spec.order {
+        Order::Newest => "newest",
+        Order::Oldest => "oldest",
+    };
+    let next = (rows.len() as i64 == page_spec.limit)
+        .then(|| rows.last())
+        .flatten()
+        .map(|last| {
+            let cursor = Cursor {
+                create_time: last.create_time,
+                id: last.id,
+            };
+            format!(
+                "{base}/requests?{filter_qs}{sep}order={order}&after={}&limit={}",
+                cursor.to_text(),
+                page_spec.limit,
+                sep = if filter_qs.is_empty() { "" } else { "&" },
+            )
+        });
+    let body = html! {
+        (notice(params.notice.as_deref(), None))
+        (filter_form(&base, &params.filter, page_spec.order))
+        table id="requests" {
+            thead { tr { th { "id" } th { "status" } th { "executor" } th { "attempts" } th { "key" } th { "created" } th { "last error" } } }
+            tbody {
+                @for r in &rows {
+                    tr data-request-id=(r.id) data-status=(r.status.as_str()) {
+                        td { a.request-link href={ (base) "/requests/" (r.id) } { (r.id) } }
+                        td { (badge(r.status)) }
+                        td { (r.executor) }
+                        td.num { (r.exec_count) "/" (r.max_attempts) }
+                        td { (r.idempotency_key.as_deref().unwrap_or("")) }
+                        td { (time_el(r.create_time)) }
+                        td.error-text { (r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+        @if rows.is_empty() { p id="no-requests" { "No request matches." } }
+        @if let Some(next) = &next { p { a id="next-page" href=(next) { "Next page →" } } }
+        @if can_act(&who) {
+            form.actions id="action-form" method="post" action={ (base) "/actions" } {
+                (csrf_field(&who))
+                (hidden_filter(&params.filter))
+                label for="action-select" { "On every request matching this filter:" }
+                select id="action-select" name="action" {
+                    @for a in Action::ALL { option value=(a.as_str()) { (action_label(a)) } }
+                }
+                button id="action-submit" type="submit" { "Review…" }
+            }
+        }
+    };
+    page(StatusCode::OK, layout(&base, Some(&who), "Requests", body))
+}
+
+/// An action for people.
+pub(crate) fn action_label(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "Retry now",
+        Action::Cancel => "Cancel",
+        Action::Delete => "Delete",
+        Action::ReplayDead => "Replay dead",
+    }
+}
+
+/// JSON text, pretty when it parses.
+fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_string())
+}
+
+/// Request detail: arguments, fields, the attempts as a timeline, the caller's trace.
+pub(crate) async fn request_detail(
+    PageWho { who, base }: PageWho,
+    Shared(state): Shared<Arc<State>>,
+    Path(id): Path<String>,
+    Query(params): Query<NoticeParams>,
+) -> Response {
+    let Ok(id) = id.parse::<i64>() else {
+        return error_page(
+            &base,
+            &who,
+            StatusCode::BAD_REQUEST,
+            "a request id is a whole number",
+        );
+    };
+    let request = match state.rt.get(id).await {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            let message = format!("no request {id}: it may have succeeded and been deleted");
+            return error_page(&base, &who, StatusCode::NOT_FOUND, &message);
+        }
+        Err(error) => return failed(&base, &who, error),
+    };
+    let attempts = match state.rt.attempts(id).await {
+        Ok(attempts) => attempts,
+        Err(error) => return failed(&base, &who, error),
+    };
+    let r = &request;
+    let body = html! {
+        (notice(params.notice.as_deref(), None))
+        dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
+            dt { "status" } dd id="request-status" { (badge(r.status)) }
+            dt { "executor" } dd { (r.executor) }
+            dt { "application" } dd { (r.application_name) }
+            dt { "strategy" } dd { (r.strategy) }
+            dt { "sign" } dd { code { (r.sign) } }
+            dt { "remark" } dd { (r.remark) }
+            dt { "key" } dd id="request-key" { (r.idempotency_key.as_deref().unwrap_or("—")) }
+            dt { "priority" } dd { (r.priority) }
+            dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) }
+            dt { "created" } dd { (time_el(r.create_time)) }
+            dt { "updated" } dd { (time_el(r.update_time)) }
+            dt { "runs at" } dd { (time_el(r.run_at)) }
+            @if let Some(owner) = &r.lease_owner {
+                dt { "held by" } dd { (owner) " until " (time_el(r.lease_until.unwrap_or(0))) }
+            }
+            @if let Some(error) = &r.last_error {
+                dt { "last error" } dd { pre.error-text id="request-error" { (error) } }
+            }
+        }
+        h2 { "Arguments" }
+        pre.json id="request-args" { (pretty(&r.param_json)) }
+        h2 { "Caller's trace and baggage" }
+        pre.json id="request-trace" { (r.trace_json.as_deref().map(pretty).unwrap_or_else(|| "none".into())) }
+        h2 { "Attempts" }
+        @if attempts.is_empty() { p id="no-attempts" { "No attempt logged (failures are; successes with `log_success`)." } }
+        ol.timeline id="attempts" {
+            @for a in &attempts {
+                li data-attempt=(a.attempt) data-outcome=(a.outcome) {
+                    span class={ "badge " (if a.outcome == "success" { "success" } else { "failed" }) } { (a.outcome) }
+                    " attempt " (a.attempt) " on " (a.worker) ", " (time_el(a.started)) ", took " (span(a.finished - a.started))
+                    @if let Some(error) = &a.error { pre.error-text { (error) } }
+                }
+            }
+        }
+        @if can_act(&who) {
+            h2 { "Actions" }
+            div.actions {
+                @for a in Action::ALL {
+                    @if a.applies_to().contains(&r.status) {
+                        form.inline method="post" action={ (base) "/actions" } {
+                            (csrf_field(&who))
+                            input type="hidden" name="id" value=(r.id);
+                            input type="hidden" name="action" value=(a.as_str());
+                            input type="hidden" name="confirm" value="yes";
+                            input type="hidden" name="back" value={ "/requests/" (r.id) };
+                            button id={ "action-" (a.as_str()) } type="submit" { (action_label(a)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let title = format!("Request {id}");
+    page(StatusCode::OK, layout(&base, Some(&who), &title, body))
+}

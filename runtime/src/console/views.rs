@@ -1,0 +1,105 @@
+//! What every page shares: the layout with its navigation, times and durations for
+//! people, status badges. HTML is written with maud, which escapes every value.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use maud::{html, Markup, DOCTYPE};
+
+use super::auth::Who;
+use super::config::Role;
+use crate::record::Status;
+
+/// A page: the navigation (for a logged-in visitor), a title and the body.
+pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · async-exec console" }
+                link rel="stylesheet" href={ (base) "/assets/console.css" };
+            }
+            body {
+                @if let Some(who) = who {
+                    nav {
+                        a.brand href=(home(base)) { "async-exec" }
+                        a id="nav-overview" href=(home(base)) { "Overview" }
+                        a id="nav-requests" href={ (base) "/requests" } { "Requests" }
+                        a id="nav-executors" href={ (base) "/executors" } { "Executors" }
+                        a id="nav-instances" href={ (base) "/instances" } { "Instances" }
+                        a id="nav-audit" href={ (base) "/audit" } { "Audit" }
+                        span.who id="who" data-role=(who.role.as_str()) {
+                            (who.name) " · " (who.role.as_str())
+                        }
+                        form.inline method="post" action={ (base) "/logout" } {
+                            (csrf_field(who))
+                            button id="logout" type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The overview's address: the mount path itself (`/console`; axum routes `/console/`
+/// elsewhere), or `/` at the root.
+pub(crate) fn home(base: &str) -> &str {
+    if base.is_empty() {
+        "/"
+    } else {
+        base
+    }
+}
+
+/// The hidden CSRF field of a state-changing form.
+pub(crate) fn csrf_field(who: &Who) -> Markup {
+    html! { input type="hidden" name="csrf" value=(who.csrf.as_deref().unwrap_or("")); }
+}
+
+/// Whether the visitor may act.
+pub(crate) fn can_act(who: &Who) -> bool {
+    who.role == Role::Operator
+}
+
+/// A unix-ms time, RFC 3339 in UTC to the second.
+pub(crate) fn time(ms: i64) -> String {
+    if ms <= 0 {
+        return "—".into();
+    }
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
+}
+
+/// A unix-ms time as a `<time>` element.
+pub(crate) fn time_el(ms: i64) -> Markup {
+    html! { time datetime=(time(ms)) { (time(ms).replace('T', " ").trim_end_matches('Z')) } }
+}
+
+/// A span of milliseconds, rounded for people.
+pub(crate) fn span(ms: i64) -> String {
+    let ms = ms.max(0) as u64;
+    let rounded = if ms >= 60_000 {
+        Duration::from_secs(ms / 1000)
+    } else {
+        Duration::from_millis(ms)
+    };
+    humantime::format_duration(rounded).to_string()
+}
+
+/// A status as a colored badge.
+pub(crate) fn badge(status: Status) -> Markup {
+    html! { span class={ "badge " (status.as_str()) } { (status.as_str()) } }
+}
+
+/// A notice or error line at the top of a page.
+pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
+    html! {
+        @if let Some(text) = text { p.notice id="notice" { (text) } }
+        @if let Some(error) = error { p.error id="error" { (error) } }
+    }
+}

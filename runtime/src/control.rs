@@ -1,0 +1,221 @@
+//! Operator control that every instance obeys, and the counts operators look at:
+//!
+//! - Pauses: executors listed in `async_pause` are not claimed. Each instance re-reads the
+//!   table every [`PAUSE_REFRESH`]; a pause made through this runtime counts at once.
+//! - Statistics: finished attempts are counted in memory per executor and minute and
+//!   added to `async_stat` every [`STAT_FLUSH`] (they survive `delete_on_success`); the
+//!   queue depth is sampled into `async_depth` once a minute. Rows older than
+//!   [`STAT_KEEP_MS`] are pruned.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::query::StatDelta;
+use crate::runtime::Inner;
+use crate::store::ops::minute_of;
+use crate::store::CompletionResult;
+
+/// How often every instance re-reads the paused executors.
+pub(crate) const PAUSE_REFRESH: Duration = Duration::from_secs(1);
+
+/// How often counted outcomes are added to `async_stat`.
+const STAT_FLUSH: Duration = Duration::from_secs(2);
+
+/// How often the queue depth is sampled.
+const DEPTH_SAMPLE: Duration = Duration::from_secs(60);
+
+/// How long statistics are kept: two days (the charts show one).
+const STAT_KEEP_MS: i64 = 2 * 24 * 3600 * 1000;
+
+/// Pauses and counts, shared by the runtime's parts.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    paused: RwLock<Arc<Vec<String>>>,
+    /// `(executor, minute)` to succeeded, failed (dead), retried.
+    counts: Mutex<HashMap<(&'static str, i64), [i64; 3]>>,
+}
+
+impl Control {
+    /// Whether claims of `executor` are paused.
+    pub(crate) fn is_paused(&self, executor: &str) -> bool {
+        self.paused
+            .read()
+            .expect("pause lock")
+            .iter()
+            .any(|p| p == executor)
+    }
+
+    /// The executors of `names` whose claims are not paused: the one hook of pauses in
+    /// the claims of due records.
+    pub(crate) fn claimable(&self, names: &[&'static str]) -> Vec<&'static str> {
+        let paused = self.paused.read().expect("pause lock").clone();
+        names
+            .iter()
+            .copied()
+            .filter(|name| !paused.iter().any(|p| p == name))
+            .collect()
+    }
+
+    /// Replaces the paused set; whether an executor was resumed.
+    pub(crate) fn set_paused(&self, mut paused: Vec<String>) -> bool {
+        paused.sort();
+        let mut current = self.paused.write().expect("pause lock");
+        let resumed = current.iter().any(|p| !paused.contains(p));
+        *current = Arc::new(paused);
+        resumed
+    }
+
+    /// Counts the outcome of one attempt of `executor`, finished at `now` (unix ms).
+    pub(crate) fn count(&self, executor: &'static str, result: &CompletionResult, now: i64) {
+        let slot = match result {
+            CompletionResult::Delete | CompletionResult::Succeeded => 0,
+            CompletionResult::Dead { .. } => 1,
+            CompletionResult::Failed { .. } => 2,
+        };
+        let mut counts = self.counts.lock().expect("stat lock");
+        counts.entry((executor, minute_of(now))).or_default()[slot] += 1;
+    }
+
+    fn take_counts(&self) -> Vec<StatDelta> {
+        let counts = std::mem::take(&mut *self.counts.lock().expect("stat lock"));
+        counts
+            .into_iter()
+            .map(
+                |((executor, minute), [succeeded, failed, retried])| StatDelta {
+                    executor,
+                    minute,
+                    succeeded,
+                    failed,
+                    retried,
+                },
+            )
+            .collect()
+    }
+
+    /// Puts counts that could not be written back, to be written with the next ones.
+    fn restore(&self, deltas: Vec<StatDelta>) {
+        let mut counts = self.counts.lock().expect("stat lock");
+        for d in deltas {
+            let slot = counts.entry((d.executor, d.minute)).or_default();
+            slot[0] += d.succeeded;
+            slot[1] += d.failed;
+            slot[2] += d.retried;
+        }
+    }
+}
+
+/// Re-reads the pauses of `inner`'s application; wakes the producer when an executor
+/// was resumed, so that its waiting records are claimed at once.
+pub(crate) async fn refresh_pauses(inner: &Inner) -> crate::Result<()> {
+    let paused = inner.store.ops().pause_list(&inner.app).await?;
+    let resumed = inner
+        .control
+        .set_paused(paused.into_iter().map(|p| p.executor).collect());
+    if resumed {
+        inner.dispatcher.look_in_store();
+    }
+    Ok(())
+}
+
+/// Adds the counted outcomes to `async_stat`.
+async fn flush_counts(inner: &Inner) {
+    let deltas = inner.control.take_counts();
+    if deltas.is_empty() {
+        return;
+    }
+    if let Err(error) = inner.store.ops().stat_add(&inner.app, &deltas).await {
+        tracing::warn!(%error, "could not add to async_stat; trying again with the next counts");
+        inner.control.restore(deltas);
+    }
+}
+
+/// The control part: pauses re-read, counts flushed, depth sampled, old statistics
+/// pruned, until the completer stops (after the workers), then the last counts flushed.
+pub(crate) async fn run(inner: Arc<Inner>) {
+    let stop = inner.completer_stop.clone();
+    let mut ticks: u64 = 0;
+    // Warned of an unreadable pause table since it last worked: say it once, not every second.
+    let mut warned = false;
+    let depth_every = DEPTH_SAMPLE.as_secs() / PAUSE_REFRESH.as_secs();
+    let flush_every = STAT_FLUSH.as_secs() / PAUSE_REFRESH.as_secs();
+    loop {
+        match refresh_pauses(&inner).await {
+            Ok(()) => warned = false,
+            Err(error) if !warned => {
+                warned = true;
+                tracing::warn!(%error, "could not read the paused executors (async_pause); \
+                    trying again every second, pauses known before stay in force");
+            }
+            Err(error) => tracing::debug!(%error, "could not read the paused executors"),
+        }
+        if ticks % flush_every == 0 {
+            flush_counts(&inner).await;
+        }
+        if ticks % depth_every == 0 && inner.workers_on.load(std::sync::atomic::Ordering::Acquire) {
+            let now = inner.now_ms();
+            let ops = inner.store.ops();
+            if let Err(error) = ops.depth_sample(&inner.app, minute_of(now)).await {
+                tracing::warn!(%error, "could not sample the queue depth into async_depth");
+            }
+            if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
+                tracing::warn!(%error, "could not prune async_stat");
+            }
+        }
+        ticks += 1;
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(PAUSE_REFRESH) => {}
+        }
+    }
+    flush_counts(&inner).await;
+}
+
+/// Starts the control part among the runtime's tasks.
+pub(crate) fn spawn(inner: &Arc<Inner>) {
+    let part = inner.clone();
+    let task = tokio::spawn(crate::supervise::supervised("control", (), move |_| {
+        run(part.clone())
+    }));
+    inner.tasks.lock().expect("tasks lock").push(task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paused_executors_are_not_claimable_and_resuming_is_noticed() {
+        let control = Control::default();
+        assert!(!control.set_paused(vec!["b".into()]));
+        assert_eq!(control.claimable(&["a", "b", "c"]), vec!["a", "c"]);
+        assert!(control.is_paused("b"));
+        assert!(control.set_paused(vec![]));
+        assert_eq!(control.claimable(&["a", "b"]), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn outcomes_are_counted_by_executor_and_minute() {
+        let control = Control::default();
+        control.count("a", &CompletionResult::Delete, 60_001);
+        control.count("a", &CompletionResult::Succeeded, 119_999);
+        control.count("a", &CompletionResult::Dead { error: "x".into() }, 60_000);
+        control.count(
+            "a",
+            &CompletionResult::Failed {
+                error: "x".into(),
+                run_at: 0,
+            },
+            120_000,
+        );
+        let mut deltas = control.take_counts();
+        deltas.sort_by_key(|d| d.minute);
+        assert_eq!(deltas.len(), 2);
+        assert_eq!(
+            (deltas[0].minute, deltas[0].succeeded, deltas[0].failed),
+            (60_000, 2, 1)
+        );
+        assert_eq!((deltas[1].minute, deltas[1].retried), (120_000, 1));
+        assert!(control.take_counts().is_empty());
+    }
+}

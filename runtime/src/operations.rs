@@ -1,0 +1,297 @@
+//! Operations for people who run the service (the console, command-line tools): filtered
+//! pages of requests, actions on every request matching a filter (each written to the
+//! audit trail), pauses of executors on every instance, statistics.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::query::{
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, RequestQuery,
+};
+use crate::record::Request;
+use crate::runtime::Runtime;
+use crate::store::ops::minute_of;
+
+/// An executor linked into this binary, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ExecutorInfo {
+    /// Its stable name.
+    pub name: String,
+    /// The function's path.
+    pub path: String,
+    /// The sign (hash) of its persisted parameters' types.
+    pub sign: String,
+    /// Its persisted parameters, as written.
+    pub signature: String,
+    /// Its remark.
+    pub remark: String,
+    /// Its strategy.
+    pub strategy: String,
+    /// Attempts before a request goes `dead`.
+    pub max_attempts: u32,
+    /// How long one attempt may run (ms).
+    pub timeout_ms: u64,
+}
+
+/// The longest filter text accepted: longer ones are refused with a message.
+const MAX_FILTER_TEXT: usize = 1024;
+
+impl Runtime {
+    fn application_of<'a>(&'a self, query: &'a RequestQuery) -> &'a str {
+        query.application.as_deref().unwrap_or(&self.inner.app)
+    }
+
+    fn check_query(query: &RequestQuery) -> Result<()> {
+        let texts = [
+            &query.executor,
+            &query.application,
+            &query.key,
+            &query.remark,
+            &query.error,
+        ];
+        if texts
+            .iter()
+            .any(|t| t.as_ref().is_some_and(|t| t.len() > MAX_FILTER_TEXT))
+        {
+            return Err(Error::InvalidFilter(format!(
+                "a filter text is longer than {MAX_FILTER_TEXT} bytes: shorten it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A page of the requests that match `query` (of this application unless it names
+    /// another), by creation time. Keyset paging: pass the last request's
+    /// [`Cursor`](crate::Cursor) as `page.after` for the next page.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// use async_exec::{Cursor, PageSpec, RequestQuery, Status};
+    /// let query = RequestQuery::default().status(Status::Dead);
+    /// let mut page = PageSpec::default();
+    /// loop {
+    ///     let requests = rt.query(&query, &page).await?;
+    ///     let Some(last) = requests.last() else { break };
+    ///     page.after = Some(Cursor { create_time: last.create_time, id: last.id });
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn query(&self, query: &RequestQuery, page: &PageSpec) -> Result<Vec<Request>> {
+        Self::check_query(query)?;
+        if !(1..=1000).contains(&page.limit) {
+            return Err(Error::InvalidFilter(format!(
+                "page limit {}: ask for 1 to 1,000 requests a page",
+                page.limit
+            )));
+        }
+        self.inner
+            .store
+            .ops()
+            .request_page(self.application_of(query), query, page)
+            .await
+    }
+
+    /// How many requests match `query`.
+    pub async fn count_matching(&self, query: &RequestQuery) -> Result<i64> {
+        Self::check_query(query)?;
+        self.inner
+            .store
+            .ops()
+            .request_count_matching(self.application_of(query), query, &[])
+            .await
+    }
+
+    /// How many requests matching `query` `action` would change now: the count to show
+    /// before an operator confirms it.
+    pub async fn count_actionable(&self, action: Action, query: &RequestQuery) -> Result<i64> {
+        Self::check_query(query)?;
+        self.inner
+            .store
+            .ops()
+            .request_count_matching(self.application_of(query), query, action.applies_to())
+            .await
+    }
+
+    /// Applies `action` to every request matching `query` that it applies to (see
+    /// [`Action::applies_to`]), in one transaction, and writes it to the audit trail as
+    /// done by `actor`. Returns how many requests changed.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// use async_exec::{Action, RequestQuery, Status};
+    /// let query = RequestQuery::default().executor("mail::send").status(Status::Dead);
+    /// let replayed = rt.act(Action::ReplayDead, &query, "alice").await?;
+    /// println!("{replayed} mails sent again");
+    /// # Ok(()) }
+    /// ```
+    pub async fn act(&self, action: Action, query: &RequestQuery, actor: &str) -> Result<u64> {
+        Self::check_query(query)?;
+        let application = self.application_of(query);
+        let now = self.inner.now_ms();
+        let ops = self.inner.store.ops();
+        let changed = ops.request_act(application, query, action, now).await?;
+        let target = serde_json::to_string(query).expect("a query serializes");
+        self.audit(application, actor, action.as_str(), target, changed as i64)
+            .await?;
+        if changed > 0 && matches!(action, Action::Retry | Action::ReplayDead) {
+            // Due now: the sweep of due records would find them within its interval.
+            self.inner.dispatcher.look_in_store();
+        }
+        Ok(changed)
+    }
+
+    async fn audit(
+        &self,
+        application: &str,
+        actor: &str,
+        action: &str,
+        target: String,
+        affected: i64,
+    ) -> Result<()> {
+        let entry = AuditEntry {
+            id: 0,
+            application: application.to_string(),
+            actor: actor.to_string(),
+            action: action.to_string(),
+            target,
+            affected,
+            create_time: self.inner.now_ms(),
+        };
+        self.inner.store.ops().audit_add(&entry).await
+    }
+
+    /// Pauses the claims of `executor` on every instance of this application: each stops
+    /// claiming its records within about a second (this one at once); records already
+    /// running finish. In-memory calls (`Async`, `AsyncSave`, `Thread`) still run.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// rt.pause_executor("mail::send", "alice").await?;   // the mail server is down
+    /// rt.resume_executor("mail::send", "alice").await?;  // back: the backlog drains
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause_executor(&self, executor: &str, actor: &str) -> Result<()> {
+        let now = self.inner.now_ms();
+        let ops = self.inner.store.ops();
+        ops.pause_set(&self.inner.app, executor, actor, now).await?;
+        let target = serde_json::json!({ "executor": executor }).to_string();
+        self.audit(&self.inner.app, actor, "pause", target, 0)
+            .await?;
+        crate::control::refresh_pauses(&self.inner).await
+    }
+
+    /// Resumes the claims of `executor` on every instance; whether it was paused.
+    pub async fn resume_executor(&self, executor: &str, actor: &str) -> Result<bool> {
+        let ops = self.inner.store.ops();
+        let was = ops.pause_clear(&self.inner.app, executor).await?;
+        let target = serde_json::json!({ "executor": executor }).to_string();
+        self.audit(&self.inner.app, actor, "resume", target, 0)
+            .await?;
+        crate::control::refresh_pauses(&self.inner).await?;
+        Ok(was)
+    }
+
+    /// The executors of this application whose claims are paused.
+    pub async fn paused(&self) -> Result<Vec<Pause>> {
+        self.inner.store.ops().pause_list(&self.inner.app).await
+    }
+
+    /// The last `limit` operator actions on this application, newest first.
+    pub async fn audit_trail(&self, limit: i64) -> Result<Vec<AuditEntry>> {
+        self.inner
+            .store
+            .ops()
+            .audit_list(&self.inner.app, limit.clamp(1, 10_000))
+            .await
+    }
+
+    /// Attempts finished per minute over the last `span` (every instance's; counted in
+    /// memory and written every two seconds). Minutes without any are left out.
+    pub async fn finished_per_minute(&self, span: Duration) -> Result<Vec<MinuteStat>> {
+        let since = minute_of(self.inner.now_ms() - span.as_millis() as i64);
+        self.inner
+            .store
+            .ops()
+            .stat_series(&self.inner.app, since)
+            .await
+    }
+
+    /// The queue depth sampled once a minute over the last `span`.
+    pub async fn queue_depth(&self, span: Duration) -> Result<Vec<DepthSample>> {
+        let since = minute_of(self.inner.now_ms() - span.as_millis() as i64);
+        self.inner
+            .store
+            .ops()
+            .depth_series(&self.inner.app, since)
+            .await
+    }
+
+    /// Requests of this application counted by executor and status (zeros left out).
+    pub async fn counts_by_executor(&self) -> Result<Vec<ExecutorCount>> {
+        self.inner
+            .store
+            .ops()
+            .request_count_by_executor(&self.inner.app)
+            .await
+    }
+
+    /// How long the longest-waiting due request has waited, if any waits.
+    pub async fn oldest_waiting(&self) -> Result<Option<Duration>> {
+        let now = self.inner.now_ms();
+        let due = self
+            .inner
+            .store
+            .ops()
+            .request_oldest_waiting(&self.inner.app, now)
+            .await?;
+        Ok(due.map(|due| Duration::from_millis((now - due).max(0) as u64)))
+    }
+
+    /// The durations of the last `limit` logged attempts of `executor` (ms), newest
+    /// first: failures always, successes with `log_success` on, of requests still kept.
+    pub async fn attempt_durations(&self, executor: &str, limit: i64) -> Result<Vec<i64>> {
+        self.inner
+            .store
+            .ops()
+            .log_durations(&self.inner.app, executor, limit.clamp(1, 100_000))
+            .await
+    }
+
+    /// How many requests of this application each instance holds `running` now.
+    pub async fn running_by_instance(&self) -> Result<Vec<(String, i64)>> {
+        self.inner
+            .store
+            .ops()
+            .request_count_running_by_owner(&self.inner.app)
+            .await
+    }
+
+    /// The executors linked into this binary, by name.
+    pub fn executor_infos(&self) -> Vec<ExecutorInfo> {
+        let inner = &self.inner;
+        inner
+            .registry
+            .names()
+            .iter()
+            .filter_map(|name| inner.registry.get(name))
+            .map(|def| ExecutorInfo {
+                name: def.name.to_string(),
+                path: def.path.to_string(),
+                sign: def.sign.to_string(),
+                signature: def.signature.to_string(),
+                remark: def.remark.to_string(),
+                strategy: def.strategy.as_str().to_string(),
+                max_attempts: inner.max_attempts_of(def),
+                timeout_ms: inner.timeout_of(def).as_millis() as u64,
+            })
+            .collect()
+    }
+
+    /// This runtime's application name.
+    pub fn application(&self) -> &str {
+        &self.inner.app
+    }
+}

@@ -1,0 +1,331 @@
+//! The MySQL/MariaDB SQL of the operators' statements ([`OpsStore`]).
+
+use async_trait::async_trait;
+use sqlx::mysql::{MySqlArguments, MySqlRow};
+use sqlx::query::Query;
+use sqlx::{MySql, Row};
+
+use super::{request_from_row, status_from, MySqlStore, REQUEST_COLUMNS};
+use crate::error::Result;
+use crate::query::{
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, RequestQuery,
+    StatDelta,
+};
+use crate::record::{Request, Status};
+use crate::store::ops::{action_set, push_set, Bind, Marks, OpsStore, Sql};
+
+fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
+    let mut query = sqlx::query(&sql.text);
+    for bind in &sql.binds {
+        query = match bind {
+            Bind::Int(n) => query.bind(*n),
+            Bind::Text(t) => query.bind(t.as_str()),
+        };
+    }
+    query
+}
+
+fn sql(text: &str) -> Sql {
+    Sql::new(Marks::Question, text)
+}
+
+#[async_trait]
+impl OpsStore for MySqlStore {
+    async fn request_page(
+        &self,
+        application: &str,
+        query: &RequestQuery,
+        page: &PageSpec,
+    ) -> Result<Vec<Request>> {
+        let mut s = sql(&format!("SELECT {REQUEST_COLUMNS} FROM async_req WHERE"));
+        s.filter(application, query).page(page);
+        let rows = bound(&s).fetch_all(&self.pool).await?;
+        rows.iter().map(request_from_row).collect()
+    }
+
+    async fn request_count_matching(
+        &self,
+        application: &str,
+        query: &RequestQuery,
+        statuses: &[Status],
+    ) -> Result<i64> {
+        let mut s = sql("SELECT COUNT(*) FROM async_req WHERE");
+        s.filter(application, query).statuses(statuses);
+        Ok(bound(&s).fetch_one(&self.pool).await?.try_get(0)?)
+    }
+
+    async fn request_act(
+        &self,
+        application: &str,
+        query: &RequestQuery,
+        action: Action,
+        now: i64,
+    ) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let changed = match action_set(action) {
+            Some(set) => {
+                let mut s = sql("UPDATE async_req SET ");
+                push_set(&mut s, set, now);
+                s.push(" WHERE")
+                    .filter(application, query)
+                    .statuses(action.applies_to());
+                bound(&s).execute(&mut *tx).await?.rows_affected()
+            }
+            None => {
+                let mut logs =
+                    sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
+                logs.filter(application, query)
+                    .statuses(action.applies_to())
+                    .push(")");
+                bound(&logs).execute(&mut *tx).await?;
+                let mut s = sql("DELETE FROM async_req WHERE");
+                s.filter(application, query).statuses(action.applies_to());
+                bound(&s).execute(&mut *tx).await?.rows_affected()
+            }
+        };
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>> {
+        let rows = sqlx::query(
+            "SELECT executor, status, COUNT(*) FROM async_req WHERE application_name = ? \
+             GROUP BY executor, status ORDER BY executor, status",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let status_text: String = row.try_get_unchecked(1)?;
+                Ok(ExecutorCount {
+                    executor: row.try_get_unchecked(0)?,
+                    status: status_from(&status_text)?,
+                    count: row.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn request_count_running_by_owner(
+        &self,
+        application: &str,
+    ) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ? \
+             AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get_unchecked(0)?, row.try_get(1)?)))
+            .collect()
+    }
+
+    async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(run_at) FROM async_req WHERE application_name = ? \
+             AND status IN ('init', 'failed') AND run_at <= ?",
+        )
+        .bind(application)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn log_durations(
+        &self,
+        application: &str,
+        executor: &str,
+        limit: i64,
+    ) -> Result<Vec<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT l.finished - l.started FROM async_log l JOIN async_req r ON r.id = l.req_id \
+             WHERE r.application_name = ? AND r.executor = ? ORDER BY l.id DESC LIMIT ?",
+        )
+        .bind(application)
+        .bind(executor)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn stat_add(&self, application: &str, deltas: &[StatDelta]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for d in deltas {
+            sqlx::query(
+                "INSERT INTO async_stat (application_name, executor, minute, succeeded, failed, retried) \
+                 VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE succeeded = succeeded + VALUES(succeeded), \
+                   failed = failed + VALUES(failed), retried = retried + VALUES(retried)",
+            )
+            .bind(application)
+            .bind(d.executor)
+            .bind(d.minute)
+            .bind(d.succeeded)
+            .bind(d.failed)
+            .bind(d.retried)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn stat_series(&self, application: &str, since_minute: i64) -> Result<Vec<MinuteStat>> {
+        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT minute, CAST(SUM(succeeded) AS SIGNED), CAST(SUM(failed) AS SIGNED), CAST(SUM(retried) AS SIGNED) FROM async_stat \
+             WHERE application_name = ? AND minute >= ? GROUP BY minute ORDER BY minute",
+        )
+        .bind(application)
+        .bind(since_minute)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(minute, succeeded, failed, retried)| MinuteStat {
+                minute,
+                succeeded,
+                failed,
+                retried,
+            })
+            .collect())
+    }
+
+    async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
+        let (waiting, running): (i64, i64) = sqlx::query_as(
+            "SELECT CAST(COALESCE(SUM(status IN ('init', 'failed')), 0) AS SIGNED), \
+             CAST(COALESCE(SUM(status = 'running'), 0) AS SIGNED) FROM async_req \
+             WHERE application_name = ? AND status IN ('init', 'failed', 'running')",
+        )
+        .bind(application)
+        .fetch_one(&self.pool)
+        .await?;
+        sqlx::query(
+            "INSERT INTO async_depth (application_name, minute, waiting, running) VALUES (?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), running = VALUES(running)",
+        )
+        .bind(application)
+        .bind(minute)
+        .bind(waiting)
+        .bind(running)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
+        let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
+            "SELECT minute, waiting, running FROM async_depth \
+             WHERE application_name = ? AND minute >= ? ORDER BY minute",
+        )
+        .bind(application)
+        .bind(since_minute)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(minute, waiting, running)| DepthSample {
+                minute,
+                waiting,
+                running,
+            })
+            .collect())
+    }
+
+    async fn stat_prune(&self, before_minute: i64) -> Result<()> {
+        sqlx::query("DELETE FROM async_stat WHERE minute < ?")
+            .bind(before_minute)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM async_depth WHERE minute < ?")
+            .bind(before_minute)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT IGNORE INTO async_pause (application_name, executor, paused_by, paused_at) \
+             VALUES (?, ?, ?, ?)",
+        )
+        .bind(application)
+        .bind(executor)
+        .bind(by)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool> {
+        let done =
+            sqlx::query("DELETE FROM async_pause WHERE application_name = ? AND executor = ?")
+                .bind(application)
+                .bind(executor)
+                .execute(&self.pool)
+                .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn pause_list(&self, application: &str) -> Result<Vec<Pause>> {
+        let rows = sqlx::query(
+            "SELECT executor, paused_by, paused_at FROM async_pause \
+             WHERE application_name = ? ORDER BY executor",
+        )
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row: &MySqlRow| {
+                Ok(Pause {
+                    executor: row.try_get_unchecked(0)?,
+                    paused_by: row.try_get_unchecked(1)?,
+                    paused_at: row.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn audit_add(&self, e: &AuditEntry) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO async_audit (application_name, actor, action, target, affected, create_time) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&e.application)
+        .bind(&e.actor)
+        .bind(&e.action)
+        .bind(&e.target)
+        .bind(e.affected)
+        .bind(e.create_time)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn audit_list(&self, application: &str, limit: i64) -> Result<Vec<AuditEntry>> {
+        let rows = sqlx::query(
+            "SELECT id, application_name, actor, action, target, affected, create_time \
+             FROM async_audit WHERE application_name = ? ORDER BY id DESC LIMIT ?",
+        )
+        .bind(application)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(audit_from).collect()
+    }
+}
+
+/// An audit row, in `SELECT` order.
+fn audit_from(row: &MySqlRow) -> Result<AuditEntry> {
+    Ok(AuditEntry {
+        id: row.try_get(0)?,
+        application: row.try_get_unchecked(1)?,
+        actor: row.try_get_unchecked(2)?,
+        action: row.try_get_unchecked(3)?,
+        target: row.try_get_unchecked(4)?,
+        affected: row.try_get(5)?,
+        create_time: row.try_get(6)?,
+    })
+}

@@ -1,0 +1,423 @@
+//! Issue 9: the operations console over HTTP, on every backend: what operators do.
+//! Filters with SQL metacharacters and odd Unicode, keyset pages, actions on a filter with
+//! the count shown first, the audit trail, pauses obeyed by another instance within
+//! seconds.
+#![cfg(feature = "console")]
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use async_exec::{async_exec, Backend, Data, RequestQuery, Status};
+use axum::http::StatusCode;
+use common::console::*;
+use common::{wait_for, Probe, TestDb};
+use serde_json::json;
+
+#[async_exec(type = SaveAsync, name = "console::doomed", max_attempts = 1)]
+async fn doomed(label: String) -> anyhow::Result<()> {
+    anyhow::bail!("boom: {label}")
+}
+
+#[async_exec(type = SaveAsync, name = "console::fine")]
+async fn fine(label: String, probe: Data<Probe>) {
+    probe.record(&label, 1);
+}
+
+/// Texts that would break a query built by pasting, or a careless encoder.
+const ODD: [&str; 9] = [
+    "' OR 1=1 --",
+    "%",
+    "_",
+    "\\",
+    "50%_off\\",
+    "\u{200f}rtl\u{202e}mark",
+    "🦀 emoji",
+    "nul\0byte",
+    "\"; DROP TABLE async_req; --",
+];
+
+async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: Backend>(
+    db: TestDb,
+) {
+    let rt = db.builder().start().await.unwrap();
+    doomed("plain".into()).on(&rt).await.unwrap();
+    doomed("50%_off\\ sale".into()).on(&rt).await.unwrap();
+    doomed("🦀 emoji \u{200f}rtl\u{202e}mark".into())
+        .on(&rt)
+        .await
+        .unwrap();
+    fine("keyed".into())
+        .key("k' OR 1=1 --%_\\🦀")
+        .delay(Duration::from_secs(3600))
+        .on(&rt)
+        .await
+        .unwrap();
+    wait_status(&rt, Status::Dead, 3).await;
+    let app = mounted(&rt);
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let auth = Auth::Cookie(&cookie);
+    let expect = |needle: &str| -> usize {
+        [
+            "plain",
+            "50%_off\\ sale",
+            "🦀 emoji \u{200f}rtl\u{202e}mark",
+        ]
+        .iter()
+        .filter(|label| format!("boom: {label}").contains(needle))
+        .count()
+    };
+    for needle in ODD {
+        let qs = serde_urlencoded::to_string([("error", needle)]).unwrap();
+        let reply = get(&app, &format!("/api/requests?{qs}"), auth).await;
+        assert_eq!(reply.status, StatusCode::OK, "{needle:?}: {}", reply.body);
+        let found = reply.json()["requests"].as_array().unwrap().len();
+        assert_eq!(found, expect(needle), "error contains {needle:?}");
+        let page = get(&app, &format!("/requests?{qs}"), auth).await;
+        assert_eq!(page.status, StatusCode::OK, "{needle:?}");
+        assert_eq!(
+            page.body.matches("data-request-id=").count(),
+            found,
+            "{needle:?}"
+        );
+        for field in ["executor", "key", "remark", "application"] {
+            let qs = serde_urlencoded::to_string([(field, needle)]).unwrap();
+            let reply = get(&app, &format!("/api/requests?{qs}"), auth).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "{field} = {needle:?}: {}",
+                reply.body
+            );
+            assert_eq!(
+                reply.json()["requests"].as_array().unwrap().len(),
+                0,
+                "{field} = {needle:?}"
+            );
+        }
+    }
+    // Each metacharacter stands for itself.
+    let percent = get(&app, "/api/requests?error=0%25_o", auth).await.json();
+    assert_eq!(percent["requests"].as_array().unwrap().len(), 1);
+    let key = serde_urlencoded::to_string([("key", "k' OR 1=1 --%_\\🦀")]).unwrap();
+    let keyed = get(&app, &format!("/api/requests?{key}"), auth)
+        .await
+        .json();
+    assert_eq!(
+        keyed["requests"][0]["idempotency_key"],
+        "k' OR 1=1 --%_\\🦀"
+    );
+    let unicode = serde_urlencoded::to_string([("error", "\u{200f}rtl\u{202e}")]).unwrap();
+    let page = get(&app, &format!("/requests?{unicode}"), auth).await;
+    assert!(
+        page.body.contains("🦀 emoji \u{200f}rtl\u{202e}mark"),
+        "shown as it is"
+    );
+    // Bad fields are explained, not failed.
+    let bad = get(&app, "/api/requests?status=deadd", auth).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("dead, cancelled"));
+    let bad_page = get(&app, "/requests?id=abc", auth).await;
+    assert_eq!(bad_page.status, StatusCode::BAD_REQUEST);
+    assert_eq!(db.count("async_req").await, 4, "nothing dropped");
+    rt.shutdown().await.unwrap();
+}
+
+async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    for i in 0..3 {
+        doomed(format!("batch {i}")).on(&rt).await.unwrap();
+    }
+    let other = doomed("other".into()).on(&rt).await.unwrap().id.unwrap();
+    let waiting = fine("later".into())
+        .delay(Duration::from_secs(3600))
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    wait_status(&rt, Status::Dead, 4).await;
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let auth = Auth::Cookie(&cookie);
+    let list = get(&app, "/requests?status=dead&error=batch", auth).await;
+    assert!(list.body.contains(r#"id="action-form""#));
+    // First the count.
+    let review = [
+        ("csrf", csrf.as_str()),
+        ("action", "replay_dead"),
+        ("status", "dead"),
+        ("error", "batch"),
+    ];
+    let confirm = post_form(&app, "/actions", auth, &review).await;
+    assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
+    assert!(
+        confirm
+            .body
+            .contains(r#"id="confirm-count" data-count="3""#),
+        "{}",
+        confirm.body
+    );
+    assert!(confirm.body.contains(r#"id="confirm-submit""#));
+    assert_eq!(db.count("async_audit").await, 0, "not yet");
+    // Then the action.
+    let mut go = review.to_vec();
+    go.push(("confirm", "yes"));
+    let done = post_form(&app, "/actions", auth, &go).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    let location = done.location.unwrap();
+    assert!(location.starts_with("/ops/console/requests?"), "{location}");
+    assert!(location.contains("notice="));
+    // Replayed: fresh attempts, so each ran once more and is dead again.
+    wait_for(|| async {
+        let batch = RequestQuery::default().error_contains("batch");
+        let page = rt.query(&batch, &Default::default()).await.unwrap();
+        let mut replayed = page.len() == 3;
+        for r in &page {
+            replayed &= r.status == Status::Dead && rt.attempts(r.id).await.unwrap().len() == 2;
+        }
+        replayed
+    })
+    .await;
+    let trail = rt.audit_trail(10).await.unwrap();
+    assert_eq!(trail.len(), 1);
+    assert_eq!(
+        (
+            trail[0].actor.as_str(),
+            trail[0].action.as_str(),
+            trail[0].affected
+        ),
+        ("alice", "replay_dead", 3)
+    );
+    assert!(trail[0].target.contains("batch"), "{}", trail[0].target);
+    assert_eq!(
+        rt.attempts(other).await.unwrap().len(),
+        1,
+        "outside the filter: untouched"
+    );
+    // One request: cancel the waiting one through the API, with the session's token.
+    let cancel = json!({"action": "cancel", "query": {"id": waiting}});
+    let reply = post_json(&app, "/api/actions", auth, Some(&csrf), cancel).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json()["changed"], 1);
+    assert_eq!(
+        rt.get(waiting).await.unwrap().unwrap().status,
+        Status::Cancelled
+    );
+    // Retry by the detail page's button; then delete every cancelled one.
+    let id = other.to_string();
+    let retry = [
+        ("csrf", csrf.as_str()),
+        ("action", "retry"),
+        ("id", &id),
+        ("confirm", "yes"),
+        ("back", &format!("/requests/{other}")),
+    ];
+    let reply = post_form(&app, "/actions", auth, &retry).await;
+    assert_eq!(
+        reply
+            .location
+            .as_deref()
+            .map(|l| l.starts_with(&format!("/ops/console/requests/{other}?notice="))),
+        Some(true)
+    );
+    // `back` stays inside the console.
+    for outside in [
+        "//evil.example/x",
+        "https://evil.example/",
+        "/\\evil.example",
+    ] {
+        let retry = [
+            ("csrf", csrf.as_str()),
+            ("action", "retry"),
+            ("id", &id),
+            ("confirm", "yes"),
+            ("back", outside),
+        ];
+        let reply = post_form(&app, "/actions", auth, &retry).await;
+        let location = reply.location.unwrap();
+        assert!(
+            location.starts_with("/ops/console/requests?"),
+            "{outside}: {location}"
+        );
+    }
+    let delete = [
+        ("csrf", csrf.as_str()),
+        ("action", "delete"),
+        ("status", "cancelled"),
+        ("confirm", "yes"),
+    ];
+    assert_eq!(
+        post_form(&app, "/actions", auth, &delete).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert!(rt.get(waiting).await.unwrap().is_none());
+    let actions: Vec<String> = rt
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "delete",
+            "retry",
+            "retry",
+            "retry",
+            "retry",
+            "cancel",
+            "replay_dead"
+        ]
+    );
+    let audit_page = get(&app, "/audit", auth).await;
+    assert_eq!(audit_page.body.matches("data-audit-id=").count(), 7);
+    rt.shutdown().await.unwrap();
+}
+
+async fn pausing_stops_claims_on_other_instances_within_seconds<DB: Backend>(db: TestDb) {
+    // A worker instance polls the store; the console runs on a submit-only instance.
+    let worker = db
+        .builder()
+        .poll_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let front = db.builder().run_workers(false).start().await.unwrap();
+    let app = mounted(&front);
+    let bot = Auth::Bearer(OPERATOR_TOKEN);
+    let paused = post_json(
+        &app,
+        "/api/executors/pause",
+        bot,
+        None,
+        json!({"executor": "console::fine"}),
+    )
+    .await;
+    assert_eq!(paused.status, StatusCode::OK, "{}", paused.body);
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the worker re-reads every second
+    let id = fine("while paused".into())
+        .on(&front)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let probe = worker.data::<Probe>().unwrap();
+    assert_eq!(probe.runs("while paused"), 0, "paused: not claimed");
+    assert_eq!(front.get(id).await.unwrap().unwrap().status, Status::Init);
+    let executors = get(&app, "/api/executors", bot).await.json();
+    let fine_view = executors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "console::fine")
+        .unwrap();
+    assert_eq!(fine_view["paused_by"], "ops-bot");
+    let resumed = post_json(
+        &app,
+        "/api/executors/resume",
+        bot,
+        None,
+        json!({"executor": "console::fine"}),
+    )
+    .await;
+    assert_eq!(resumed.status, StatusCode::OK);
+    probe
+        .wait_runs_within("while paused", 1, Duration::from_secs(5))
+        .await;
+    let actions: Vec<String> = front
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(actions, ["resume", "pause"]);
+    front.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+}
+
+async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    // Seven records, several created in the same millisecond.
+    for (i, created) in [1000, 1000, 1000, 2000, 2000, 3000, 3000]
+        .iter()
+        .enumerate()
+    {
+        db.exec(&format!(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, create_time, update_time) \
+             VALUES ('tests', 'console::old', 's', 'SaveAsync', 'dead', 1, 1, '{{\"n\":{i}}}', '', 0, \
+             {created}, {created}, {created})"
+        ))
+        .await;
+    }
+    let app = mounted(&rt);
+    let auth = Auth::Bearer(VIEWER_TOKEN);
+    for order in ["newest", "oldest"] {
+        let mut seen: Vec<(i64, i64)> = Vec::new();
+        let mut after = String::new();
+        loop {
+            let path =
+                format!("/api/requests?executor=console::old&order={order}&limit=2&after={after}");
+            let page = get(&app, &path, auth).await.json();
+            for r in page["requests"].as_array().unwrap() {
+                seen.push((
+                    r["create_time"].as_i64().unwrap(),
+                    r["id"].as_i64().unwrap(),
+                ));
+            }
+            match page["next"].as_str() {
+                Some(next) => after = next.to_string(),
+                None => break,
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.sort();
+        if order == "newest" {
+            sorted.reverse();
+        }
+        assert_eq!(seen, sorted, "{order}: in order");
+        sorted.dedup();
+        assert_eq!(sorted.len(), 7, "{order}: each once: {seen:?}");
+    }
+    // The page links to the next one with the same filter.
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let first = get(
+        &app,
+        "/requests?executor=console::old&limit=3",
+        Auth::Cookie(&cookie),
+    )
+    .await;
+    assert_eq!(first.body.matches("data-request-id=").count(), 3);
+    let next = first
+        .body
+        .split(r#"id="next-page" href=""#)
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let next = next.replace("&amp;", "&");
+    assert!(
+        next.starts_with("/ops/console/requests?executor=console%3A%3Aold&"),
+        "{next}"
+    );
+    let second = get(&app, next.trim_start_matches(MOUNT), Auth::Cookie(&cookie)).await;
+    assert_eq!(second.body.matches("data-request-id=").count(), 3);
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    filters_with_metacharacters_and_odd_unicode_return_normal_results,
+    actions_on_a_filter_show_the_count_then_act_and_are_audited,
+    pausing_stops_claims_on_other_instances_within_seconds,
+    keyset_pages_cover_every_request_once_in_either_order,
+);
