@@ -35,14 +35,18 @@ fn assert_names_the_place_and_cause(error: &Error, elapsed: Duration, backend: &
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
     assert!(message.contains("onnection refused"), "no cause: {message}");
     assert!(!message.contains("s3cret"), "the password shows: {message}");
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}: {message}");
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "took {elapsed:?}: {message}"
+    );
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn an_unreachable_postgres_is_named_with_its_cause() {
     let port = closed_port();
-    let (error, elapsed) = start_error(&format!("postgres://ops:s3cret@127.0.0.1:{port}/shop")).await;
+    let (error, elapsed) =
+        start_error(&format!("postgres://ops:s3cret@127.0.0.1:{port}/shop")).await;
     assert_names_the_place_and_cause(&error, elapsed, "PostgreSQL", port);
     assert!(error.to_string().contains("ops@127.0.0.1"), "{error}");
     assert!(error.to_string().contains("/shop"), "{error}");

@@ -179,7 +179,9 @@ mod json_text {
         value_of(text).serialize(serializer)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<String, D::Error> {
         Value::deserialize(deserializer).map(text_of)
     }
 

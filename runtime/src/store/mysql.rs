@@ -22,8 +22,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, PurgeBatch, Purged, RequestFilter,
-    Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, PurgeBatch,
+    Purged, RequestFilter, Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{

@@ -14,8 +14,8 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged, RequestFilter,
-    Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
+    RequestFilter, Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{

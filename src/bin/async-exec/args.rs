@@ -10,7 +10,12 @@ use async_exec::{RequestId, Status};
 #[command(name = "async-exec", version, about, long_about = None)]
 pub(crate) struct Cli {
     /// The database: `sqlite:app.db`, `postgres://user:pw@host/db`, `mysql://user:pw@host/db`.
-    #[arg(long, env = "ASYNC_EXEC_DATABASE_URL", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "ASYNC_EXEC_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
     pub(crate) url: Option<String>,
 
     /// The application whose requests to look at (its `application_name`).

@@ -88,7 +88,16 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
         "no requests match\n".to_string()
     } else {
         table(
-            &["ID", "STATUS", "EXECUTOR", "TRIES", "CREATED", "UPDATED", "KEY", "LAST ERROR"],
+            &[
+                "ID",
+                "STATUS",
+                "EXECUTOR",
+                "TRIES",
+                "CREATED",
+                "UPDATED",
+                "KEY",
+                "LAST ERROR",
+            ],
             &rows,
         )
     };
@@ -112,8 +121,12 @@ fn list_row(r: &Request) -> Vec<String> {
         format!("{}/{}", r.exec_count, r.max_attempts),
         format_ms(r.create_time),
         format_ms(r.update_time),
-        r.idempotency_key.as_deref().map_or(String::new(), |k| cell(k, 24)),
-        r.last_error.as_deref().map_or(String::new(), |e| cell(e, 60)),
+        r.idempotency_key
+            .as_deref()
+            .map_or(String::new(), |k| cell(k, 24)),
+        r.last_error
+            .as_deref()
+            .map_or(String::new(), |e| cell(e, 60)),
     ]
 }
 
@@ -148,13 +161,18 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
         ("remark", safe(&r.remark)),
         ("key", r.idempotency_key.as_deref().map_or("-".into(), safe)),
         ("priority", r.priority.to_string()),
-        ("attempts", format!("{} of {}", r.exec_count, r.max_attempts)),
+        (
+            "attempts",
+            format!("{} of {}", r.exec_count, r.max_attempts),
+        ),
         ("created", format_ms(r.create_time)),
         ("updated", format_ms(r.update_time)),
         ("run at", format_ms(r.run_at)),
     ];
     if let Some(owner) = &r.lease_owner {
-        let until = r.lease_until.map_or(String::new(), |t| format!(" until {}", format_ms(t)));
+        let until = r
+            .lease_until
+            .map_or(String::new(), |t| format!(" until {}", format_ms(t)));
         fields.push(("lease", format!("{}{until}", safe(owner))));
     }
     if let Some(trace) = &r.trace_json {
@@ -201,7 +219,9 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
 
 /// Each line of `text`, made safe, indented by two spaces.
 fn indented(text: &str) -> String {
-    text.lines().map(|line| format!("  {}\n", safe(line))).collect()
+    text.lines()
+        .map(|line| format!("  {}\n", safe(line)))
+        .collect()
 }
 
 /// What `retry`, `cancel` and `delete` do to one request.
@@ -242,7 +262,11 @@ impl Action {
 }
 
 /// `retry`, `cancel`, `delete` on each id in turn; one that fails does not stop the rest.
-pub(crate) async fn act(rt: &Runtime, action: Action, ids: &[RequestId]) -> Result<Printed, Failure> {
+pub(crate) async fn act(
+    rt: &Runtime,
+    action: Action,
+    ids: &[RequestId],
+) -> Result<Printed, Failure> {
     let mut results = Vec::with_capacity(ids.len());
     let mut human = String::new();
     let mut failures = 0;
@@ -262,8 +286,8 @@ pub(crate) async fn act(rt: &Runtime, action: Action, ids: &[RequestId]) -> Resu
     }
     let failed = (failures > 0).then(|| {
         format!(
-            "{failures} of {} requests could not be {}: see above",
-            ids.len(),
+            "{failures} of {} could not be {}: see above",
+            counted(ids.len() as u64, "request"),
             action.past()
         )
     });
@@ -281,10 +305,21 @@ fn refusal(rt: &Runtime, action: Action, id: RequestId, error: &Error) -> String
             Failure::Failed(message) => message,
             other => other.to_string(),
         },
-        Error::InvalidState { status, .. } if status == "success" && matches!(action, Action::Retry) => {
+        Error::InvalidState { status, .. }
+            if status == "success" && matches!(action, Action::Retry) =>
+        {
             "it succeeded already; pass --replay to run it again on purpose".into()
         }
         other => crate::failure::explain(other),
+    }
+}
+
+/// `1 request`, `2 requests`, `3 batches`.
+fn counted(n: u64, noun: &str) -> String {
+    match (n, noun.ends_with('h')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{n} {noun}es"),
+        _ => format!("{n} {noun}s"),
     }
 }
 
@@ -300,13 +335,17 @@ pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure
         .map(|s| s.as_str())
         .collect();
     let human = format!(
-        "purged {} requests ({}) and {} attempt logs older than {:?}, in {} batches{}\n",
-        report.requests,
+        "purged {} ({}) and {} older than {:?}, in {}{}\n",
+        counted(report.requests, "request"),
         statuses.join(", "),
-        report.attempt_logs,
+        counted(report.attempt_logs, "attempt log"),
         a.older_than,
-        report.batches,
-        if a.dead { "" } else { "; dead requests kept (pass --dead to purge them too)" }
+        counted(report.batches, "batch"),
+        if a.dead {
+            ""
+        } else {
+            "; dead requests kept (pass --dead to purge them too)"
+        }
     );
     Ok(Printed::ok(
         json!({

@@ -55,8 +55,14 @@ mod tests {
     #[test]
     fn sqlite_urls_name_their_file() {
         assert_eq!(sqlite_file("sqlite:app.db"), Some(PathBuf::from("app.db")));
-        assert_eq!(sqlite_file("sqlite://app.db?mode=rwc"), Some(PathBuf::from("app.db")));
-        assert_eq!(sqlite_file("sqlite:///tmp/a.db"), Some(PathBuf::from("/tmp/a.db")));
+        assert_eq!(
+            sqlite_file("sqlite://app.db?mode=rwc"),
+            Some(PathBuf::from("app.db"))
+        );
+        assert_eq!(
+            sqlite_file("sqlite:///tmp/a.db"),
+            Some(PathBuf::from("/tmp/a.db"))
+        );
         assert_eq!(sqlite_file("sqlite::memory:"), None);
         assert_eq!(sqlite_file("postgres://h/db"), None);
     }

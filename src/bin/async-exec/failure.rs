@@ -37,7 +37,8 @@ pub(crate) fn explain(error: &async_exec::Error) -> String {
     }
     let lower = message.to_lowercase();
     let missing_table = lower.contains("no such table")
-        || (lower.contains("async_") && (lower.contains("does not exist") || lower.contains("doesn't exist")));
+        || (lower.contains("async_")
+            && (lower.contains("does not exist") || lower.contains("doesn't exist")));
     if missing_table {
         message.push_str(
             "; the async-exec tables are missing here: create them with `async-exec migrate`, \

@@ -46,8 +46,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli, &url)) {
         Ok(printed) => {
             let written = if json {
-                let mut text = serde_json::to_string_pretty(&printed.json)
-                    .expect("the output serializes");
+                let mut text =
+                    serde_json::to_string_pretty(&printed.json).expect("the output serializes");
                 text.push('\n');
                 std::io::stdout().write_all(text.as_bytes())
             } else {
@@ -80,7 +80,11 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         Command::List(list) => commands::list(&rt, list).await,
         Command::Show { id } => commands::show(&rt, id).await,
         Command::Retry { ids, replay } => {
-            let action = if replay { Action::Replay } else { Action::Retry };
+            let action = if replay {
+                Action::Replay
+            } else {
+                Action::Retry
+            };
             commands::act(&rt, action, &ids).await
         }
         Command::Cancel { ids } => commands::act(&rt, Action::Cancel, &ids).await,

@@ -42,7 +42,9 @@ fn percent_decoded(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
             (b'%', Some(byte)) => {
                 out.push(byte);
@@ -63,10 +65,19 @@ mod tests {
 
     #[test]
     fn passwords_are_found_and_hidden() {
-        assert_eq!(url("postgres://u:pw@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            url("postgres://u:pw@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(url("mysql://root@h/db"), "mysql://root@h/db");
-        assert_eq!(url("postgres://h/db?user=u&password=pw"), "postgres://h/db?user=u&password=***");
-        assert_eq!(scrub("bad p@ss here", "mysql://u:p%40ss@h/db"), "bad *** here");
+        assert_eq!(
+            url("postgres://h/db?user=u&password=pw"),
+            "postgres://h/db?user=u&password=***"
+        );
+        assert_eq!(
+            scrub("bad p@ss here", "mysql://u:p%40ss@h/db"),
+            "bad *** here"
+        );
         assert_eq!(url("sqlite:app.db"), "sqlite:app.db");
     }
 }

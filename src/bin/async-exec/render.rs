@@ -64,14 +64,20 @@ mod tests {
 
     #[test]
     fn control_and_bidi_characters_are_escaped() {
-        assert_eq!(safe("a\nb\u{1b}[2J\u{202e}c\0"), "a\\u{a}b\\u{1b}[2J\\u{202e}c\\u{0}");
+        assert_eq!(
+            safe("a\nb\u{1b}[2J\u{202e}c\0"),
+            "a\\u{a}b\\u{1b}[2J\\u{202e}c\\u{0}"
+        );
         assert_eq!(safe("ünï 🎉"), "ünï 🎉");
         assert_eq!(cell("abcdef", 4), "abc…");
     }
 
     #[test]
     fn columns_line_up() {
-        let t = table(&["ID", "NAME"], &[vec!["1".into(), "x".into()], vec!["100".into(), "y".into()]]);
+        let t = table(
+            &["ID", "NAME"],
+            &[vec!["1".into(), "x".into()], vec!["100".into(), "y".into()]],
+        );
         assert_eq!(t, "ID   NAME\n1    x\n100  y\n");
     }
 }

@@ -65,7 +65,8 @@ fn parse_datetime(text: &str) -> Option<i64> {
     let year: i64 = parts.next()?.parse().ok()?;
     let month: u32 = parts.next()?.parse().ok()?;
     let day: u32 = parts.next()?.parse().ok()?;
-    if date.len() != 10 || !(1..=12).contains(&month) || !(1..=days_in(year, month)).contains(&day) {
+    if date.len() != 10 || !(1..=12).contains(&month) || !(1..=days_in(year, month)).contains(&day)
+    {
         return None;
     }
     let mut ms = days_from_civil(year, month, day) * 86_400_000;
@@ -166,7 +167,10 @@ mod tests {
         assert_eq!(parse_instant("0"), Ok(0));
         assert_eq!(parse_instant("1970-01-02"), Ok(86_400_000));
         assert_eq!(parse_instant("2000-02-29T12:00:00Z"), Ok(951_825_600_000));
-        assert_eq!(parse_instant("2000-02-29T14:00:00+02:00"), Ok(951_825_600_000));
+        assert_eq!(
+            parse_instant("2000-02-29T14:00:00+02:00"),
+            Ok(951_825_600_000)
+        );
         assert_eq!(parse_instant("2000-02-29 12:00:00.5"), Ok(951_825_600_500));
         assert!(parse_instant("2001-02-29").is_err());
         assert!(parse_instant("yesterday").is_err());
