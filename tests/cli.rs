@@ -255,6 +255,15 @@ async fn migrate_stats_list_show<DB: Backend>(db: TestDb) {
         missing.stderr
     );
     assert!(missing.stdout.is_empty());
+    // The tool ran nothing and left no trace as an instance: every record is as the
+    // fixture left it, and it removed its announcement when it stopped.
+    assert_eq!(db.count("async_instance").await, 0);
+    assert_eq!(db.count("async_req WHERE status = 'running'").await, 0);
+    assert_eq!(
+        db.count("async_log").await,
+        2,
+        "one attempt each of dead and failed"
+    );
     // Another application sees none of them.
     let other = run_tool(&["--url", &db.url, "--application", "other", "--json", "list"])
         .await

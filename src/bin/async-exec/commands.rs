@@ -335,11 +335,11 @@ pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure
         .map(|s| s.as_str())
         .collect();
     let human = format!(
-        "purged {} ({}) and {} older than {:?}, in {}{}\n",
+        "purged {} ({}) and {} older than {}, in {}{}\n",
         counted(report.requests, "request"),
         statuses.join(", "),
         counted(report.attempt_logs, "attempt log"),
-        a.older_than,
+        crate::time::format_age(a.older_than),
         counted(report.batches, "batch"),
         if a.dead {
             ""

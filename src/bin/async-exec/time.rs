@@ -31,6 +31,23 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{text}` is too long"))
 }
 
+/// An age in the largest unit that divides it: `30d`, `12h`, `90s`, `250ms`.
+pub(crate) fn format_age(age: Duration) -> String {
+    let ms = age.as_millis();
+    for (unit, size) in [
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
 /// Now, in unix milliseconds (this machine's clock).
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -186,5 +203,10 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("7").unwrap_err().contains("no unit"));
         assert!(parse_duration("7y").unwrap_err().contains("unknown unit"));
+        assert_eq!(format_age(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(format_age(Duration::from_secs(14 * 86_400)), "2w");
+        assert_eq!(format_age(Duration::from_secs(90)), "90s");
+        assert_eq!(format_age(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_age(Duration::ZERO), "0ms");
     }
 }
