@@ -70,4 +70,5 @@ async fn a_sqlite_file_that_cannot_be_opened_is_named() {
     assert!(matches!(error, Error::Unreachable { .. }), "{error:?}");
     assert!(message.contains(&path.display().to_string()), "{message}");
     assert!(message.contains("unable to open"), "{message}");
+    assert!(message.contains("directory exists"), "{message}");
 }

@@ -115,8 +115,8 @@ pub enum Error {
 
     /// The database could not be reached at start: nothing was connected.
     #[error(
-        "could not connect to {backend} at {target}: {cause}; check that the server runs \
-         and that the URL's host, port, user, password and database are right"
+        "could not connect to {backend} at {target}: {cause}; {hint}",
+        hint = reach_hint(backend)
     )]
     Unreachable {
         /// `PostgreSQL`, `MySQL`, `SQLite`.
@@ -152,6 +152,16 @@ pub enum Error {
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),
+}
+
+/// What to check when a backend cannot be reached.
+fn reach_hint(backend: &str) -> &'static str {
+    if backend == "SQLite" {
+        "check that the file's directory exists and that this process may write there"
+    } else {
+        "check that the server runs and that the URL's host, port, user, password and \
+         database are right"
+    }
 }
 
 impl Error {
