@@ -243,8 +243,8 @@ impl<'t, DB: Backend> IntoFuture for CallIn<'t, DB> {
     }
 }
 
-/// What a submitted call did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a submitted call did. Serializes as `{"id": 7, "outcome": {"kind": "queued"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Receipt {
     /// The request record, when one was written; with [`Outcome::Existing`], the request
     /// the key names (its record may be gone: deleted on success, or by an operator).
@@ -259,8 +259,10 @@ impl Receipt {
     }
 }
 
-/// What happened to a call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What happened to a call. Serializes with its kind in snake case and its fields:
+/// `{"kind": "deferred", "error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
     /// `SaveAsync`: the record is written; it runs after the commit (or its delay).

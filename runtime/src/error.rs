@@ -140,6 +140,27 @@ pub enum Error {
     #[error("invalid request filter: {0}")]
     InvalidFilter(String),
 
+    /// A status name that is none of the statuses.
+    #[error(
+        "unknown status `{0}`: expected one of {words} (lowercase)",
+        words = crate::record::status_words()
+    )]
+    UnknownStatus(String),
+
+    /// The database could not be reached at start: nothing was connected.
+    #[error(
+        "could not connect to {backend} at {target}: {cause}; {hint}",
+        hint = reach_hint(backend)
+    )]
+    Unreachable {
+        /// `PostgreSQL`, `MySQL`, `SQLite`.
+        backend: &'static str,
+        /// Where: `host:port/database` as user, or the SQLite file (no password).
+        target: String,
+        /// Why, as the driver said.
+        cause: Box<sqlx::Error>,
+    },
+
     /// No request has this id.
     #[error("no request with id {0}")]
     NotFound(i64),
@@ -165,6 +186,16 @@ pub enum Error {
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),
+}
+
+/// What to check when a backend cannot be reached.
+fn reach_hint(backend: &str) -> &'static str {
+    if backend == "SQLite" {
+        "check that the file's directory exists and that this process may write there"
+    } else {
+        "check that the server runs and that the URL's host, port, user, password and \
+         database are right"
+    }
 }
 
 impl Error {

@@ -38,6 +38,7 @@ mod operations;
 mod ops;
 mod outcome;
 pub mod query;
+mod purge;
 mod record;
 mod redact;
 mod registry;
@@ -71,6 +72,7 @@ pub use query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
     RequestQuery,
 };
+pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};

@@ -24,7 +24,21 @@ impl Runtime {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list(&self, filter: RequestFilter) -> Result<Vec<Request>> {
+    pub async fn list(&self, mut filter: RequestFilter) -> Result<Vec<Request>> {
+        // Stored text has NUL replaced (PostgreSQL refuses it): look for what is stored.
+        for text in [
+            &mut filter.executor,
+            &mut filter.key,
+            &mut filter.remark_contains,
+            &mut filter.error_contains,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if text.contains('\0') {
+                *text = crate::text::sanitized(text).into_owned();
+            }
+        }
         if let Some(limit) = filter.limit {
             if !(1..=MAX_LIST).contains(&limit) {
                 return Err(Error::InvalidFilter(format!(
@@ -38,12 +52,33 @@ impl Runtime {
             .await
     }
 
-    /// How many requests of this application are in each status.
+    /// How many requests of this application are in each status: every status, in the
+    /// order of [`Status::ALL`], those with no request as 0.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// for (status, n) in rt.count_by_status().await? {
+    ///     println!("{status}: {n}"); // init: 0, running: 2, ...
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn count_by_status(&self) -> Result<Vec<(Status, i64)>> {
-        self.inner
+        let counted = self
+            .inner
             .store
             .request_count_by_status(&self.inner.app)
-            .await
+            .await?;
+        Ok(Status::ALL
+            .into_iter()
+            .map(|status| {
+                let n = counted
+                    .iter()
+                    .filter(|(s, _)| *s == status)
+                    .map(|(_, n)| n)
+                    .sum();
+                (status, n)
+            })
+            .collect())
     }
 
     /// The attempts logged for a request of this application, in the order they were

@@ -79,17 +79,42 @@ impl fmt::Display for Status {
     }
 }
 
+/// Parses the word stored in the `status` column (`"dead"`); anything else is an
+/// [`Error::UnknownStatus`](crate::Error::UnknownStatus) that lists the valid words.
+///
+/// ```
+/// use async_exec_runtime::Status;
+/// assert_eq!("dead".parse::<Status>().unwrap(), Status::Dead);
+/// let error = "Dead".parse::<Status>().unwrap_err().to_string();
+/// assert!(error.contains("init, running, success, failed, dead, cancelled"), "{error}");
+/// ```
 impl FromStr for Status {
-    type Err = String;
+    type Err = crate::Error;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Status::ALL
             .into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown status `{s}`"))
+            .ok_or_else(|| crate::Error::UnknownStatus(s.to_string()))
     }
 }
 
+/// The valid status words, for messages: `init, running, ..., cancelled`.
+pub(crate) fn status_words() -> String {
+    Status::ALL.map(Status::as_str).join(", ")
+}
+
 /// One request record, as stored.
+///
+/// It serializes with serde as the row does, except that `param_json` and `trace_json`
+/// are JSON values rather than strings holding JSON (a stored text that is not JSON is
+/// kept as a string):
+///
+/// ```
+/// # fn demo(request: async_exec_runtime::Request) -> serde_json::Result<()> {
+/// let json = serde_json::to_value(&request)?;
+/// println!("{}", json["param_json"]["user_id"]); // 42, not "{\"user_id\":42}"
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct Request {
@@ -109,7 +134,8 @@ pub struct Request {
     pub exec_count: i32,
     /// How many attempts it may have.
     pub max_attempts: i32,
-    /// The arguments, as JSON.
+    /// The arguments, as JSON (serialized as a JSON value).
+    #[serde(with = "json_text")]
     pub param_json: String,
     /// The executor's remark.
     pub remark: String,
@@ -125,12 +151,58 @@ pub struct Request {
     pub lease_until: Option<i64>,
     /// The last failure's message.
     pub last_error: Option<String>,
-    /// The caller's tracing context, as JSON.
+    /// The caller's tracing context, as JSON (serialized as a JSON value).
+    #[serde(with = "json_text::optional")]
     pub trace_json: Option<String>,
     /// Created (unix milliseconds).
     pub create_time: i64,
     /// Last changed (unix milliseconds).
     pub update_time: i64,
+}
+
+/// Text columns that hold JSON, serialized as the JSON value they hold (a text that is
+/// not JSON as a string), and read back from either.
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    fn value_of(text: &str) -> Value {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    }
+
+    fn text_of(value: Value) -> String {
+        match value {
+            Value::String(text) => text,
+            other => other.to_string(),
+        }
+    }
+
+    pub(super) fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        value_of(text).serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<String, D::Error> {
+        Value::deserialize(deserializer).map(text_of)
+    }
+
+    pub(super) mod optional {
+        use super::*;
+
+        pub(in crate::record) fn serialize<S: Serializer>(
+            text: &Option<String>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            text.as_deref().map(value_of).serialize(serializer)
+        }
+
+        pub(in crate::record) fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<String>, D::Error> {
+            Option::<Value>::deserialize(deserializer).map(|value| value.map(text_of))
+        }
+    }
 }
 
 /// One attempt, as logged in `async_log`.

@@ -22,6 +22,7 @@ pub(crate) mod ops;
 pub mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_leases;
+mod reach;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 #[cfg(feature = "sqlite")]
@@ -218,7 +219,24 @@ pub(crate) struct Rescued {
     pub(crate) dead: Vec<RequestId>,
 }
 
-/// Which records to list.
+/// Which records to list: every filter set must hold (none set: every record of the
+/// application). Text filters compare exactly, case included; the `_contains` ones match
+/// a substring anywhere, with no wildcard characters (`%`, `_` and `\\` are themselves).
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// use async_exec_runtime::{RequestFilter, Status};
+/// let timeouts = RequestFilter::default()
+///     .status(Status::Dead)
+///     .error_contains("timed out")
+///     .created_from(1_764_547_200_000) // unix ms
+///     .limit(50);
+/// let page = rt.list(timeouts.clone()).await?;
+/// if let Some(last) = page.last() {
+///     let next = rt.list(timeouts.before_id(last.id)).await?; // the next 50, older
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct RequestFilter {
     /// Only records in this status.
@@ -227,8 +245,23 @@ pub struct RequestFilter {
     pub executor: Option<String>,
     /// At most this many (default 100; 1 to 100,000).
     pub limit: Option<i64>,
-    /// Only records with an id greater than this one (for paging).
+    /// Only records with an id greater than this one (paging oldest first: the list is in
+    /// ascending id order when this is set).
     pub after_id: Option<RequestId>,
+    /// Only records with an id less than this one (paging newest first).
+    pub before_id: Option<RequestId>,
+    /// Only the record with this id.
+    pub id: Option<RequestId>,
+    /// Only the record with this idempotency key.
+    pub key: Option<String>,
+    /// Only records whose remark contains this text.
+    pub remark_contains: Option<String>,
+    /// Only records whose last error contains this text.
+    pub error_contains: Option<String>,
+    /// Only records created at or after this time (unix ms).
+    pub created_from: Option<i64>,
+    /// Only records created before this time (unix ms).
+    pub created_before: Option<i64>,
 }
 
 impl RequestFilter {
@@ -249,6 +282,80 @@ impl RequestFilter {
         self.limit = Some(limit);
         self
     }
+
+    /// Records with an id greater than `id`, oldest first: the page after the last id seen.
+    pub fn after_id(mut self, id: RequestId) -> Self {
+        self.after_id = Some(id);
+        self
+    }
+
+    /// Records with an id less than `id`, newest first: the page after the last id seen.
+    pub fn before_id(mut self, id: RequestId) -> Self {
+        self.before_id = Some(id);
+        self
+    }
+
+    /// The record with this id (if it passes the other filters).
+    pub fn id(mut self, id: RequestId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// The record with this idempotency key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Records whose remark contains `text`.
+    pub fn remark_contains(mut self, text: impl Into<String>) -> Self {
+        self.remark_contains = Some(text.into());
+        self
+    }
+
+    /// Records whose last error contains `text`.
+    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
+        self.error_contains = Some(text.into());
+        self
+    }
+
+    /// Records created at or after `unix_ms`.
+    pub fn created_from(mut self, unix_ms: i64) -> Self {
+        self.created_from = Some(unix_ms);
+        self
+    }
+
+    /// Records created before `unix_ms`.
+    pub fn created_before(mut self, unix_ms: i64) -> Self {
+        self.created_before = Some(unix_ms);
+        self
+    }
+
+    /// Whether the list is in ascending id order (paging with `after_id`).
+    pub(crate) fn ascending(&self) -> bool {
+        self.after_id.is_some()
+    }
+}
+
+/// Which finished records [`Store::request_purge`] deletes.
+#[derive(Debug, Clone)]
+pub(crate) struct PurgeBatch<'a> {
+    pub(crate) application: &'a str,
+    /// Only records last changed before this time (unix ms).
+    pub(crate) before: i64,
+    /// The statuses to delete (terminal ones).
+    pub(crate) statuses: &'a [Status],
+    /// At most this many records.
+    pub(crate) limit: i64,
+}
+
+/// What one batch of a purge deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Purged {
+    /// `async_req` rows.
+    pub(crate) requests: u64,
+    /// `async_log` rows.
+    pub(crate) logs: u64,
 }
 
 /// The storage of one backend. All methods are scoped to records of one application.
@@ -366,6 +473,14 @@ pub(crate) trait Store: Send + Sync + 'static {
         id: RequestId,
         now: i64,
     ) -> Result<Option<Status>>;
+
+    /// Deletes up to `batch.limit` records of the application in one of `batch.statuses`
+    /// last changed before `batch.before`, with their log rows, in one transaction.
+    async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged>;
+
+    /// Deletes up to `limit` log rows finished before `before` whose request is gone
+    /// (deleted on success, or by an operator); returns how many.
+    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64>;
 
     /// Deletes a record that is not `running`, with its log rows.
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>>;

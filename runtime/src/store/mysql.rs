@@ -22,8 +22,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, RequestFilter,
-    Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, PurgeBatch,
+    Purged, RequestFilter, Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -34,6 +34,8 @@ use crate::registry::BoxFuture;
 mod instances;
 mod keys;
 mod ops;
+mod list;
+mod purge;
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -45,6 +47,14 @@ impl MySqlStore {
     /// Connects to the database at `url` (`mysql://user:password@host:3306/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
         let options = MySqlConnectOptions::from_str(url)?;
+        let target = super::reach::server_target(
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_socket().map(|p| p.as_path()),
+            options.get_database(),
+        );
+        super::reach::check::<sqlx::MySqlConnection>(&options, "MySQL/MariaDB", &target).await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections.max(1))
             .connect_with(options)
@@ -879,25 +889,7 @@ impl Store for MySqlStore {
     }
 
     async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? \
-             AND (? IS NULL OR status = ?) AND (? IS NULL OR executor = ?) AND (? IS NULL OR id > ?) \
-             ORDER BY id {order} LIMIT ?"
-        );
-        let status = f.status.map(Status::as_str);
-        let rows = sqlx::query(&sql)
-            .bind(application)
-            .bind(status)
-            .bind(status)
-            .bind(&f.executor)
-            .bind(&f.executor)
-            .bind(f.after_id)
-            .bind(f.after_id)
-            .bind(f.limit.unwrap_or(100).max(0))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(request_from_row).collect()
+        list::list(&self.pool, application, f).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
@@ -935,6 +927,14 @@ impl Store for MySqlStore {
         now: i64,
     ) -> Result<Option<Status>> {
         with_retry(|| self.cancel_once(application, id, now)).await
+    }
+
+    async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
+        purge::requests(self, batch).await
+    }
+
+    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64> {
+        purge::orphan_logs(self, before, limit).await
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {

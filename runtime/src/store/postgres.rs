@@ -15,8 +15,8 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, RequestFilter, Rescued, Store,
-    StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, RequestFilter,
+    Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -27,6 +27,8 @@ use crate::registry::BoxFuture;
 mod instances;
 mod keys;
 mod ops;
+mod list;
+mod purge;
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
 /// statement itself, so that instances whose clocks differ agree on them.
@@ -50,9 +52,18 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        let target = super::reach::server_target(
+            options.get_username(),
+            options.get_host(),
+            options.get_port(),
+            options.get_socket().map(|p| p.as_path()),
+            options.get_database(),
+        );
+        super::reach::check::<sqlx::PgConnection>(&options, "PostgreSQL", &target).await?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .connect(url)
+            .connect_with(options)
             .await?;
         Ok(PostgresStore { pool })
     }
@@ -731,22 +742,7 @@ impl Store for PostgresStore {
     }
 
     async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = $1 \
-             AND ($2::TEXT IS NULL OR status = $2) AND ($3::TEXT IS NULL OR executor = $3) \
-             AND ($4::BIGINT IS NULL OR id > $4) \
-             ORDER BY id {order} LIMIT $5"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(application)
-            .bind(f.status.map(Status::as_str))
-            .bind(&f.executor)
-            .bind(f.after_id)
-            .bind(f.limit.unwrap_or(100))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(request_from_row).collect()
+        list::list(&self.pool, application, f).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
@@ -809,6 +805,14 @@ impl Store for PostgresStore {
         }
         tx.commit().await?;
         Ok(status)
+    }
+
+    async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
+        purge::requests(&self.pool, batch).await
+    }
+
+    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64> {
+        purge::orphan_logs(&self.pool, before, limit).await
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {

@@ -14,8 +14,8 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, RequestFilter,
-    Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
+    RequestFilter, Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -26,6 +26,8 @@ use crate::registry::BoxFuture;
 mod instances;
 mod keys;
 mod ops;
+mod list;
+mod purge;
 
 /// Records in a SQLite database file (WAL mode).
 #[derive(Debug, Clone)]
@@ -81,12 +83,14 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
             .busy_timeout(busy_timeout);
+        let file = options.get_filename().display().to_string();
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
             // A file connection does not break: no ping (a thread hop) on every acquire.
             .test_before_acquire(false)
             .connect_with(options)
-            .await?;
+            .await
+            .map_err(|cause| super::reach::unreachable("SQLite", &file, cause))?;
         Ok(SqliteStore::from_pool(pool))
     }
 
@@ -390,25 +394,7 @@ impl Store for SqliteStore {
     }
 
     async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        let order = if f.after_id.is_some() { "ASC" } else { "DESC" };
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? \
-             AND (? IS NULL OR status = ?) AND (? IS NULL OR executor = ?) AND (? IS NULL OR id > ?) \
-             ORDER BY id {order} LIMIT ?"
-        );
-        let status = f.status.map(Status::as_str);
-        let rows = sqlx::query(&sql)
-            .bind(application)
-            .bind(status)
-            .bind(status)
-            .bind(&f.executor)
-            .bind(&f.executor)
-            .bind(f.after_id)
-            .bind(f.after_id)
-            .bind(f.limit.unwrap_or(100))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(request_from_row).collect()
+        list::list(&self.pool, application, f).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
@@ -471,6 +457,14 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(status)
+    }
+
+    async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
+        purge::requests(&self.pool, batch).await
+    }
+
+    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64> {
+        purge::orphan_logs(&self.pool, before, limit).await
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {

@@ -1,0 +1,127 @@
+//! Purges: finished records and old attempt logs, deleted in batches by an operator
+//! ([`Runtime::purge`]).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::record::Status;
+use crate::runtime::Runtime;
+use crate::store::PurgeBatch;
+
+/// The most records or log rows one batch of a purge deletes.
+pub const MAX_PURGE_BATCH: i64 = 1000;
+
+/// What [`Runtime::purge`] deletes: records of this application that finished (`success`,
+/// `cancelled`; `dead` only when asked) and were last changed longer ago than
+/// `older_than`, with their attempt logs; and attempt logs older than that whose request
+/// is gone (deleted on success, or by an operator). Records that may still run (`init`,
+/// `running`, `failed`) and their logs are never purged.
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// use std::time::Duration;
+/// use async_exec_runtime::Purge;
+/// let report = rt.purge(Purge::older_than(Duration::from_secs(7 * 86_400)).dead(true)).await?;
+/// println!("{} requests and {} attempt logs deleted", report.requests, report.attempt_logs);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Purge {
+    older_than: Duration,
+    dead: bool,
+    batch: i64,
+}
+
+impl Purge {
+    /// Records last changed, and logs finished, longer ago than `age`.
+    pub fn older_than(age: Duration) -> Self {
+        Purge {
+            older_than: age,
+            dead: false,
+            batch: MAX_PURGE_BATCH,
+        }
+    }
+
+    /// Whether `dead` records are purged too (default `false`: they are kept to be looked
+    /// at and replayed).
+    pub fn dead(mut self, dead: bool) -> Self {
+        self.dead = dead;
+        self
+    }
+
+    /// Records (or log rows) deleted per transaction (default and most
+    /// [`MAX_PURGE_BATCH`]): smaller batches hold locks for less time.
+    pub fn batch(mut self, batch: i64) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// The statuses this purge deletes.
+    pub fn statuses(&self) -> &'static [Status] {
+        if self.dead {
+            &[Status::Success, Status::Cancelled, Status::Dead]
+        } else {
+            &[Status::Success, Status::Cancelled]
+        }
+    }
+}
+
+/// What a purge deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct PurgeReport {
+    /// Records (`async_req` rows).
+    pub requests: u64,
+    /// Attempt logs (`async_log` rows): those of the records deleted, and old ones whose
+    /// request was gone already.
+    pub attempt_logs: u64,
+    /// Transactions it took.
+    pub batches: u64,
+}
+
+impl Runtime {
+    /// Deletes finished records and old attempt logs, `purge.batch` rows per transaction,
+    /// until none is left; see [`Purge`]. The age is measured with the database's clock.
+    pub async fn purge(&self, purge: Purge) -> Result<PurgeReport> {
+        if !(1..=MAX_PURGE_BATCH).contains(&purge.batch) {
+            return Err(Error::InvalidFilter(format!(
+                "purge `batch({})`: delete 1 to {MAX_PURGE_BATCH} rows per transaction",
+                purge.batch
+            )));
+        }
+        let age = i64::try_from(purge.older_than.as_millis()).unwrap_or(i64::MAX);
+        let before = self.inner.now_ms().saturating_sub(age);
+        let store = &self.inner.store;
+        let mut report = PurgeReport::default();
+        loop {
+            let batch = PurgeBatch {
+                application: &self.inner.app,
+                before,
+                statuses: purge.statuses(),
+                limit: purge.batch,
+            };
+            let purged = store.request_purge(&batch).await?;
+            report.batches += 1;
+            report.requests += purged.requests;
+            report.attempt_logs += purged.logs;
+            if purged.requests < purge.batch as u64 {
+                break;
+            }
+        }
+        loop {
+            let logs = store.log_purge_orphans(before, purge.batch).await?;
+            report.batches += 1;
+            report.attempt_logs += logs;
+            if logs < purge.batch as u64 {
+                break;
+            }
+        }
+        tracing::info!(
+            application = %self.inner.app,
+            requests = report.requests,
+            attempt_logs = report.attempt_logs,
+            "purged finished requests"
+        );
+        Ok(report)
+    }
+}

@@ -1,0 +1,71 @@
+//! Reaching the database at start: one connection tried before the pool is opened, so
+//! that a server that is down, a wrong port or a wrong password is reported at once, with
+//! where it is (never the password) and the driver's reason. A pool retries a refused
+//! connection until its acquire timeout and then reports only that it timed out.
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use std::time::Duration;
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use sqlx::Connection;
+
+use crate::error::Error;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::error::Result;
+
+/// How long the first connection may take.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// `user@host:port/database`, or the socket path: where a server is, without secrets.
+pub(crate) fn server_target(
+    user: &str,
+    host: &str,
+    port: u16,
+    socket: Option<&std::path::Path>,
+    database: Option<&str>,
+) -> String {
+    let place = match socket {
+        Some(path) => path.display().to_string(),
+        None => format!("{host}:{port}"),
+    };
+    let user = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    format!("{user}{place}/{}", database.unwrap_or(""))
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// Opens one connection with `options` and closes it; an error names `backend` and
+/// `target` and carries the cause.
+pub(crate) async fn check<C: Connection>(
+    options: &C::Options,
+    backend: &'static str,
+    target: &str,
+) -> Result<()> {
+    let connected = tokio::time::timeout(PATIENCE, C::connect_with(options)).await;
+    let cause = match connected {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            return Ok(());
+        }
+        Ok(Err(cause)) => cause,
+        Err(_) => sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {PATIENCE:?}"),
+        )),
+    };
+    Err(unreachable(backend, target, cause))
+}
+
+/// The error for a database that could not be reached.
+pub(crate) fn unreachable(backend: &'static str, target: &str, cause: sqlx::Error) -> Error {
+    Error::Unreachable {
+        backend,
+        target: target.to_owned(),
+        cause: Box::new(cause),
+    }
+}

@@ -1,0 +1,126 @@
+//! The command line: global options and one subcommand each.
+
+use clap::{Args, Parser, Subcommand};
+
+use async_exec::{RequestId, Status};
+
+/// Look at and act on the requests of an async-exec application, on SQLite, PostgreSQL
+/// or MySQL/MariaDB. Exit status: 0 done, 1 failed (the reason on stderr), 2 usage.
+#[derive(Debug, Parser)]
+#[command(name = "async-exec", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// The database: `sqlite:app.db`, `postgres://user:pw@host/db`, `mysql://user:pw@host/db`.
+    #[arg(
+        long,
+        env = "ASYNC_EXEC_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) url: Option<String>,
+
+    /// The application whose requests to look at (its `application_name`).
+    #[arg(long, default_value = "default", global = true)]
+    pub(crate) application: String,
+
+    /// Print one JSON document instead of tables.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or update the async-exec tables.
+    Migrate,
+    /// Count the requests in each status.
+    Stats,
+    /// List requests, newest first; every filter given must hold.
+    List(ListArgs),
+    /// Show one request: its arguments, times, last error and every attempt.
+    Show {
+        /// The request's id.
+        id: RequestId,
+    },
+    /// Run requests again now: a failed one keeps its attempts, a dead or cancelled one
+    /// starts over.
+    Retry {
+        /// The requests' ids.
+        #[arg(required = true)]
+        ids: Vec<RequestId>,
+        /// Also run again requests that succeeded (kept with `delete_on_success(false)`).
+        #[arg(long)]
+        replay: bool,
+    },
+    /// Cancel requests that are waiting (`init` or `failed`).
+    Cancel {
+        /// The requests' ids.
+        #[arg(required = true)]
+        ids: Vec<RequestId>,
+    },
+    /// Delete requests (not running ones) and their attempt logs.
+    Delete {
+        /// The requests' ids.
+        #[arg(required = true)]
+        ids: Vec<RequestId>,
+    },
+    /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
+    /// logs of requests that are gone, older than --older-than, in batches.
+    Purge(PurgeArgs),
+}
+
+/// Filters and paging of `list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only this status: init, running, success, failed, dead, cancelled.
+    #[arg(long)]
+    pub(crate) status: Option<Status>,
+    /// Only this executor (its full name, as `list` shows it).
+    #[arg(long)]
+    pub(crate) executor: Option<String>,
+    /// Only the request with this idempotency key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Only the request with this id.
+    #[arg(long)]
+    pub(crate) id: Option<RequestId>,
+    /// Only requests whose remark contains this text (exact case, no wildcards).
+    #[arg(long)]
+    pub(crate) remark: Option<String>,
+    /// Only requests whose last error contains this text (exact case, no wildcards).
+    #[arg(long)]
+    pub(crate) error: Option<String>,
+    /// Only requests created at or after: `2026-12-01`, `2026-12-01T09:30:00Z`, unix ms,
+    /// or an age such as `2h` (ago).
+    #[arg(long, value_parser = crate::time::parse_instant)]
+    pub(crate) since: Option<i64>,
+    /// Only requests created before (same forms as --since).
+    #[arg(long, value_parser = crate::time::parse_instant)]
+    pub(crate) until: Option<i64>,
+    /// At most this many (1 to 100000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub(crate) limit: i64,
+    /// Page oldest first: requests with an id greater than this one.
+    #[arg(long, conflicts_with = "before")]
+    pub(crate) after: Option<RequestId>,
+    /// Page newest first: requests with an id less than this one (what `list` prints as
+    /// the next page).
+    #[arg(long)]
+    pub(crate) before: Option<RequestId>,
+}
+
+/// What `purge` deletes.
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    /// Age of what is deleted: `7d`, `12h`, `30m`, `90s`.
+    #[arg(long, default_value = "7d", value_parser = crate::time::parse_duration)]
+    pub(crate) older_than: std::time::Duration,
+    /// Delete dead requests too (kept by default, to be looked at and replayed).
+    #[arg(long)]
+    pub(crate) dead: bool,
+    /// Rows deleted per transaction (1 to 1000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=1000))]
+    pub(crate) batch: i64,
+}

@@ -1,0 +1,360 @@
+//! The subcommands: each returns what to print, as JSON and for people.
+
+use async_exec::{AttemptLog, Error, Purge, Request, RequestFilter, RequestId, Runtime};
+use serde_json::{json, Value};
+
+use crate::args::{ListArgs, PurgeArgs};
+use crate::failure::Failure;
+use crate::render::{cell, safe, table};
+use crate::time::format_ms;
+
+/// What a command printed: one JSON document, or text for people; and whether some of
+/// the requests it was given failed (exit status 1 after printing).
+#[derive(Debug)]
+pub(crate) struct Printed {
+    pub(crate) json: Value,
+    pub(crate) human: String,
+    pub(crate) failed: Option<String>,
+}
+
+impl Printed {
+    fn ok(json: Value, human: String) -> Self {
+        Printed {
+            json,
+            human,
+            failed: None,
+        }
+    }
+}
+
+/// `migrate`: the runtime migrated when it started.
+pub(crate) fn migrate(database: &str) -> Printed {
+    Printed::ok(
+        json!({ "migrated": true, "database": database }),
+        format!("the async-exec tables are up to date in {database}\n"),
+    )
+}
+
+/// `stats`: requests by status, zeros included.
+pub(crate) async fn stats(rt: &Runtime) -> Result<Printed, Failure> {
+    let counts = rt.count_by_status().await?;
+    let total: i64 = counts.iter().map(|(_, n)| n).sum();
+    let by_status: serde_json::Map<String, Value> = counts
+        .iter()
+        .map(|(status, n)| (status.to_string(), json!(n)))
+        .collect();
+    let mut rows: Vec<Vec<String>> = counts
+        .iter()
+        .map(|(status, n)| vec![status.to_string(), n.to_string()])
+        .collect();
+    rows.push(vec!["total".into(), total.to_string()]);
+    Ok(Printed::ok(
+        json!({ "application": rt.settings().application_name, "counts": by_status, "total": total }),
+        format!(
+            "application {}\n{}",
+            safe(&rt.settings().application_name),
+            table(&["STATUS", "COUNT"], &rows)
+        ),
+    ))
+}
+
+/// `list`: one page of requests, and how to ask for the next one.
+pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> {
+    let filter = RequestFilter {
+        status: a.status,
+        executor: a.executor,
+        limit: Some(a.limit),
+        after_id: a.after,
+        before_id: a.before,
+        id: a.id,
+        key: a.key,
+        remark_contains: a.remark,
+        error_contains: a.error,
+        created_from: a.since,
+        created_before: a.until,
+    };
+    let ascending = filter.after_id.is_some();
+    let requests = rt.list(filter).await?;
+    let next = match requests.last() {
+        Some(last) if requests.len() as i64 == a.limit => Some(if ascending {
+            ("after", last.id)
+        } else {
+            ("before", last.id)
+        }),
+        _ => None,
+    };
+    let rows: Vec<Vec<String>> = requests.iter().map(list_row).collect();
+    let mut human = if rows.is_empty() {
+        "no requests match\n".to_string()
+    } else {
+        table(
+            &[
+                "ID",
+                "STATUS",
+                "EXECUTOR",
+                "TRIES",
+                "CREATED",
+                "UPDATED",
+                "KEY",
+                "LAST ERROR",
+            ],
+            &rows,
+        )
+    };
+    if let Some((direction, id)) = next {
+        human.push_str(&format!("next page: --{direction} {id}\n"));
+    }
+    Ok(Printed::ok(
+        json!({
+            "requests": requests,
+            "next": next.map(|(direction, id)| json!({ direction: id })),
+        }),
+        human,
+    ))
+}
+
+fn list_row(r: &Request) -> Vec<String> {
+    vec![
+        r.id.to_string(),
+        r.status.to_string(),
+        cell(&r.executor, 48),
+        format!("{}/{}", r.exec_count, r.max_attempts),
+        format_ms(r.create_time),
+        format_ms(r.update_time),
+        r.idempotency_key
+            .as_deref()
+            .map_or(String::new(), |k| cell(k, 24)),
+        r.last_error
+            .as_deref()
+            .map_or(String::new(), |e| cell(e, 60)),
+    ]
+}
+
+/// `show ID`: the request and its attempts.
+pub(crate) async fn show(rt: &Runtime, id: RequestId) -> Result<Printed, Failure> {
+    let Some(request) = rt.get(id).await? else {
+        return Err(not_found(rt, id));
+    };
+    let attempts = rt.attempts(id).await?;
+    let human = show_human(&request, &attempts);
+    Ok(Printed::ok(
+        json!({ "request": request, "attempts": attempts }),
+        human,
+    ))
+}
+
+fn not_found(rt: &Runtime, id: RequestId) -> Failure {
+    Failure::Failed(format!(
+        "no request with id {id} in application `{}` (another application's? pass --application)",
+        safe(&rt.settings().application_name)
+    ))
+}
+
+fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
+    let mut fields: Vec<(&str, String)> = vec![
+        ("id", r.id.to_string()),
+        ("status", r.status.to_string()),
+        ("executor", safe(&r.executor)),
+        ("application", safe(&r.application_name)),
+        ("strategy", safe(&r.strategy)),
+        ("sign", safe(&r.sign)),
+        ("remark", safe(&r.remark)),
+        ("key", r.idempotency_key.as_deref().map_or("-".into(), safe)),
+        ("priority", r.priority.to_string()),
+        (
+            "attempts",
+            format!("{} of {}", r.exec_count, r.max_attempts),
+        ),
+        ("created", format_ms(r.create_time)),
+        ("updated", format_ms(r.update_time)),
+        ("run at", format_ms(r.run_at)),
+    ];
+    if let Some(owner) = &r.lease_owner {
+        let until = r
+            .lease_until
+            .map_or(String::new(), |t| format!(" until {}", format_ms(t)));
+        fields.push(("lease", format!("{}{until}", safe(owner))));
+    }
+    if let Some(trace) = &r.trace_json {
+        fields.push(("baggage", safe(trace)));
+    }
+    let mut out = String::new();
+    for (name, value) in fields {
+        out.push_str(&format!("{name:<12}{value}\n"));
+    }
+    if let Some(error) = &r.last_error {
+        out.push_str("last error\n");
+        out.push_str(&indented(error));
+    }
+    out.push_str("arguments\n");
+    let arguments = serde_json::from_str::<Value>(&r.param_json)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| r.param_json.clone());
+    out.push_str(&indented(&arguments));
+    if attempts.is_empty() {
+        out.push_str("no attempts logged\n");
+    } else {
+        let rows: Vec<Vec<String>> = attempts
+            .iter()
+            .map(|a| {
+                vec![
+                    a.attempt.to_string(),
+                    safe(&a.outcome),
+                    format_ms(a.started),
+                    format!("{} ms", a.finished - a.started),
+                    cell(&a.worker, 40),
+                    a.error.as_deref().map_or(String::new(), |e| cell(e, 100)),
+                ]
+            })
+            .collect();
+        out.push_str("attempts\n");
+        out.push_str(&table(
+            &["#", "OUTCOME", "STARTED", "TOOK", "WORKER", "ERROR"],
+            &rows,
+        ));
+    }
+    out
+}
+
+/// Each line of `text`, made safe, indented by two spaces.
+fn indented(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("  {}\n", safe(line)))
+        .collect()
+}
+
+/// What `retry`, `cancel` and `delete` do to one request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Action {
+    Retry,
+    Replay,
+    Cancel,
+    Delete,
+}
+
+impl Action {
+    fn past(self) -> &'static str {
+        match self {
+            Action::Retry => "queued to run again",
+            Action::Replay => "queued to run again (replay)",
+            Action::Cancel => "cancelled",
+            Action::Delete => "deleted",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Action::Retry | Action::Replay => "retry",
+            Action::Cancel => "cancel",
+            Action::Delete => "delete",
+        }
+    }
+
+    async fn on(self, rt: &Runtime, id: RequestId) -> async_exec::Result<()> {
+        match self {
+            Action::Retry => rt.retry_now(id).await,
+            Action::Replay => rt.replay(id).await,
+            Action::Cancel => rt.cancel(id).await,
+            Action::Delete => rt.delete(id).await,
+        }
+    }
+}
+
+/// `retry`, `cancel`, `delete` on each id in turn; one that fails does not stop the rest.
+pub(crate) async fn act(
+    rt: &Runtime,
+    action: Action,
+    ids: &[RequestId],
+) -> Result<Printed, Failure> {
+    let mut results = Vec::with_capacity(ids.len());
+    let mut human = String::new();
+    let mut failures = 0;
+    for &id in ids {
+        match action.on(rt, id).await {
+            Ok(()) => {
+                human.push_str(&format!("{id}: {}\n", action.past()));
+                results.push(json!({ "id": id, "ok": true }));
+            }
+            Err(error) => {
+                failures += 1;
+                let message = refusal(rt, action, id, &error);
+                human.push_str(&format!("{id}: not {}: {message}\n", action.past()));
+                results.push(json!({ "id": id, "ok": false, "error": message }));
+            }
+        }
+    }
+    let failed = (failures > 0).then(|| {
+        format!(
+            "{failures} of {} could not be {}: see above",
+            counted(ids.len() as u64, "request"),
+            action.past()
+        )
+    });
+    Ok(Printed {
+        json: json!({ "action": action.name(), "results": results }),
+        human,
+        failed,
+    })
+}
+
+/// Why the runtime refused, in the tool's words where they differ from the API's.
+fn refusal(rt: &Runtime, action: Action, id: RequestId, error: &Error) -> String {
+    match error {
+        Error::NotFound(_) => match not_found(rt, id) {
+            Failure::Failed(message) => message,
+            other => other.to_string(),
+        },
+        Error::InvalidState { status, .. }
+            if status == "success" && matches!(action, Action::Retry) =>
+        {
+            "it succeeded already; pass --replay to run it again on purpose".into()
+        }
+        other => crate::failure::explain(other),
+    }
+}
+
+/// `1 request`, `2 requests`, `3 batches`.
+fn counted(n: u64, noun: &str) -> String {
+    match (n, noun.ends_with('h')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{n} {noun}es"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
+/// `purge`: finished records and orphaned attempt logs, in batches.
+pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure> {
+    let report = rt
+        .purge(Purge::older_than(a.older_than).dead(a.dead).batch(a.batch))
+        .await?;
+    let statuses: Vec<&str> = Purge::older_than(a.older_than)
+        .dead(a.dead)
+        .statuses()
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    let human = format!(
+        "purged {} ({}) and {} older than {}, in {}{}\n",
+        counted(report.requests, "request"),
+        statuses.join(", "),
+        counted(report.attempt_logs, "attempt log"),
+        crate::time::format_age(a.older_than),
+        counted(report.batches, "batch"),
+        if a.dead {
+            ""
+        } else {
+            "; dead requests kept (pass --dead to purge them too)"
+        }
+    );
+    Ok(Printed::ok(
+        json!({
+            "requests": report.requests,
+            "attempt_logs": report.attempt_logs,
+            "batches": report.batches,
+            "statuses": statuses,
+            "older_than_ms": a.older_than.as_millis() as u64,
+        }),
+        human,
+    ))
+}
