@@ -16,13 +16,13 @@ impl Runtime {
     ) {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
-        let completer_inner = inner.clone();
+        let stop = inner.completer_stop.clone();
         tasks.push(tokio::spawn(supervised(
             "completer",
             completer,
             move |part| {
-                let inner = completer_inner.clone();
-                async move { part.lock().await.run(inner).await }
+                let stop = stop.clone();
+                async move { part.lock().await.run(stop).await }
             },
         )));
         // Every instance writes times (submit-only ones too): keep reading the database's

@@ -255,7 +255,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
 /// bounded by [`MAX_HELD`], never by the backlog.
 async fn wait_for_completer(inner: &Inner) {
     while inner.pool.held() >= MAX_HELD {
-        let written = inner.completer.written.notified();
+        let written = inner.completer.written().notified();
         if inner.pool.held() < MAX_HELD {
             return;
         }

@@ -12,8 +12,8 @@ use crate::completer::Completer;
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
-use crate::executor::{ExecutorPool, Job, RecordRef};
-use crate::record::{Claimed, NewRequest, Status};
+use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool, Job, RecordRef};
+use crate::record::{Claimed, NewRequest};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
@@ -57,7 +57,9 @@ pub(crate) struct Inner {
     pub(crate) data: Arc<DataMap>,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) pool: Arc<ExecutorPool>,
-    pub(crate) completer: Completer,
+    pub(crate) completer: Arc<Completer>,
+    /// Runs bodies (pooled, direct, inline) and hands their outcomes on.
+    pub(crate) executor: Arc<Executor>,
     /// Stops the producer and the sweeps.
     pub(crate) shutdown: CancellationToken,
     /// Stops the completer, after the workers.
@@ -141,16 +143,33 @@ impl Runtime {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
         let (dispatcher, producer) = Dispatcher::new(settings.channel_capacity);
-        let (completer, completer_task) = Completer::new();
-        let owner = format!(
+        let pool = Arc::new(ExecutorPool::new(settings.concurrency));
+        let (completer, completer_task) = Completer::new(store.clone(), pool.clone());
+        let completer = Arc::new(completer);
+        let owner: Arc<str> = format!(
             "{}@{}:{:04x}",
             settings.application_name,
             std::process::id(),
             rand::random::<u16>()
-        );
+        )
+        .into();
+        let app: Arc<str> = settings.application_name.as_str().into();
+        let data = Arc::new(data);
+        let executor = Arc::new(Executor::new(
+            ExecutorParts {
+                pool: pool.clone(),
+                data: data.clone(),
+                clock: clock.clone(),
+                completer: completer.clone(),
+                store: store.clone(),
+                application: app.clone(),
+                owner: owner.clone(),
+            },
+            ExecutorConfig::from_settings(&settings),
+        ));
         let inner = Arc::new(Inner {
-            app: settings.application_name.as_str().into(),
-            owner: owner.into(),
+            app,
+            owner,
             leases: store.lease_keeper(),
             skip: Default::default(),
             idle_producer: Mutex::new(None),
@@ -158,10 +177,11 @@ impl Runtime {
             clock,
             store,
             registry,
-            data: Arc::new(data),
+            data,
             dispatcher,
-            pool: Arc::new(ExecutorPool::new(settings.concurrency)),
+            pool,
             completer,
+            executor,
             shutdown: CancellationToken::new(),
             completer_stop: CancellationToken::new(),
             closed: AtomicBool::new(false),
@@ -219,7 +239,7 @@ impl Runtime {
     /// Waits until every dispatched call has run and its outcome is written.
     pub async fn wait_idle(&self) {
         loop {
-            let written = self.inner.completer.written.notified();
+            let written = self.inner.completer.written().notified();
             if self.inner.dispatcher.is_empty() && self.inner.pool.is_idle() {
                 return;
             }
@@ -338,15 +358,9 @@ async fn warn_of_records_filed_elsewhere(
 }
 
 impl Inner {
-    pub(crate) fn timeout_of(&self, def: &ExecutorDef) -> Duration {
-        def.timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.settings.default_timeout)
-    }
-
+    /// The attempts a record of `def` gets.
     pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
-        def.max_attempts
-            .unwrap_or(self.settings.default_max_attempts)
+        self.executor.max_attempts_of(def)
     }
 
     /// Now, by the database's clock (unix ms).
@@ -378,26 +392,8 @@ impl Inner {
         run_at: i64,
         trace: Option<&TraceContext>,
     ) -> NewRequest {
-        NewRequest {
-            application_name: self.app.clone(),
-            executor: def.name,
-            sign: def.sign,
-            strategy: def.strategy.as_str(),
-            status: Status::Init,
-            exec_count: 0,
-            max_attempts: self.max_attempts_of(def) as i32,
-            param_json: params,
-            remark: def.remark,
-            idempotency_key: key,
-            key_retention: self.settings.key_retention.as_millis() as i64,
-            priority,
-            run_at,
-            last_error: None,
-            trace_json: trace.map(TraceContext::to_json),
-            now: self.now_ms(),
-            notify: None,
-            log: None,
-        }
+        self.executor
+            .new_request(def, params, key, priority, run_at, trace)
     }
 
     /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
@@ -470,7 +466,7 @@ impl Inner {
         };
         match permit {
             Some(permit) => {
-                self.pool.spawn(self.clone(), job, permit);
+                self.executor.spawn(job, permit);
                 true
             }
             None => {
