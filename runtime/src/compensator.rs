@@ -9,7 +9,6 @@ use crate::error::Result;
 
 use crate::runtime::Inner;
 use crate::store::{DueKind, KEY_SWEEP_BATCH};
-use crate::sweep::claim_and_start;
 
 /// Runs stale `init` records. Get one with [`Runtime::compensator`](crate::Runtime::compensator).
 #[derive(Debug, Clone)]
@@ -38,7 +37,10 @@ impl Compensator {
             .await?;
         let older_than = inner.settings.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };
-        let started = claim_and_start(inner, kind, inner.settings.compensate_batch).await?;
+        let started = inner
+            .claimer
+            .claim_and_start(kind, inner.settings.compensate_batch)
+            .await?;
         Ok(CompensateReport {
             started,
             keys_expired,

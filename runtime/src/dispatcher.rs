@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::executor::{Job, RecordRef};
 use crate::record::RequestId;
 use crate::runtime::Inner;
-use crate::store::{ClaimIds, DueKind};
+use crate::store::DueKind;
 use crate::strategy::Strategy;
 
 /// The most messages claimed together.
@@ -150,18 +150,12 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
         .iter()
         .filter_map(|j| j.record.as_ref().map(|r| r.id))
         .collect();
-    let now = inner.now_ms();
-    let lease_until = now + inner.lease_ms();
     let claimed = if ids.is_empty() {
         Vec::new()
     } else {
-        let params = ClaimIds {
-            ids: &ids,
-            owner: &inner.owner,
-            now,
-            lease_ms: inner.lease_ms(),
-        };
-        match inner.store.request_claim_ids(params).await {
+        // Every claimed record is reserved before any starts: at shutdown, those not
+        // started are handed back with the rest.
+        match inner.claimer.claim_ids(&ids).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 // The records stay `init`: the compensation sweep finds them.
@@ -170,11 +164,6 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
             }
         }
     };
-    // Every claimed record is reserved before any starts: at shutdown, those not started
-    // are handed back with the rest.
-    for c in &claimed {
-        inner.pool.reserve(c.id, c.attempt, lease_until);
-    }
     for mut job in batch {
         let max_attempts = inner.max_attempts_of(job.def) as i32;
         if let Some(record) = &mut job.record {
@@ -187,7 +176,7 @@ async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
                 None => continue, // claimed elsewhere, cancelled, or left to the sweep
             }
         }
-        if !inner.start(job).await {
+        if !inner.claimer.start(job).await {
             return false;
         }
     }
@@ -211,6 +200,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
     let claim = move |inner: Arc<Inner>| {
         tokio::spawn(async move {
             inner
+                .claimer
                 .claim_due(DueKind::Stale { older_than: 0 }, batch)
                 .await
         })
@@ -240,7 +230,7 @@ async fn claim_from_store(inner: &Arc<Inner>) {
         wait_for_completer(inner).await;
         next = claim(inner.clone());
         for job in claimed {
-            if !inner.start(job).await {
+            if !inner.claimer.start(job).await {
                 // Shutdown: wait for the claim in flight; its records are reserved and
                 // handed back with the rest.
                 let _ = next.await;

@@ -18,6 +18,7 @@ mod assemble;
 mod backoff;
 mod builder;
 mod call;
+mod claimer;
 mod clock;
 mod compensator;
 mod completer;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::runtime::Inner;
 use crate::store::DueKind;
-use crate::sweep::claim_and_start;
 
 /// Runs due retries. Get one with [`Runtime::retrier`](crate::Runtime::retrier).
 #[derive(Debug, Clone)]
@@ -26,12 +25,11 @@ impl Retrier {
     /// and starts them. Does not wait for them to finish: see
     /// [`Runtime::wait_idle`](crate::Runtime::wait_idle).
     pub async fn run_once(&self) -> Result<RetryReport> {
-        let started = claim_and_start(
-            &self.inner,
-            DueKind::Scheduled,
-            self.inner.settings.retry_batch,
-        )
-        .await?;
+        let started = self
+            .inner
+            .claimer
+            .claim_and_start(DueKind::Scheduled, self.inner.settings.retry_batch)
+            .await?;
         Ok(RetryReport { started })
     }
 }

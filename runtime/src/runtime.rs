@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::claimer::{Claimer, ClaimerConfig, ClaimerParts};
 use crate::clock::Clock;
 use crate::completer::Completer;
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
-use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool, Job, RecordRef};
-use crate::record::{Claimed, NewRequest};
+use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool, Job};
+use crate::record::NewRequest;
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
@@ -53,13 +54,15 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
     pub(crate) leases: Arc<dyn crate::store::LeaseKeeper>,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Arc<Registry>,
     pub(crate) data: Arc<DataMap>,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) pool: Arc<ExecutorPool>,
     pub(crate) completer: Arc<Completer>,
     /// Runs bodies (pooled, direct, inline) and hands their outcomes on.
     pub(crate) executor: Arc<Executor>,
+    /// Claims records and starts them: the producer's and the sweeps' path to a worker.
+    pub(crate) claimer: Arc<Claimer>,
     /// Stops the producer and the sweeps.
     pub(crate) shutdown: CancellationToken,
     /// Stops the completer, after the workers.
@@ -67,7 +70,7 @@ pub(crate) struct Inner {
     /// Set once shutdown begins: calls are refused.
     pub(crate) closed: AtomicBool,
     /// Records handed back by workers that were stopping (counted in the shutdown report).
-    pub(crate) handed_back: AtomicU64,
+    pub(crate) handed_back: Arc<AtomicU64>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
@@ -167,11 +170,29 @@ impl Runtime {
             },
             ExecutorConfig::from_settings(&settings),
         ));
+        let registry = Arc::new(registry);
+        let skip = crate::instances::SkipList::default();
+        let shutdown = CancellationToken::new();
+        let handed_back = Arc::new(AtomicU64::new(0));
+        let claimer = Arc::new(Claimer::new(
+            ClaimerParts {
+                store: store.clone(),
+                application: app.clone(),
+                registry: registry.clone(),
+                owner: owner.clone(),
+                clock: clock.clone(),
+                skip: skip.clone(),
+                executor: executor.clone(),
+                shutdown: shutdown.clone(),
+                handed_back: handed_back.clone(),
+            },
+            ClaimerConfig::from_settings(&settings),
+        ));
         let inner = Arc::new(Inner {
             app,
             owner,
             leases: store.lease_keeper(),
-            skip: Default::default(),
+            skip,
             idle_producer: Mutex::new(None),
             workers_on: Arc::new(AtomicBool::new(false)),
             clock,
@@ -182,10 +203,11 @@ impl Runtime {
             pool,
             completer,
             executor,
-            shutdown: CancellationToken::new(),
+            claimer,
+            shutdown,
             completer_stop: CancellationToken::new(),
             closed: AtomicBool::new(false),
-            handed_back: AtomicU64::new(0),
+            handed_back,
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             settings,
@@ -394,94 +416,6 @@ impl Inner {
     ) -> NewRequest {
         self.executor
             .new_request(def, params, key, priority, run_at, trace)
-    }
-
-    /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
-    /// (reserved in the pool until they start).
-    pub(crate) async fn claim_due(
-        &self,
-        kind: crate::store::DueKind,
-        limit: i64,
-    ) -> Result<Vec<Job>> {
-        let now = self.now_ms();
-        let lease_until = now + self.lease_ms();
-        let skip = self.skip.read().expect("skip list lock").clone();
-        let mut claimed = self
-            .store
-            .request_claim_due(crate::store::ClaimDue {
-                application: &self.app,
-                executors: self.registry.names(),
-                kind,
-                owner: &self.owner,
-                now,
-                lease_ms: self.lease_ms(),
-                limit,
-                skip: &skip,
-            })
-            .await?;
-        Claimed::sort_for_start(&mut claimed);
-        Ok(claimed
-            .into_iter()
-            .filter_map(|c| self.job_from_claim(c, lease_until))
-            .collect())
-    }
-
-    /// The job for a record claimed from the store (its executor is known: claims filter).
-    pub(crate) fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
-        let Some(def) = self.registry.get(&claimed.executor) else {
-            tracing::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
-            return None;
-        };
-        let trace = claimed
-            .trace_json
-            .as_deref()
-            .map(|j| TraceContext::from_json(Some(j)));
-        self.pool.reserve(claimed.id, claimed.attempt, lease_until);
-        Some(Job {
-            def,
-            params: claimed.param_json,
-            trace,
-            delay: None,
-            record: Some(RecordRef {
-                id: claimed.id,
-                attempt: claimed.attempt,
-                max_attempts: claimed.max_attempts,
-                sign: claimed.sign.into(),
-            }),
-        })
-    }
-
-    /// Starts a job under a worker permit. Returns `false` (dropping the job) at shutdown;
-    /// a stored job then stays claimed until it is released or its lease expires.
-    pub(crate) async fn start(self: &Arc<Self>, job: Job) -> bool {
-        // Fast path: a free worker, no waiting (and no cancellation future to register).
-        let permit = match self.pool.permits.clone().try_acquire_owned() {
-            Ok(permit) if !self.shutdown.is_cancelled() => Some(permit),
-            Ok(_) => None,
-            Err(_) => tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => None,
-                permit = self.pool.permits.clone().acquire_owned() => permit.ok(),
-            },
-        };
-        match permit {
-            Some(permit) => {
-                self.executor.spawn(job, permit);
-                true
-            }
-            None => {
-                if let Some(record) = &job.record {
-                    let released = self
-                        .store
-                        .lease_release(&self.owner, &[record.id], self.now_ms())
-                        .await;
-                    if let Ok(n) = released {
-                        self.handed_back.fetch_add(n, Ordering::AcqRel);
-                    }
-                }
-                false
-            }
-        }
     }
 
     /// Whether calls run inline (test mode) instead of through the workers.

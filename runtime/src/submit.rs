@@ -447,7 +447,7 @@ impl Runtime {
         loop {
             let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
             for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
-                jobs.extend(inner.claim_due(kind, 100).await?);
+                jobs.extend(inner.claimer.claim_due(kind, 100).await?);
             }
             if jobs.is_empty() {
                 return Ok(report);

@@ -1,5 +1,4 @@
-//! What the sweeps share: claiming due records into free workers, and the periodic loop
-//! with a backoff while the database fails.
+//! What the sweeps share: the periodic loop, with a backoff while the database fails.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -10,29 +9,7 @@ use futures_util::FutureExt;
 
 use crate::error::Result;
 use crate::runtime::Inner;
-use crate::store::DueKind;
 use crate::supervise::panic_text;
-
-/// Claims up to `limit` due records of `kind` (never more than there are free workers)
-/// and starts them. Returns how many were started.
-pub(crate) async fn claim_and_start(
-    inner: &Arc<Inner>,
-    kind: DueKind,
-    limit: i64,
-) -> Result<usize> {
-    let free = inner.pool.available() as i64;
-    let limit = limit.min(free);
-    if limit <= 0 {
-        return Ok(0);
-    }
-    let mut started = 0;
-    for job in inner.claim_due(kind, limit).await? {
-        if inner.start(job).await {
-            started += 1;
-        }
-    }
-    Ok(started)
-}
 
 /// Runs `once` every `interval` until shutdown. While it fails, the wait doubles (up to a
 /// minute) and each failure is logged; the first success after failures says so.
