@@ -3,8 +3,11 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::compensator::CompensatorConfig;
 use crate::completer::CompleterTask;
 use crate::error::{Error, Result};
+use crate::rescuer::RescuerConfig;
+use crate::retrier::RetrierConfig;
 use crate::runtime::Runtime;
 use crate::supervise::supervised;
 
@@ -70,23 +73,27 @@ impl Runtime {
             },
         )));
         let s = &inner.settings;
+        let retrier = self.retrier();
         tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
+            inner.shutdown.clone(),
             "retrier",
             s.retry_interval,
-            |inner| async move { crate::Retrier { inner }.run_once().await.map(drop) },
+            move || {
+                let retrier = retrier.clone();
+                async move { retrier.run_once().await.map(drop) }
+            },
         )));
+        let (rescuer, compensator) = (self.rescuer(), self.compensator());
         tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
+            inner.shutdown.clone(),
             "compensator",
             s.compensate_interval,
-            |inner| async move {
-                crate::Rescuer {
-                    inner: inner.clone(),
+            move || {
+                let (rescuer, compensator) = (rescuer.clone(), compensator.clone());
+                async move {
+                    rescuer.run_once().await?;
+                    compensator.run_once().await.map(drop)
                 }
-                .run_once()
-                .await?;
-                crate::Compensator { inner }.run_once().await.map(drop)
             },
         )));
         // Leases are kept while bodies run, also during shutdown's grace period: the
@@ -105,22 +112,34 @@ impl Runtime {
 
     /// The retry sweep, to run by hand (tests, or with background sweeps off).
     pub fn retrier(&self) -> crate::Retrier {
+        let inner = &self.inner;
         crate::Retrier {
-            inner: self.inner.clone(),
+            claimer: inner.claimer.clone(),
+            config: RetrierConfig::from_settings(&inner.settings),
         }
     }
 
     /// The compensation sweep for records committed but never dispatched.
     pub fn compensator(&self) -> crate::Compensator {
+        let inner = &self.inner;
         crate::Compensator {
-            inner: self.inner.clone(),
+            claimer: inner.claimer.clone(),
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            clock: inner.clock.clone(),
+            config: CompensatorConfig::from_settings(&inner.settings),
         }
     }
 
     /// The sweep that recovers records whose lease expired.
     pub fn rescuer(&self) -> crate::Rescuer {
+        let inner = &self.inner;
         crate::Rescuer {
-            inner: self.inner.clone(),
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            registry: inner.registry.clone(),
+            clock: inner.clock.clone(),
+            config: RescuerConfig::from_settings(&inner.settings),
         }
     }
 

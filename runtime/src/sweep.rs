@@ -2,27 +2,25 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
-use crate::runtime::Inner;
 use crate::supervise::panic_text;
 
-/// Runs `once` every `interval` until shutdown. While it fails, the wait doubles (up to a
+/// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
 /// minute) and each failure is logged; the first success after failures says so.
 pub(crate) async fn every<F, Fut>(
-    inner: Arc<Inner>,
+    shutdown: CancellationToken,
     name: &'static str,
     interval: Duration,
     mut once: F,
 ) where
-    F: FnMut(Arc<Inner>) -> Fut,
+    F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let shutdown = inner.shutdown.clone();
     let mut failures = 0u32;
     loop {
         let wait = if failures == 0 {
@@ -36,7 +34,7 @@ pub(crate) async fn every<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        let outcome = AssertUnwindSafe(once(inner.clone()))
+        let outcome = AssertUnwindSafe(once())
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| {
