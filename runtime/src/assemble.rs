@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use crate::compensator::CompensatorConfig;
 use crate::completer::CompleterTask;
+use crate::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
 use crate::error::{Error, Result};
 use crate::rescuer::RescuerConfig;
 use crate::retrier::RetrierConfig;
@@ -12,11 +13,7 @@ use crate::runtime::Runtime;
 use crate::supervise::supervised;
 
 impl Runtime {
-    pub(crate) fn spawn_parts(
-        &self,
-        producer: crate::dispatcher::Producer,
-        completer: CompleterTask,
-    ) {
+    pub(crate) fn spawn_parts(&self, inbox: Inbox, completer: CompleterTask) {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
         let stop = inner.completer_stop.clone();
@@ -51,26 +48,34 @@ impl Runtime {
         )));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
-            *inner.idle_producer.lock().expect("producer lock") = Some(producer);
+            *inner.idle_inbox.lock().expect("inbox lock") = Some(inbox);
             return;
         }
         drop(tasks);
-        self.spawn_workers(producer);
+        self.spawn_workers(inbox);
     }
 
     /// Starts the producer, the sweeps and the heartbeat: this instance runs requests.
-    fn spawn_workers(&self, producer: crate::dispatcher::Producer) {
+    fn spawn_workers(&self, inbox: Inbox) {
         let inner = &self.inner;
         inner.workers_on.store(true, Ordering::Release);
         let mut tasks = inner.tasks.lock().expect("tasks lock");
-        let producer_inner = inner.clone();
+        let producer = Producer::new(
+            inbox,
+            ProducerParts {
+                claimer: inner.claimer.clone(),
+                store: inner.store.clone(),
+                completer: inner.completer.clone(),
+                application: inner.app.clone(),
+                owner: inner.owner.clone(),
+                shutdown: inner.shutdown.clone(),
+            },
+            ProducerConfig::from_settings(&inner.settings),
+        );
         tasks.push(tokio::spawn(supervised(
             "producer",
             producer,
-            move |part| {
-                let inner = producer_inner.clone();
-                async move { part.lock().await.run(inner).await }
-            },
+            |part| async move { part.lock().await.run().await },
         )));
         let s = &inner.settings;
         let retrier = self.retrier();
@@ -178,9 +183,9 @@ impl Runtime {
                     .into(),
             });
         }
-        let producer = inner.idle_producer.lock().expect("producer lock").take();
-        if let Some(producer) = producer {
-            self.spawn_workers(producer);
+        let inbox = inner.idle_inbox.lock().expect("inbox lock").take();
+        if let Some(inbox) = inbox {
+            self.spawn_workers(inbox);
             tracing::info!(owner = %inner.owner, "workers started");
         }
         Ok(())

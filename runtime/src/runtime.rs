@@ -44,8 +44,9 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
-    /// The producer while no workers run (a submit-only instance), for `start_workers`.
-    pub(crate) idle_producer: Mutex<Option<crate::dispatcher::Producer>>,
+    /// The channel's receiving end while no workers run (a submit-only instance), for
+    /// `start_workers`.
+    pub(crate) idle_inbox: Mutex<Option<crate::dispatcher::Inbox>>,
     /// Whether this instance runs workers now.
     pub(crate) workers_on: Arc<AtomicBool>,
     /// Records to leave for other instances (a rolling deploy), kept by the presence part.
@@ -145,7 +146,7 @@ impl Runtime {
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
-        let (dispatcher, producer) = Dispatcher::new(settings.channel_capacity);
+        let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
         let pool = Arc::new(ExecutorPool::new(settings.concurrency));
         let (completer, completer_task) = Completer::new(store.clone(), pool.clone());
         let completer = Arc::new(completer);
@@ -193,7 +194,7 @@ impl Runtime {
             owner,
             leases: store.lease_keeper(),
             skip,
-            idle_producer: Mutex::new(None),
+            idle_inbox: Mutex::new(None),
             workers_on: Arc::new(AtomicBool::new(false)),
             clock,
             store,
@@ -224,7 +225,7 @@ impl Runtime {
         if let Err(error) = runtime.presence().run_once().await {
             tracing::warn!(%error, "could not announce this instance in async_instance");
         }
-        runtime.spawn_parts(producer, completer_task);
+        runtime.spawn_parts(inbox, completer_task);
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
