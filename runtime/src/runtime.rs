@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::{Claimer, ClaimerConfig, ClaimerParts};
+use crate::assemble::{Core, Shared};
+use crate::claimer::Claimer;
 use crate::clock::Clock;
 use crate::completer::Completer;
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
-use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool, Job};
+use crate::executor::{Executor, ExecutorPool, Job};
 use crate::record::NewRequest;
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
@@ -147,9 +148,6 @@ impl Runtime {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
-        let pool = Arc::new(ExecutorPool::new(settings.concurrency));
-        let (completer, completer_task) = Completer::new(store.clone(), pool.clone());
-        let completer = Arc::new(completer);
         let owner: Arc<str> = format!(
             "{}@{}:{:04x}",
             settings.application_name,
@@ -157,38 +155,35 @@ impl Runtime {
             rand::random::<u16>()
         )
         .into();
-        let app: Arc<str> = settings.application_name.as_str().into();
-        let data = Arc::new(data);
-        let executor = Arc::new(Executor::new(
-            ExecutorParts {
-                pool: pool.clone(),
-                data: data.clone(),
-                clock: clock.clone(),
-                completer: completer.clone(),
-                store: store.clone(),
-                application: app.clone(),
-                owner: owner.clone(),
-            },
-            ExecutorConfig::from_settings(&settings),
-        ));
-        let registry = Arc::new(registry);
-        let skip = crate::instances::SkipList::default();
-        let shutdown = CancellationToken::new();
-        let handed_back = Arc::new(AtomicU64::new(0));
-        let claimer = Arc::new(Claimer::new(
-            ClaimerParts {
-                store: store.clone(),
-                application: app.clone(),
-                registry: registry.clone(),
-                owner: owner.clone(),
-                clock: clock.clone(),
-                skip: skip.clone(),
-                executor: executor.clone(),
-                shutdown: shutdown.clone(),
-                handed_back: handed_back.clone(),
-            },
-            ClaimerConfig::from_settings(&settings),
-        ));
+        let shared = Shared {
+            store,
+            application: settings.application_name.as_str().into(),
+            owner,
+            clock,
+            registry: Arc::new(registry),
+            data: Arc::new(data),
+            skip: Default::default(),
+            shutdown: CancellationToken::new(),
+            handed_back: Arc::new(AtomicU64::new(0)),
+        };
+        let Core {
+            pool,
+            completer,
+            completer_task,
+            executor,
+            claimer,
+        } = Core::assemble(&settings, &shared);
+        let Shared {
+            store,
+            application: app,
+            owner,
+            clock,
+            registry,
+            data,
+            skip,
+            shutdown,
+            handed_back,
+        } = shared;
         let inner = Arc::new(Inner {
             app,
             owner,
