@@ -91,3 +91,163 @@ impl Rescuer {
         })
     }
 }
+
+/// The rescuer on its own: a store, a registry and a clock, no runtime.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{now_ms, Inserted, NewRequest, Status};
+    use crate::registry::ExecutorDef;
+    use crate::store::ClaimIds;
+    use crate::strategy::Strategy;
+
+    static KNOWN: ExecutorDef = ExecutorDef {
+        name: "rescue_test::known",
+        path: "rescue_test::known",
+        sign: "0000000000000000",
+        signature: "()",
+        remark: "",
+        strategy: Strategy::SaveAsync,
+        max_attempts: None,
+        timeout_ms: None,
+        run: |_| Box::pin(async { Ok(()) }),
+    };
+
+    fn request(application: &Arc<str>, executor: &'static str, max_attempts: i32) -> NewRequest {
+        NewRequest {
+            application_name: application.clone(),
+            executor,
+            sign: "0000000000000000",
+            strategy: "SaveAsync",
+            status: Status::Init,
+            exec_count: 0,
+            max_attempts,
+            param_json: Arc::from("{}"),
+            remark: "",
+            idempotency_key: None,
+            key_retention: 86_400_000,
+            priority: 0,
+            run_at: now_ms(),
+            last_error: None,
+            trace_json: None,
+            now: now_ms(),
+            notify: None,
+            log: None,
+        }
+    }
+
+    /// Claims `ids` for `owner` with a lease of `lease_ms`.
+    async fn claim(store: &dyn Store, ids: &[RequestId], owner: &str, lease_ms: i64) {
+        let claimed = store
+            .request_claim_ids(ClaimIds {
+                ids,
+                owner,
+                now: now_ms(),
+                lease_ms,
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), ids.len());
+    }
+
+    /// Expired leases go back to `failed` (or `dead` on their last attempt); a live lease
+    /// and a record of an executor this binary does not know are left alone.
+    async fn only_expired_leases_of_known_executors_are_rescued(store: Arc<dyn Store>) {
+        store.migrate().await.unwrap();
+        let application: Arc<str> = Arc::from(format!("rescue-test-{}", now_ms()).as_str());
+        let requests = [
+            request(&application, KNOWN.name, 3),
+            request(&application, KNOWN.name, 1),
+            request(&application, KNOWN.name, 3),
+            request(&application, "rescue_test::unknown", 3),
+        ];
+        let ids: Vec<RequestId> = store
+            .request_insert_many(&requests)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|inserted| match inserted {
+                Inserted::New(id) => id,
+                Inserted::Existing(_) => unreachable!("no keys"),
+            })
+            .collect();
+        let (expiring, last_attempt, live, unknown) = (ids[0], ids[1], ids[2], ids[3]);
+        claim(&*store, &[expiring, last_attempt, unknown], "gone", 1).await;
+        claim(&*store, &[live], "alive", 3_600_000).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+
+        let clock = Arc::new(Clock::new(0));
+        clock.sync(&*store).await.unwrap();
+        let rescuer = Rescuer {
+            store: store.clone(),
+            application: application.clone(),
+            registry: Arc::new(Registry::from_defs([&KNOWN]).unwrap()),
+            clock,
+            config: RescuerConfig { batch: 100 },
+        };
+        let report = rescuer.run_once().await.unwrap();
+        assert_eq!(report.retried, vec![expiring]);
+        assert_eq!(report.dead, vec![last_attempt]);
+        let status = |id| {
+            let store = store.clone();
+            let application = application.clone();
+            async move {
+                let record = store.request_get(&application, id).await.unwrap().unwrap();
+                record.status
+            }
+        };
+        assert_eq!(status(expiring).await, Status::Failed);
+        assert_eq!(status(last_attempt).await, Status::Dead);
+        assert_eq!(status(live).await, Status::Running);
+        assert_eq!(status(unknown).await, Status::Running);
+        assert_eq!(rescuer.run_once().await.unwrap(), RescueReport::default());
+        for id in ids {
+            store.request_delete(&application, id).await.unwrap();
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_only_expired_leases_of_known_executors_are_rescued() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("rescue.db").display());
+        let store = crate::store::sqlite::SqliteStore::connect(
+            &url,
+            1,
+            Default::default(),
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    #[cfg_attr(
+        not(async_exec_test_postgres),
+        ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+    )]
+    async fn postgres_only_expired_leases_of_known_executors_are_rescued() {
+        let url =
+            std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+        let store = crate::store::postgres::PostgresStore::connect(&url, 2)
+            .await
+            .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    #[cfg_attr(
+        not(async_exec_test_mysql),
+        ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+    )]
+    async fn mysql_only_expired_leases_of_known_executors_are_rescued() {
+        let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+        let store = crate::store::mysql::MySqlStore::connect(&url, 2)
+            .await
+            .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+    }
+}
