@@ -153,7 +153,6 @@ mod tests {
     /// Expired leases go back to `failed` (or `dead` on their last attempt); a live lease
     /// and a record of an executor this binary does not know are left alone.
     async fn only_expired_leases_of_known_executors_are_rescued(store: Arc<dyn Store>) {
-        store.migrate().await.unwrap();
         let application: Arc<str> = Arc::from(format!("rescue-test-{}", now_ms()).as_str());
         let requests = [
             request(&application, KNOWN.name, 3),
@@ -210,16 +209,8 @@ mod tests {
     #[tokio::test]
     async fn sqlite_only_expired_leases_of_known_executors_are_rescued() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("rescue.db").display());
-        let store = crate::store::sqlite::SqliteStore::connect(
-            &url,
-            1,
-            Default::default(),
-            std::time::Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+        let store = crate::store::fixture::sqlite(&dir).await;
+        only_expired_leases_of_known_executors_are_rescued(store).await;
     }
 
     #[cfg(feature = "postgres")]
@@ -229,12 +220,8 @@ mod tests {
         ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
     )]
     async fn postgres_only_expired_leases_of_known_executors_are_rescued() {
-        let url =
-            std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
-        let store = crate::store::postgres::PostgresStore::connect(&url, 2)
-            .await
-            .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
-        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+        only_expired_leases_of_known_executors_are_rescued(crate::store::fixture::postgres().await)
+            .await;
     }
 
     #[cfg(feature = "mysql")]
@@ -244,10 +231,7 @@ mod tests {
         ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
     )]
     async fn mysql_only_expired_leases_of_known_executors_are_rescued() {
-        let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
-        let store = crate::store::mysql::MySqlStore::connect(&url, 2)
-            .await
-            .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
-        only_expired_leases_of_known_executors_are_rescued(Arc::new(store)).await;
+        only_expired_leases_of_known_executors_are_rescued(crate::store::fixture::mysql().await)
+            .await;
     }
 }
