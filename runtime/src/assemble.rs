@@ -1,28 +1,146 @@
 //! How a runtime assembles its parts: each part gets what it needs (the store, its
-//! settings, a channel, a stop token) and runs on a task of its own, supervised.
+//! settings, a channel, a stop token) and runs on a task of its own, supervised. No part
+//! knows the runtime; the runtime (`runtime.rs`) only starts, hands out and stops them.
+//!
+//! # What each part gets
+//!
+//! The shared handles ([`Shared`]) are made once at start: the store, the application's
+//! name, this instance's name (`owner`), the database's clock, the registry of executors,
+//! the `Data<T>` values, the skip list of a rolling deploy, shutdown's token and the count
+//! of records handed back at shutdown. From them and the [`Settings`](crate::Settings),
+//! each part takes its own handles and a `Config` of the settings it reads (validated with
+//! the rest by `Settings::validate`):
+//!
+//! | part | module | holds | does |
+//! |---|---|---|---|
+//! | executor pool | `executor/pool.rs` | permits, body tasks, the records held | bookkeeping the heartbeat, completer and shutdown read |
+//! | completer | `completer/` | its channel, the store, the pool | writes outcomes in batches, forgets their jobs |
+//! | executor | `executor/` | data, clock, completer, store, names, pool, `ExecutorConfig` | runs bodies; builds and hands on their outcomes |
+//! | claimer | `claimer.rs` | store, names, registry, clock, skip list, executor, shutdown, `ClaimerConfig` | claims records and starts them: the producer's and the sweeps' path |
+//! | producer | `dispatcher.rs` | the channel's inbox, claimer, store, completer, names, shutdown, `ProducerConfig` | starts what is dispatched; claims from the store on overflow, wake-up, poll |
+//! | retrier | `retrier.rs` | claimer, `RetrierConfig` | `run_once`: due retries and delayed records |
+//! | compensator | `compensator.rs` | claimer, store, names, clock, `CompensatorConfig` | `run_once`: expired keys, records never dispatched |
+//! | rescuer | `rescuer.rs` | store, names, registry, clock, `RescuerConfig` | `run_once`: expired leases back to the queue |
+//! | heartbeat | `heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
+//! | presence | `instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
+//! | clock | `clock.rs` | its reading of the database's time | re-reads it every minute |
+//!
+//! Every instance runs the completer, the clock and the presence; an instance that runs
+//! workers runs the producer, the sweeps (the retrier; the rescuer then the compensator)
+//! and the heartbeat too (`start_workers` adds them later to a submit-only one). The
+//! producer and the sweeps stop at shutdown's token; the completer, the heartbeat, the
+//! presence and the clock at the completer's, after the workers have finished.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
+
+use crate::claimer::{Claimer, ClaimerConfig, ClaimerParts};
+use crate::clock::Clock;
+use crate::control::Control;
+
+use crate::compensator::CompensatorConfig;
+use crate::completer::Completer;
 use crate::completer::CompleterTask;
+use crate::data::DataMap;
+use crate::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
 use crate::error::{Error, Result};
+use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
+use crate::instances::SkipList;
+use crate::registry::Registry;
+use crate::rescuer::RescuerConfig;
+use crate::retrier::RetrierConfig;
 use crate::runtime::Runtime;
+use crate::settings::Settings;
+use crate::store::Store;
 use crate::supervise::supervised;
 
+/// The handles the parts share, made once at start.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    /// This instance's name in `lease_owner` and `async_log.worker`.
+    pub(crate) owner: Arc<str>,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) data: Arc<DataMap>,
+    pub(crate) skip: SkipList,
+    /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
+    pub(crate) control: Arc<Control>,
+    /// Stops the producer and the sweeps, and starting bodies.
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) handed_back: Arc<AtomicU64>,
+}
+
+/// The parts every runtime has, whether it runs workers or not (a submit-only instance
+/// runs `Thread` calls and failed in-memory calls' retry records through them too).
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) pool: Arc<ExecutorPool>,
+    pub(crate) completer: Arc<Completer>,
+    /// The completer's task state, to spawn.
+    pub(crate) completer_task: CompleterTask,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) claimer: Arc<Claimer>,
+}
+
+impl Core {
+    /// Builds the pool, the completer, the executor and the claimer.
+    pub(crate) fn assemble(settings: &Settings, shared: &Shared) -> Core {
+        let pool = Arc::new(ExecutorPool::new(settings.concurrency));
+        let (completer, completer_task) = Completer::new(shared.store.clone(), pool.clone());
+        let completer = Arc::new(completer);
+        let executor = Arc::new(Executor::new(
+            ExecutorParts {
+                pool: pool.clone(),
+                data: shared.data.clone(),
+                clock: shared.clock.clone(),
+                completer: completer.clone(),
+                store: shared.store.clone(),
+                application: shared.application.clone(),
+                owner: shared.owner.clone(),
+                control: shared.control.clone(),
+            },
+            ExecutorConfig::from_settings(settings),
+        ));
+        let claimer = Arc::new(Claimer::new(
+            ClaimerParts {
+                store: shared.store.clone(),
+                application: shared.application.clone(),
+                registry: shared.registry.clone(),
+                owner: shared.owner.clone(),
+                clock: shared.clock.clone(),
+                skip: shared.skip.clone(),
+                control: shared.control.clone(),
+                executor: executor.clone(),
+                shutdown: shared.shutdown.clone(),
+                handed_back: shared.handed_back.clone(),
+            },
+            ClaimerConfig::from_settings(settings),
+        ));
+        Core {
+            pool,
+            completer,
+            completer_task,
+            executor,
+            claimer,
+        }
+    }
+}
+
 impl Runtime {
-    pub(crate) fn spawn_parts(
-        &self,
-        producer: crate::dispatcher::Producer,
-        completer: CompleterTask,
-    ) {
+    pub(crate) fn spawn_parts(&self, inbox: Inbox, completer: CompleterTask) {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
-        let completer_inner = inner.clone();
+        let stop = inner.completer_stop.clone();
         tasks.push(tokio::spawn(supervised(
             "completer",
             completer,
             move |part| {
-                let inner = completer_inner.clone();
-                async move { part.lock().await.run(inner).await }
+                let stop = stop.clone();
+                async move { part.lock().await.run(stop).await }
             },
         )));
         // Every instance writes times (submit-only ones too): keep reading the database's
@@ -48,45 +166,57 @@ impl Runtime {
         )));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
-            *inner.idle_producer.lock().expect("producer lock") = Some(producer);
+            *inner.idle_inbox.lock().expect("inbox lock") = Some(inbox);
             return;
         }
         drop(tasks);
-        self.spawn_workers(producer);
+        self.spawn_workers(inbox);
     }
 
     /// Starts the producer, the sweeps and the heartbeat: this instance runs requests.
-    fn spawn_workers(&self, producer: crate::dispatcher::Producer) {
+    fn spawn_workers(&self, inbox: Inbox) {
         let inner = &self.inner;
         inner.workers_on.store(true, Ordering::Release);
         let mut tasks = inner.tasks.lock().expect("tasks lock");
-        let producer_inner = inner.clone();
+        let producer = Producer::new(
+            inbox,
+            ProducerParts {
+                claimer: inner.claimer.clone(),
+                store: inner.store.clone(),
+                completer: inner.completer.clone(),
+                application: inner.app.clone(),
+                owner: inner.owner.clone(),
+                shutdown: inner.shutdown.clone(),
+            },
+            ProducerConfig::from_settings(&inner.settings),
+        );
         tasks.push(tokio::spawn(supervised(
             "producer",
             producer,
-            move |part| {
-                let inner = producer_inner.clone();
-                async move { part.lock().await.run(inner).await }
-            },
+            |part| async move { part.lock().await.run().await },
         )));
         let s = &inner.settings;
+        let retrier = self.retrier();
         tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
+            inner.shutdown.clone(),
             "retrier",
             s.retry_interval,
-            |inner| async move { crate::Retrier { inner }.run_once().await.map(drop) },
+            move || {
+                let retrier = retrier.clone();
+                async move { retrier.run_once().await.map(drop) }
+            },
         )));
+        let (rescuer, compensator) = (self.rescuer(), self.compensator());
         tasks.push(tokio::spawn(crate::sweep::every(
-            inner.clone(),
+            inner.shutdown.clone(),
             "compensator",
             s.compensate_interval,
-            |inner| async move {
-                crate::Rescuer {
-                    inner: inner.clone(),
+            move || {
+                let (rescuer, compensator) = (rescuer.clone(), compensator.clone());
+                async move {
+                    rescuer.run_once().await?;
+                    compensator.run_once().await.map(drop)
                 }
-                .run_once()
-                .await?;
-                crate::Compensator { inner }.run_once().await.map(drop)
             },
         )));
         // Leases are kept while bodies run, also during shutdown's grace period: the
@@ -103,24 +233,62 @@ impl Runtime {
         )));
     }
 
+    /// Starts the control part (pauses, statistics) among the runtime's tasks; it stops
+    /// with the completer.
+    pub(crate) fn spawn_control(&self) {
+        let inner = &self.inner;
+        let part = self.control_part();
+        let stop = inner.completer_stop.clone();
+        let task = tokio::spawn(supervised("control", part, move |part| {
+            let stop = stop.clone();
+            async move { part.lock().await.run(stop).await }
+        }));
+        inner.tasks.lock().expect("tasks lock").push(task);
+    }
+
+    /// The control part, built from the shared handles.
+    pub(crate) fn control_part(&self) -> crate::control::ControlPart {
+        let inner = &self.inner;
+        crate::control::ControlPart {
+            control: inner.control.clone(),
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            clock: inner.clock.clone(),
+            workers: inner.workers_on.clone(),
+            waker: inner.dispatcher.store_waker(),
+        }
+    }
+
     /// The retry sweep, to run by hand (tests, or with background sweeps off).
     pub fn retrier(&self) -> crate::Retrier {
+        let inner = &self.inner;
         crate::Retrier {
-            inner: self.inner.clone(),
+            claimer: inner.claimer.clone(),
+            config: RetrierConfig::from_settings(&inner.settings),
         }
     }
 
     /// The compensation sweep for records committed but never dispatched.
     pub fn compensator(&self) -> crate::Compensator {
+        let inner = &self.inner;
         crate::Compensator {
-            inner: self.inner.clone(),
+            claimer: inner.claimer.clone(),
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            clock: inner.clock.clone(),
+            config: CompensatorConfig::from_settings(&inner.settings),
         }
     }
 
     /// The sweep that recovers records whose lease expired.
     pub fn rescuer(&self) -> crate::Rescuer {
+        let inner = &self.inner;
         crate::Rescuer {
-            inner: self.inner.clone(),
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            registry: inner.registry.clone(),
+            clock: inner.clock.clone(),
+            config: RescuerConfig::from_settings(&inner.settings),
         }
     }
 
@@ -160,9 +328,9 @@ impl Runtime {
             });
         }
         inner.data.check(inner.registry.defs(), |_| true)?;
-        let producer = inner.idle_producer.lock().expect("producer lock").take();
-        if let Some(producer) = producer {
-            self.spawn_workers(producer);
+        let inbox = inner.idle_inbox.lock().expect("inbox lock").take();
+        if let Some(inbox) = inbox {
+            self.spawn_workers(inbox);
             tracing::info!(owner = %inner.owner, "workers started");
         }
         Ok(())

@@ -2,19 +2,62 @@
 //! of a process that crashed between its commit and its dispatch, or that met a full
 //! channel, once they are older than `stale_after`. It also forgets idempotency keys older
 //! than `key_retention`.
+//!
+//! It holds the [`Claimer`] it claims and starts records with, the store, application and
+//! clock it expires keys with, and its [`CompensatorConfig`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::claimer::Claimer;
+use crate::clock::Clock;
 use crate::error::Result;
+use crate::settings::Settings;
+use crate::store::{DueKind, Store, KEY_SWEEP_BATCH};
 
-use crate::runtime::Inner;
-use crate::store::{DueKind, KEY_SWEEP_BATCH};
-use crate::sweep::claim_and_start;
+/// The settings the compensator reads, taken from [`Settings`] (validated there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CompensatorConfig {
+    /// The most records claimed per run (`compensate_batch`).
+    pub(crate) batch: i64,
+    /// How long past its due time an `init` record counts as never dispatched.
+    pub(crate) stale_after: Duration,
+}
+
+impl CompensatorConfig {
+    /// The compensator's settings among the runtime's.
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
+        CompensatorConfig {
+            batch: settings.compensate_batch,
+            stale_after: settings.stale_after,
+        }
+    }
+}
 
 /// Runs stale `init` records. Get one with [`Runtime::compensator`](crate::Runtime::compensator).
-#[derive(Debug, Clone)]
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// let report = rt.compensator().run_once().await?;
+/// println!("{} started, {} keys expired", report.started, report.keys_expired);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
 pub struct Compensator {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) claimer: Arc<Claimer>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) config: CompensatorConfig,
+}
+
+impl std::fmt::Debug for Compensator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compensator")
+            .field("application", &self.application)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one compensation sweep did.
@@ -31,14 +74,16 @@ impl Compensator {
     /// claims `init` records whose due time is more than `stale_after` ago (at most
     /// `compensate_batch`, no more than there are free workers) and starts them.
     pub async fn run_once(&self) -> Result<CompensateReport> {
-        let inner = &self.inner;
-        let keys_expired = inner
+        let keys_expired = self
             .store
-            .key_expire(&inner.app, inner.now_ms(), KEY_SWEEP_BATCH)
+            .key_expire(&self.application, self.clock.now_ms(), KEY_SWEEP_BATCH)
             .await?;
-        let older_than = inner.settings.stale_after.as_millis() as i64;
+        let older_than = self.config.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };
-        let started = claim_and_start(inner, kind, inner.settings.compensate_batch).await?;
+        let started = self
+            .claimer
+            .claim_and_start(kind, self.config.batch)
+            .await?;
         Ok(CompensateReport {
             started,
             keys_expired,

@@ -8,13 +8,17 @@
 //!   [`STAT_KEEP_MS`] are pruned.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::dispatcher::StoreWaker;
 use crate::query::StatDelta;
-use crate::runtime::Inner;
 use crate::store::ops::minute_of;
-use crate::store::CompletionResult;
+use crate::store::{CompletionResult, Store};
 
 /// How often every instance re-reads the paused executors.
 pub(crate) const PAUSE_REFRESH: Duration = Duration::from_secs(1);
@@ -105,79 +109,83 @@ impl Control {
     }
 }
 
-/// Re-reads the pauses of `inner`'s application; wakes the producer when an executor
-/// was resumed, so that its waiting records are claimed at once.
-pub(crate) async fn refresh_pauses(inner: &Inner) -> crate::Result<()> {
-    let paused = inner.store.ops().pause_list(&inner.app).await?;
-    let resumed = inner
-        .control
-        .set_paused(paused.into_iter().map(|p| p.executor).collect());
-    if resumed {
-        inner.dispatcher.look_in_store();
-    }
-    Ok(())
-}
-
-/// Adds the counted outcomes to `async_stat`.
-async fn flush_counts(inner: &Inner) {
-    let deltas = inner.control.take_counts();
-    if deltas.is_empty() {
-        return;
-    }
-    if let Err(error) = inner.store.ops().stat_add(&inner.app, &deltas).await {
-        tracing::warn!(%error, "could not add to async_stat; trying again with the next counts");
-        inner.control.restore(deltas);
-    }
-}
-
 /// The control part: pauses re-read, counts flushed, depth sampled, old statistics
-/// pruned, until the completer stops (after the workers), then the last counts flushed.
-pub(crate) async fn run(inner: Arc<Inner>) {
-    let stop = inner.completer_stop.clone();
-    let mut ticks: u64 = 0;
-    // Warned of an unreadable pause table since it last worked: say it once, not every second.
-    let mut warned = false;
-    let depth_every = DEPTH_SAMPLE.as_secs() / PAUSE_REFRESH.as_secs();
-    let flush_every = STAT_FLUSH.as_secs() / PAUSE_REFRESH.as_secs();
-    loop {
-        match refresh_pauses(&inner).await {
-            Ok(()) => warned = false,
-            Err(error) if !warned => {
-                warned = true;
-                tracing::warn!(%error, "could not read the paused executors (async_pause); \
-                    trying again every second, pauses known before stay in force");
-            }
-            Err(error) => tracing::debug!(%error, "could not read the paused executors"),
-        }
-        if ticks % flush_every == 0 {
-            flush_counts(&inner).await;
-        }
-        if ticks % depth_every == 0 && inner.workers_on.load(std::sync::atomic::Ordering::Acquire) {
-            let now = inner.now_ms();
-            let ops = inner.store.ops();
-            if let Err(error) = ops.depth_sample(&inner.app, minute_of(now)).await {
-                tracing::warn!(%error, "could not sample the queue depth into async_depth");
-            }
-            if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
-                tracing::warn!(%error, "could not prune async_stat");
-            }
-        }
-        ticks += 1;
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(PAUSE_REFRESH) => {}
-        }
-    }
-    flush_counts(&inner).await;
+/// pruned. It holds the shared [`Control`], the store, its application, the clock, whether
+/// this instance runs workers (only workers sample the depth) and the producer's waker.
+#[derive(Debug, Clone)]
+pub(crate) struct ControlPart {
+    pub(crate) control: Arc<Control>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) workers: Arc<AtomicBool>,
+    pub(crate) waker: StoreWaker,
 }
 
-/// Starts the control part among the runtime's tasks.
-pub(crate) fn spawn(inner: &Arc<Inner>) {
-    let part = inner.clone();
-    let task = tokio::spawn(crate::supervise::supervised("control", (), move |_| {
-        run(part.clone())
-    }));
-    inner.tasks.lock().expect("tasks lock").push(task);
+impl ControlPart {
+    /// Re-reads the pauses of this application; wakes the producer when an executor was
+    /// resumed, so that its waiting records are claimed at once.
+    pub(crate) async fn refresh_pauses(&self) -> crate::Result<()> {
+        let paused = self.store.ops().pause_list(&self.application).await?;
+        let resumed = self
+            .control
+            .set_paused(paused.into_iter().map(|p| p.executor).collect());
+        if resumed {
+            self.waker.look_in_store();
+        }
+        Ok(())
+    }
+
+    /// Adds the counted outcomes to `async_stat`.
+    async fn flush_counts(&self) {
+        let deltas = self.control.take_counts();
+        if deltas.is_empty() {
+            return;
+        }
+        if let Err(error) = self.store.ops().stat_add(&self.application, &deltas).await {
+            tracing::warn!(%error, "could not add to async_stat; trying again with the next counts");
+            self.control.restore(deltas);
+        }
+    }
+
+    /// Runs until `stop` (the completer's, after the workers), then flushes the last counts.
+    pub(crate) async fn run(&self, stop: CancellationToken) {
+        let mut ticks: u64 = 0;
+        // Warned of an unreadable pause table since it last worked: say it once, not every second.
+        let mut warned = false;
+        let depth_every = DEPTH_SAMPLE.as_secs() / PAUSE_REFRESH.as_secs();
+        let flush_every = STAT_FLUSH.as_secs() / PAUSE_REFRESH.as_secs();
+        loop {
+            match self.refresh_pauses().await {
+                Ok(()) => warned = false,
+                Err(error) if !warned => {
+                    warned = true;
+                    tracing::warn!(%error, "could not read the paused executors (async_pause); \
+                        trying again every second, pauses known before stay in force");
+                }
+                Err(error) => tracing::debug!(%error, "could not read the paused executors"),
+            }
+            if ticks % flush_every == 0 {
+                self.flush_counts().await;
+            }
+            if ticks % depth_every == 0 && self.workers.load(Ordering::Acquire) {
+                let now = self.clock.now_ms();
+                let ops = self.store.ops();
+                if let Err(error) = ops.depth_sample(&self.application, minute_of(now)).await {
+                    tracing::warn!(%error, "could not sample the queue depth into async_depth");
+                }
+                if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
+                    tracing::warn!(%error, "could not prune async_stat");
+                }
+            }
+            ticks += 1;
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(PAUSE_REFRESH) => {}
+            }
+        }
+        self.flush_counts().await;
+    }
 }
 
 #[cfg(test)]

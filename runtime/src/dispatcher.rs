@@ -5,16 +5,26 @@
 //! claims it from the store once workers are free again. The producer also looks in the
 //! store when another instance says it committed requests (PostgreSQL `LISTEN`), and
 //! every `poll_interval` as a backstop.
+//!
+//! The [`Dispatcher`] (the sending end) is the API layer's; the [`Producer`] holds the
+//! receiving end ([`Inbox`]), the [`Claimer`] it claims and starts with, the store (to
+//! listen, and for its claim batch and default poll interval), the completer (to wait for
+//! its writes when too much is held), the names it listens under, shutdown's token and its
+//! [`ProducerConfig`].
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
 
+use crate::claimer::Claimer;
+use crate::completer::Completer;
 use crate::executor::{Job, RecordRef};
 use crate::record::RequestId;
-use crate::runtime::Inner;
-use crate::store::{ClaimIds, DueKind};
+use crate::settings::Settings;
+use crate::store::{DueKind, Store};
 use crate::strategy::Strategy;
 
 /// The most messages claimed together.
@@ -24,6 +34,12 @@ const BATCH: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
     tx: mpsc::Sender<Job>,
+    signals: Arc<Signals>,
+}
+
+/// What both ends of the channel see besides the jobs.
+#[derive(Debug)]
+struct Signals {
     /// Set when a stored request could not be sent: the producer looks in the store.
     overflow: AtomicBool,
     wake: Notify,
@@ -31,35 +47,93 @@ pub(crate) struct Dispatcher {
     queued: AtomicUsize,
 }
 
-/// The receiving side, moved into the producer task.
+/// The receiving side, kept until the producer starts (a submit-only instance keeps it
+/// for `start_workers`).
 #[derive(Debug)]
-pub(crate) struct Producer {
+pub(crate) struct Inbox {
     rx: mpsc::Receiver<Job>,
+    signals: Arc<Signals>,
+}
+
+/// The settings the producer reads, taken from [`Settings`] (validated there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProducerConfig {
+    /// Whether to listen for other instances' commits (PostgreSQL `LISTEN`).
+    pub(crate) listen: bool,
+    /// How often to look in the store anyway; `None`: the store's default.
+    pub(crate) poll_interval: Option<Duration>,
+}
+
+impl ProducerConfig {
+    /// The producer's settings among the runtime's.
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
+        ProducerConfig {
+            listen: settings.listen,
+            poll_interval: settings.poll_interval,
+        }
+    }
+}
+
+/// The producer task's state. See the [module docs](self).
+pub(crate) struct Producer {
+    inbox: Inbox,
+    claimer: Arc<Claimer>,
+    store: Arc<dyn Store>,
+    completer: Arc<Completer>,
+    application: Arc<str>,
+    owner: Arc<str>,
+    /// Cancelled when shutdown begins.
+    shutdown: CancellationToken,
+    config: ProducerConfig,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a producer is made of besides its inbox: the shared handles it uses.
+#[derive(Debug)]
+pub(crate) struct ProducerParts {
+    pub(crate) claimer: Arc<Claimer>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) completer: Arc<Completer>,
+    pub(crate) application: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl Dispatcher {
-    pub(crate) fn new(capacity: usize) -> (Dispatcher, Producer) {
+    pub(crate) fn new(capacity: usize) -> (Dispatcher, Inbox) {
         let (tx, rx) = mpsc::channel(capacity);
-        let dispatcher = Dispatcher {
-            tx,
+        let signals = Arc::new(Signals {
             overflow: AtomicBool::new(false),
             wake: Notify::new(),
             queued: AtomicUsize::new(0),
+        });
+        let inbox = Inbox {
+            rx,
+            signals: signals.clone(),
         };
-        (dispatcher, Producer { rx })
+        (Dispatcher { tx, signals }, inbox)
     }
 
     /// Hands a job to the workers without waiting. Returns the job when the channel is full
     /// or closed; a stored job is then left to the store (the producer is told to look).
     pub(crate) fn try_dispatch(&self, job: Job) -> Result<(), Job> {
-        self.queued.fetch_add(1, Ordering::AcqRel);
+        let signals = &self.signals;
+        signals.queued.fetch_add(1, Ordering::AcqRel);
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
-                self.queued.fetch_sub(1, Ordering::AcqRel);
+                signals.queued.fetch_sub(1, Ordering::AcqRel);
                 if job.record.is_some() {
-                    self.overflow.store(true, Ordering::Release);
-                    self.wake.notify_one();
+                    signals.overflow.store(true, Ordering::Release);
+                    signals.wake.notify_one();
                 }
                 Err(job)
             }
@@ -67,26 +141,63 @@ impl Dispatcher {
     }
 }
 
-impl Dispatcher {
-    /// Tells the producer to claim waiting records from the store (an executor resumed).
+/// Tells the producer to claim waiting records from the store: what the control part
+/// holds to wake it when an executor is resumed.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreWaker {
+    signals: Arc<Signals>,
+}
+
+impl StoreWaker {
+    /// Wakes the producer to claim waiting records from the store.
     pub(crate) fn look_in_store(&self) {
-        self.overflow.store(true, Ordering::Release);
-        self.wake.notify_one();
+        self.signals.overflow.store(true, Ordering::Release);
+        self.signals.wake.notify_one();
+    }
+}
+
+impl Dispatcher {
+    /// A handle that wakes the producer to look in the store.
+    pub(crate) fn store_waker(&self) -> StoreWaker {
+        StoreWaker {
+            signals: self.signals.clone(),
+        }
     }
 
     /// Whether every job sent has been started or dropped by the producer.
     pub(crate) fn is_empty(&self) -> bool {
-        self.queued.load(Ordering::Acquire) == 0
+        self.signals.queued.load(Ordering::Acquire) == 0
     }
 }
 
 impl Producer {
+    pub(crate) fn new(inbox: Inbox, parts: ProducerParts, config: ProducerConfig) -> Self {
+        let ProducerParts {
+            claimer,
+            store,
+            completer,
+            application,
+            owner,
+            shutdown,
+        } = parts;
+        Producer {
+            inbox,
+            claimer,
+            store,
+            completer,
+            application,
+            owner,
+            shutdown,
+            config,
+        }
+    }
+
     /// Receives jobs until shutdown: claims stored ones in batches, then starts each
     /// under a worker permit.
-    pub(crate) async fn run(&mut self, inner: Arc<Inner>) {
-        let shutdown = inner.shutdown.clone();
-        let listening = match inner.settings.listen {
-            true => inner.store.listen(&inner.app, &inner.owner).await,
+    pub(crate) async fn run(&mut self) {
+        let shutdown = self.shutdown.clone();
+        let listening = match self.config.listen {
+            true => self.store.listen(&self.application, &self.owner).await,
             false => Ok(None),
         };
         let mut wakeups = match listening {
@@ -96,41 +207,42 @@ impl Producer {
                 None
             }
         };
-        let poll_every = inner
-            .settings
+        let poll_every = self
+            .config
             .poll_interval
-            .unwrap_or_else(|| inner.store.default_poll_interval());
+            .unwrap_or_else(|| self.store.default_poll_interval());
         let mut poll =
             tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
+        let signals = self.inbox.signals.clone();
         // What was committed before this instance started (a crash, a restart) runs now.
-        claim_from_store(&inner).await;
+        self.claim_from_store().await;
         loop {
             let mut look_in_store = false;
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                received = self.rx.recv_many(&mut batch, BATCH) => {
+                received = self.inbox.rx.recv_many(&mut batch, BATCH) => {
                     if received == 0 {
                         break;
                     }
-                    wait_for_completer(&inner).await;
-                    let started = start_batch(&inner, std::mem::take(&mut batch)).await;
-                    inner.dispatcher.queued.fetch_sub(received, Ordering::AcqRel);
+                    self.wait_for_completer().await;
+                    let started = self.start_batch(std::mem::take(&mut batch)).await;
+                    signals.queued.fetch_sub(received, Ordering::AcqRel);
                     if !started {
                         break;
                     }
                 }
-                _ = inner.dispatcher.wake.notified() => {}
+                _ = signals.wake.notified() => {}
                 Some(()) = next_wakeup(&mut wakeups) => look_in_store = true,
                 _ = poll.tick() => look_in_store = true,
             }
-            let overflowed = inner.dispatcher.overflow.swap(false, Ordering::AcqRel);
-            if self.rx.is_empty() && (overflowed || look_in_store) {
-                claim_from_store(&inner).await;
+            let overflowed = signals.overflow.swap(false, Ordering::AcqRel);
+            if self.inbox.rx.is_empty() && (overflowed || look_in_store) {
+                self.claim_from_store().await;
             } else if overflowed {
-                inner.dispatcher.overflow.store(true, Ordering::Release);
+                signals.overflow.store(true, Ordering::Release);
             }
         }
     }
@@ -150,125 +262,117 @@ async fn next_wakeup(wakeups: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
     }
 }
 
-/// Claims the stored jobs of a batch and starts every job. Returns `false` at shutdown.
-async fn start_batch(inner: &Arc<Inner>, batch: Vec<Job>) -> bool {
-    let ids: Vec<RequestId> = batch
-        .iter()
-        .filter(|j| !inner.control.is_paused(j.def.name)) // left `init` until resumed
-        .filter_map(|j| j.record.as_ref().map(|r| r.id))
-        .collect();
-    let now = inner.now_ms();
-    let lease_until = now + inner.lease_ms();
-    let claimed = if ids.is_empty() {
-        Vec::new()
-    } else {
-        let params = ClaimIds {
-            ids: &ids,
-            owner: &inner.owner,
-            now,
-            lease_ms: inner.lease_ms(),
-        };
-        match inner.store.request_claim_ids(params).await {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                // The records stay `init`: the compensation sweep finds them.
-                tracing::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
-                Vec::new()
-            }
-        }
-    };
-    // Every claimed record is reserved before any starts: at shutdown, those not started
-    // are handed back with the rest.
-    for c in &claimed {
-        inner.pool.reserve(c.id, c.attempt, lease_until);
-    }
-    for mut job in batch {
-        let max_attempts = inner.max_attempts_of(job.def) as i32;
-        if let Some(record) = &mut job.record {
-            match claimed.iter().find(|c| c.id == record.id) {
-                Some(c) => {
-                    record.attempt = c.attempt;
-                    // As written moments ago by this instance.
-                    record.max_attempts = max_attempts;
-                }
-                None => continue, // claimed elsewhere, cancelled, or left to the sweep
-            }
-        }
-        if !inner.start(job).await {
-            return false;
-        }
-    }
-    true
-}
-
 /// Claimed records (waiting, running, or waiting for their outcome to be written) above
 /// which no more are claimed from the store. 1,024 throttled PostgreSQL drains (29k to 18k
 /// jobs/s, with slower outcome writes than today's); with 4,096, one process drained
 /// 1,000,000-record backlogs at 22 MB (SQLite), 13 MB (PostgreSQL, MariaDB) peak RSS.
 const MAX_HELD: usize = 4096;
 
-/// Claims due `init` records from the store as workers free up, until none is left:
-/// after an overflow, a wake-up from another instance, or a poll. The next batch is
-/// claimed while the current one starts, so that workers do not wait for claims; at most
-/// two batches are held, reserved (the heartbeat keeps their leases, shutdown hands them
-/// back). (Two claims in flight on PostgreSQL measured no faster: 1.11x against 1.02x of
-/// the hand-written queue, within its noise.)
-async fn claim_from_store(inner: &Arc<Inner>) {
-    let batch = inner.store.claim_batch();
-    let claim = move |inner: Arc<Inner>| {
-        tokio::spawn(async move {
-            inner
-                .claim_due(DueKind::Stale { older_than: 0 }, batch)
-                .await
-        })
-    };
-    // Wait for a free worker rather than claim records that would wait for one.
-    let permit = tokio::select! {
-        _ = inner.shutdown.cancelled() => return,
-        permit = inner.pool.permits.clone().acquire_owned() => permit,
-    };
-    drop(permit);
-    let mut next = claim(inner.clone());
-    loop {
-        let claimed = match next.await {
-            Ok(Ok(claimed)) => claimed,
-            Ok(Err(error)) => {
-                tracing::error!(%error, "could not claim requests from the store; the sweep will");
-                return;
-            }
-            Err(error) => {
-                tracing::error!(%error, "the claim task failed");
-                return;
+impl Producer {
+    /// Claims the stored jobs of a batch and starts every job. Returns `false` at shutdown.
+    async fn start_batch(&self, batch: Vec<Job>) -> bool {
+        let ids: Vec<RequestId> = batch
+            .iter()
+            .filter(|j| !self.claimer.is_paused(j.def.name)) // left `init` until resumed
+            .filter_map(|j| j.record.as_ref().map(|r| r.id))
+            .collect();
+        let claimed = if ids.is_empty() {
+            Vec::new()
+        } else {
+            // Every claimed record is reserved before any starts: at shutdown, those not
+            // started are handed back with the rest.
+            match self.claimer.claim_ids(&ids).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    // The records stay `init`: the compensation sweep finds them.
+                    tracing::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
+                    Vec::new()
+                }
             }
         };
-        if claimed.is_empty() {
-            return;
+        for mut job in batch {
+            let max_attempts = self.claimer.max_attempts_of(job.def) as i32;
+            if let Some(record) = &mut job.record {
+                match claimed.iter().find(|c| c.id == record.id) {
+                    Some(c) => {
+                        record.attempt = c.attempt;
+                        // As written moments ago by this instance.
+                        record.max_attempts = max_attempts;
+                    }
+                    None => continue, // claimed elsewhere, cancelled, or left to the sweep
+                }
+            }
+            if !self.claimer.start(job).await {
+                return false;
+            }
         }
-        wait_for_completer(inner).await;
-        next = claim(inner.clone());
-        for job in claimed {
-            if !inner.start(job).await {
-                // Shutdown: wait for the claim in flight; its records are reserved and
-                // handed back with the rest.
-                let _ = next.await;
+        true
+    }
+
+    /// Claims due `init` records from the store as workers free up, until none is left:
+    /// after an overflow, a wake-up from another instance, or a poll. The next batch is
+    /// claimed while the current one starts, so that workers do not wait for claims; at
+    /// most two batches are held, reserved (the heartbeat keeps their leases, shutdown
+    /// hands them back). (Two claims in flight on PostgreSQL measured no faster: 1.11x
+    /// against 1.02x of the hand-written queue, within its noise.)
+    async fn claim_from_store(&self) {
+        let batch = self.store.claim_batch();
+        let claim = move |claimer: Arc<Claimer>| {
+            tokio::spawn(async move {
+                claimer
+                    .claim_due(DueKind::Stale { older_than: 0 }, batch)
+                    .await
+            })
+        };
+        // Wait for a free worker rather than claim records that would wait for one.
+        let permit = tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            permit = self.claimer.pool().permits.clone().acquire_owned() => permit,
+        };
+        drop(permit);
+        let mut next = claim(self.claimer.clone());
+        loop {
+            let claimed = match next.await {
+                Ok(Ok(claimed)) => claimed,
+                Ok(Err(error)) => {
+                    tracing::error!(%error, "could not claim requests from the store; the sweep will");
+                    return;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the claim task failed");
+                    return;
+                }
+            };
+            if claimed.is_empty() {
                 return;
+            }
+            self.wait_for_completer().await;
+            next = claim(self.claimer.clone());
+            for job in claimed {
+                if !self.claimer.start(job).await {
+                    // Shutdown: wait for the claim in flight; its records are reserved and
+                    // handed back with the rest.
+                    let _ = next.await;
+                    return;
+                }
             }
         }
     }
-}
 
-/// Back-pressure: bodies can finish faster than their outcomes are written when the store
-/// is the bottleneck. Claim no more until the completer has caught up, so that memory is
-/// bounded by [`MAX_HELD`], never by the backlog.
-async fn wait_for_completer(inner: &Inner) {
-    while inner.pool.held() >= MAX_HELD {
-        let written = inner.completer.written.notified();
-        if inner.pool.held() < MAX_HELD {
-            return;
-        }
-        tokio::select! {
-            _ = inner.shutdown.cancelled() => return,
-            _ = written => {}
+    /// Back-pressure: bodies can finish faster than their outcomes are written when the
+    /// store is the bottleneck. Claim no more until the completer has caught up, so that
+    /// memory is bounded by [`MAX_HELD`], never by the backlog.
+    async fn wait_for_completer(&self) {
+        let pool = self.claimer.pool();
+        while pool.held() >= MAX_HELD {
+            let written = self.completer.written().notified();
+            if pool.held() < MAX_HELD {
+                return;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = written => {}
+            }
         }
     }
 }

@@ -2,10 +2,26 @@
 //! after-commit dispatcher, workers and sweeps. Use it through the `async-exec` crate,
 //! whose `#[async_exec]` attribute generates the calls this crate runs.
 //!
-//! Parts, one module each: [`store`] (all SQL), `dispatcher` (channel and after-commit
-//! hook), `executor` (claims and runs bodies), `completer` (writes outcomes in batches),
-//! [`Heartbeat`] (renews leases), [`Rescuer`] (expired leases), [`Retrier`] (due retries),
-//! [`Compensator`] (committed but never dispatched).
+//! Parts, one module each, each holding only what it uses (the store or its lease keeper,
+//! the clock, a channel, its settings) and none knowing the runtime, which assembles them
+//! (`assemble.rs` has the table of what each part gets):
+//! - [`store`]: all SQL, one implementation per backend.
+//! - `dispatcher`: the after-commit channel, and the producer that starts what arrives
+//!   (the claimer, the store, the completer, its settings).
+//! - `claimer`: claims records and starts them under worker permits, for the producer and
+//!   the sweeps (the store, the registry, the clock, the skip list, the executor).
+//! - `executor`: runs bodies in spans, catches errors, panics and timeouts (the data map,
+//!   the clock, the completer, its settings); `executor::pool` holds the worker permits
+//!   and the records held.
+//! - `completer`: writes outcomes in batches (its channel, the store, the pool it settles).
+//! - [`Heartbeat`]: renews leases (its own connection, the clock, the pool).
+//! - [`Rescuer`]: expired leases (the store, the registry, the clock).
+//! - [`Retrier`]: due retries (the claimer).
+//! - [`Compensator`]: committed but never dispatched, expired keys (the claimer, the store).
+//! - `instances`: presence of instances and the skip list of a rolling deploy.
+//!
+//! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
+//! `submit`, [`Tx`]), operations on records (`ops`), the [`Builder`] and [`Settings`].
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -18,6 +34,7 @@ mod assemble;
 mod backoff;
 mod builder;
 mod call;
+mod claimer;
 mod clock;
 mod compensator;
 mod completer;

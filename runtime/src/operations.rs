@@ -138,7 +138,7 @@ impl Runtime {
             .await?;
         if changed > 0 && matches!(action, Action::Retry | Action::ReplayDead) {
             // Due now: the sweep of due records would find them within its interval.
-            self.inner.dispatcher.look_in_store();
+            self.inner.dispatcher.store_waker().look_in_store();
         }
         Ok(changed)
     }
@@ -180,7 +180,7 @@ impl Runtime {
         let target = serde_json::json!({ "executor": executor }).to_string();
         self.audit(&self.inner.app, actor, "pause", target, 0)
             .await?;
-        crate::control::refresh_pauses(&self.inner).await
+        self.control_part().refresh_pauses().await
     }
 
     /// Resumes the claims of `executor` on every instance; whether it was paused.
@@ -190,7 +190,7 @@ impl Runtime {
         let target = serde_json::json!({ "executor": executor }).to_string();
         self.audit(&self.inner.app, actor, "resume", target, 0)
             .await?;
-        crate::control::refresh_pauses(&self.inner).await?;
+        self.control_part().refresh_pauses().await?;
         Ok(was)
     }
 
@@ -285,7 +285,7 @@ impl Runtime {
                 remark: def.remark.to_string(),
                 strategy: def.strategy.as_str().to_string(),
                 max_attempts: inner.max_attempts_of(def),
-                timeout_ms: inner.timeout_of(def).as_millis() as u64,
+                timeout_ms: inner.executor.timeout_of(def).as_millis() as u64,
             })
             .collect()
     }

@@ -7,13 +7,15 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::assemble::{Core, Shared};
+use crate::claimer::Claimer;
 use crate::clock::Clock;
 use crate::completer::Completer;
 use crate::data::DataMap;
 use crate::dispatcher::Dispatcher;
 use crate::error::{Error, Result};
-use crate::executor::{ExecutorPool, Job, RecordRef};
-use crate::record::{Claimed, NewRequest, Status};
+use crate::executor::{Executor, ExecutorPool, Job};
+use crate::record::NewRequest;
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
@@ -43,23 +45,28 @@ pub(crate) struct Inner {
     /// This instance's name in `lease_owner` and `async_log.worker`.
     pub(crate) owner: Arc<str>,
     pub(crate) store: Arc<dyn Store>,
-    /// The producer while no workers run (a submit-only instance), for `start_workers`.
-    pub(crate) idle_producer: Mutex<Option<crate::dispatcher::Producer>>,
+    /// The channel's receiving end while no workers run (a submit-only instance), for
+    /// `start_workers`.
+    pub(crate) idle_inbox: Mutex<Option<crate::dispatcher::Inbox>>,
     /// Whether this instance runs workers now.
     pub(crate) workers_on: Arc<AtomicBool>,
     /// Records to leave for other instances (a rolling deploy), kept by the presence part.
     pub(crate) skip: crate::instances::SkipList,
     /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
-    pub(crate) control: crate::control::Control,
+    pub(crate) control: Arc<crate::control::Control>,
     /// The database's clock, for every time the runtime writes.
     pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
     pub(crate) leases: Arc<dyn crate::store::LeaseKeeper>,
-    pub(crate) registry: Registry,
+    pub(crate) registry: Arc<Registry>,
     pub(crate) data: Arc<DataMap>,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) pool: Arc<ExecutorPool>,
-    pub(crate) completer: Completer,
+    pub(crate) completer: Arc<Completer>,
+    /// Runs bodies (pooled, direct, inline) and hands their outcomes on.
+    pub(crate) executor: Arc<Executor>,
+    /// Claims records and starts them: the producer's and the sweeps' path to a worker.
+    pub(crate) claimer: Arc<Claimer>,
     /// Stops the producer and the sweeps.
     pub(crate) shutdown: CancellationToken,
     /// Stops the completer, after the workers.
@@ -67,7 +74,7 @@ pub(crate) struct Inner {
     /// Set once shutdown begins: calls are refused.
     pub(crate) closed: AtomicBool,
     /// Records handed back by workers that were stopping (counted in the shutdown report).
-    pub(crate) handed_back: AtomicU64,
+    pub(crate) handed_back: Arc<AtomicU64>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
@@ -148,33 +155,66 @@ impl Runtime {
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
-        let (dispatcher, producer) = Dispatcher::new(settings.channel_capacity);
-        let (completer, completer_task) = Completer::new();
-        let owner = format!(
+        let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
+        let owner: Arc<str> = format!(
             "{}@{}:{:04x}",
             settings.application_name,
             std::process::id(),
             rand::random::<u16>()
-        );
-        let inner = Arc::new(Inner {
-            app: settings.application_name.as_str().into(),
-            owner: owner.into(),
-            leases: store.lease_keeper(),
+        )
+        .into();
+        let shared = Shared {
+            store,
+            application: settings.application_name.as_str().into(),
+            owner,
+            clock,
+            registry: Arc::new(registry),
+            data: Arc::new(data),
             skip: Default::default(),
             control: Default::default(),
-            idle_producer: Mutex::new(None),
+            shutdown: CancellationToken::new(),
+            handed_back: Arc::new(AtomicU64::new(0)),
+        };
+        let Core {
+            pool,
+            completer,
+            completer_task,
+            executor,
+            claimer,
+        } = Core::assemble(&settings, &shared);
+        let Shared {
+            store,
+            application: app,
+            owner,
+            clock,
+            registry,
+            data,
+            skip,
+            control,
+            shutdown,
+            handed_back,
+        } = shared;
+        let inner = Arc::new(Inner {
+            app,
+            owner,
+            leases: store.lease_keeper(),
+            skip,
+            control,
+            idle_inbox: Mutex::new(None),
             workers_on: Arc::new(AtomicBool::new(false)),
             clock,
             store,
             registry,
-            data: Arc::new(data),
+            data,
             dispatcher,
-            pool: Arc::new(ExecutorPool::new(settings.concurrency)),
+            pool,
             completer,
-            shutdown: CancellationToken::new(),
+            executor,
+            claimer,
+            shutdown,
             completer_stop: CancellationToken::new(),
             closed: AtomicBool::new(false),
-            handed_back: AtomicU64::new(0),
+            handed_back,
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             open_txs: Default::default(),
@@ -192,8 +232,8 @@ impl Runtime {
         if let Err(error) = runtime.presence().run_once().await {
             tracing::warn!(%error, "could not announce this instance in async_instance");
         }
-        runtime.spawn_parts(producer, completer_task);
-        crate::control::spawn(&inner);
+        runtime.spawn_parts(inbox, completer_task);
+        runtime.spawn_control();
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
@@ -230,7 +270,7 @@ impl Runtime {
     /// Waits until every dispatched call has run and its outcome is written.
     pub async fn wait_idle(&self) {
         loop {
-            let written = self.inner.completer.written.notified();
+            let written = self.inner.completer.written().notified();
             if self.inner.dispatcher.is_empty() && self.inner.pool.is_idle() {
                 return;
             }
@@ -349,15 +389,9 @@ async fn warn_of_records_filed_elsewhere(
 }
 
 impl Inner {
-    pub(crate) fn timeout_of(&self, def: &ExecutorDef) -> Duration {
-        def.timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.settings.default_timeout)
-    }
-
+    /// The attempts a record of `def` gets.
     pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
-        def.max_attempts
-            .unwrap_or(self.settings.default_max_attempts)
+        self.executor.max_attempts_of(def)
     }
 
     /// Now, by the database's clock (unix ms).
@@ -389,118 +423,8 @@ impl Inner {
         run_at: i64,
         trace: Option<&TraceContext>,
     ) -> NewRequest {
-        NewRequest {
-            application_name: self.app.clone(),
-            executor: def.name,
-            sign: def.sign,
-            strategy: def.strategy.as_str(),
-            status: Status::Init,
-            exec_count: 0,
-            max_attempts: self.max_attempts_of(def) as i32,
-            param_json: params,
-            remark: def.remark,
-            idempotency_key: key,
-            key_retention: self.settings.key_retention.as_millis() as i64,
-            priority,
-            run_at,
-            last_error: None,
-            trace_json: trace.map(TraceContext::to_json),
-            now: self.now_ms(),
-            notify: None,
-            log: None,
-        }
-    }
-
-    /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
-    /// (reserved in the pool until they start).
-    pub(crate) async fn claim_due(
-        &self,
-        kind: crate::store::DueKind,
-        limit: i64,
-    ) -> Result<Vec<Job>> {
-        let now = self.now_ms();
-        let lease_until = now + self.lease_ms();
-        let skip = self.skip.read().expect("skip list lock").clone();
-        let executors = self.control.claimable(self.registry.names());
-        if executors.is_empty() {
-            return Ok(Vec::new()); // every executor paused
-        }
-        let mut claimed = self
-            .store
-            .request_claim_due(crate::store::ClaimDue {
-                application: &self.app,
-                executors: &executors,
-                kind,
-                owner: &self.owner,
-                now,
-                lease_ms: self.lease_ms(),
-                limit,
-                skip: &skip,
-            })
-            .await?;
-        Claimed::sort_for_start(&mut claimed);
-        Ok(claimed
-            .into_iter()
-            .filter_map(|c| self.job_from_claim(c, lease_until))
-            .collect())
-    }
-
-    /// The job for a record claimed from the store (its executor is known: claims filter).
-    pub(crate) fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
-        let Some(def) = self.registry.get(&claimed.executor) else {
-            tracing::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
-            return None;
-        };
-        let trace = claimed
-            .trace_json
-            .as_deref()
-            .map(|j| TraceContext::from_json(Some(j)));
-        self.pool.reserve(claimed.id, claimed.attempt, lease_until);
-        Some(Job {
-            def,
-            params: claimed.param_json,
-            trace,
-            delay: None,
-            record: Some(RecordRef {
-                id: claimed.id,
-                attempt: claimed.attempt,
-                max_attempts: claimed.max_attempts,
-                sign: claimed.sign.into(),
-            }),
-        })
-    }
-
-    /// Starts a job under a worker permit. Returns `false` (dropping the job) at shutdown;
-    /// a stored job then stays claimed until it is released or its lease expires.
-    pub(crate) async fn start(self: &Arc<Self>, job: Job) -> bool {
-        // Fast path: a free worker, no waiting (and no cancellation future to register).
-        let permit = match self.pool.permits.clone().try_acquire_owned() {
-            Ok(permit) if !self.shutdown.is_cancelled() => Some(permit),
-            Ok(_) => None,
-            Err(_) => tokio::select! {
-                biased;
-                _ = self.shutdown.cancelled() => None,
-                permit = self.pool.permits.clone().acquire_owned() => permit.ok(),
-            },
-        };
-        match permit {
-            Some(permit) => {
-                self.pool.spawn(self.clone(), job, permit);
-                true
-            }
-            None => {
-                if let Some(record) = &job.record {
-                    let released = self
-                        .store
-                        .lease_release(&self.owner, &[record.id], self.now_ms())
-                        .await;
-                    if let Ok(n) = released {
-                        self.handed_back.fetch_add(n, Ordering::AcqRel);
-                    }
-                }
-                false
-            }
-        }
+        self.executor
+            .new_request(def, params, key, priority, run_at, trace)
     }
 
     /// Whether calls run inline (test mode) instead of through the workers.

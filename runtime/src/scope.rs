@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::call::{Outcome, Receipt, Submission};
 use crate::error::{Error, Result};
-use crate::executor::{failure_record, run_body};
 use crate::record::{Inserted, NewRequest};
 use crate::registry::BoxFuture;
 use crate::runtime::{Inner, Runtime};
@@ -143,9 +142,12 @@ impl Scope {
             }
         }
         let job = call.job();
-        let attempt = run_body(inner, &job).await;
+        let attempt = inner.executor.run_body(&job).await;
         let (receipt, write) =
-            match failure_record(inner, &job, &attempt, call.key.clone(), call.priority) {
+            match inner
+                .executor
+                .failure_record(&job, &attempt, call.key.clone(), call.priority)
+            {
                 None => (
                     Receipt::new(None, Outcome::Ran),
                     call.key

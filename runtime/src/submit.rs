@@ -4,12 +4,9 @@
 use std::sync::Arc;
 
 use crate::call::{Outcome, Receipt, Submission};
-use crate::completer::write_batch;
 use crate::dispatcher::{stored_job, uses_channel};
 use crate::error::Result;
-use crate::executor::{
-    completion_for, failure_record, memory_failure_is_persisted, run_body, Attempt, Job,
-};
+use crate::executor::{log_if_dead, Job};
 use crate::record::{Inserted, NewRequest, RequestId};
 use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
@@ -216,8 +213,11 @@ impl Inner {
                     }
                 }
                 let job = call.job();
-                let attempt = run_body(self, &job).await;
-                match failure_record(self, &job, &attempt, call.key.clone(), call.priority) {
+                let attempt = self.executor.run_body(&job).await;
+                let failed =
+                    self.executor
+                        .failure_record(&job, &attempt, call.key.clone(), call.priority);
+                match failed {
                     None => {
                         if call.key.is_some() {
                             // Remember the key, so that a retried call does not run again.
@@ -387,44 +387,7 @@ impl Inner {
 
     /// Runs an in-memory job on its own task, outside the worker pool.
     fn spawn_direct(self: &Arc<Self>, job: Job) {
-        let inner = self.clone();
-        self.pool.tasks.spawn(async move {
-            let attempt = run_body(&inner, &job).await;
-            inner.finish(job, attempt).await;
-        });
-    }
-
-    /// Records the outcome of an attempt.
-    pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
-        if let Some(record) = &job.record {
-            let completion = completion_for(self, record, &attempt);
-            log_if_dead(&completion, job.def.name);
-            self.control
-                .count(job.def.name, &completion.result, attempt.finished);
-            if let Err(id) = self.completer.send(completion) {
-                // The completer is gone (an aborted runtime): the lease expires and the
-                // record runs again elsewhere.
-                tracing::warn!(id, "outcome not written: runtime stopped");
-            }
-            return;
-        }
-        let Err(failure) = &attempt.result else {
-            return;
-        };
-        if !memory_failure_is_persisted(job.def.strategy) {
-            tracing::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
-            return;
-        }
-        if let Some(request) = failure_record(self, &job, &attempt, None, 0) {
-            if request.status == crate::record::Status::Dead {
-                tracing::error!(executor = job.def.name, error = %failure.message,
-                    "in-memory call failed for good: it is written as dead");
-            }
-            if let Err(error) = self.store.request_insert(&request).await {
-                tracing::error!(executor = job.def.name, %error, failure = %failure.message,
-                    "call failed and its retry record could not be written: it is lost");
-            }
-        }
+        self.executor.spawn_direct(job);
     }
 
     /// Runs a job to completion now, outcome written: test modes and [`Runtime::drain`].
@@ -450,32 +413,19 @@ impl Inner {
                 record.max_attempts = max_attempts;
             }
         }
-        let attempt = run_body(self, &job).await;
+        let attempt = self.executor.run_body(&job).await;
         let ok = attempt.result.is_ok();
         match &job.record {
             Some(record) => {
-                let completion = completion_for(self, record, &attempt);
+                let completion = self.executor.completion_for(record, &attempt);
                 log_if_dead(&completion, job.def.name);
-                self.control
-                    .count(job.def.name, &completion.result, attempt.finished);
-                write_batch(self, &[completion]).await?;
+                self.executor
+                    .count(job.def.name, &completion, attempt.finished);
+                self.completer.write_now(&[completion]).await?;
             }
-            None => self.finish(job, attempt).await,
+            None => self.executor.finish(job, attempt).await,
         }
         Ok(Some(ok))
-    }
-}
-
-/// A request going `dead` needs a person: it is logged at ERROR, with its last error.
-fn log_if_dead(completion: &crate::store::Completion, executor: &str) {
-    if let crate::store::CompletionResult::Dead { error } = &completion.result {
-        tracing::error!(
-            request_id = completion.id,
-            executor,
-            attempt = completion.attempt,
-            %error,
-            "request failed for good: it is dead; replay it with `retry_now` once the cause is fixed"
-        );
     }
 }
 
@@ -499,7 +449,7 @@ impl Runtime {
         loop {
             let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
             for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
-                jobs.extend(inner.claim_due(kind, 100).await?);
+                jobs.extend(inner.claimer.claim_due(kind, 100).await?);
             }
             if jobs.is_empty() {
                 return Ok(report);

@@ -1,51 +1,26 @@
-//! What the sweeps share: claiming due records into free workers, and the periodic loop
-//! with a backoff while the database fails.
+//! What the sweeps share: the periodic loop, with a backoff while the database fails.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
-use crate::runtime::Inner;
-use crate::store::DueKind;
 use crate::supervise::panic_text;
 
-/// Claims up to `limit` due records of `kind` (never more than there are free workers)
-/// and starts them. Returns how many were started.
-pub(crate) async fn claim_and_start(
-    inner: &Arc<Inner>,
-    kind: DueKind,
-    limit: i64,
-) -> Result<usize> {
-    let free = inner.pool.available() as i64;
-    let limit = limit.min(free);
-    if limit <= 0 {
-        return Ok(0);
-    }
-    let mut started = 0;
-    for job in inner.claim_due(kind, limit).await? {
-        if inner.start(job).await {
-            started += 1;
-        }
-    }
-    Ok(started)
-}
-
-/// Runs `once` every `interval` until shutdown. While it fails, the wait doubles (up to a
+/// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
 /// minute) and each failure is logged; the first success after failures says so.
 pub(crate) async fn every<F, Fut>(
-    inner: Arc<Inner>,
+    shutdown: CancellationToken,
     name: &'static str,
     interval: Duration,
     mut once: F,
 ) where
-    F: FnMut(Arc<Inner>) -> Fut,
+    F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let shutdown = inner.shutdown.clone();
     let mut failures = 0u32;
     loop {
         let wait = if failures == 0 {
@@ -59,7 +34,7 @@ pub(crate) async fn every<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        let outcome = AssertUnwindSafe(once(inner.clone()))
+        let outcome = AssertUnwindSafe(once())
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| {

@@ -1,6 +1,12 @@
-//! Writes the outcomes of attempts, many per transaction (group commit): the next batch
-//! is whatever finished while the previous one was being written. An outcome the database
-//! refuses is isolated from its batch ([`isolate`]), so that it never holds up the others.
+//! The completer: writes the outcomes of attempts, many per transaction (group commit):
+//! the next batch is whatever finished while the previous one was being written. An
+//! outcome the database refuses is isolated from its batch ([`isolate`]), so that it never
+//! holds up the others.
+//!
+//! It holds its channel (the receiving end; [`Completer`] is the sending one, held by the
+//! executor), the store it writes to and the executor pool whose jobs it settles (forgets
+//! once their outcomes are written). It has no settings of its own: its batch size and
+//! linger are constants, and how many batches it writes at once is the store's.
 
 mod isolate;
 
@@ -9,11 +15,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
+use crate::executor::ExecutorPool;
 use crate::fault::is_transient;
 use crate::record::RequestId;
-use crate::runtime::Inner;
-use crate::store::Completion;
+use crate::store::{Completion, Store};
 
 use isolate::{write_isolating, Backoff, Written};
 
@@ -30,18 +37,35 @@ const LINGER: Duration = Duration::from_micros(500);
 /// (their records are then released by the shutdown, or their leases expire).
 const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The sending side, held by the runtime.
+/// The sending side, held by the executor (and the runtime, to wait for writes).
 #[derive(Debug)]
 pub(crate) struct Completer {
     tx: mpsc::UnboundedSender<Completion>,
-    /// Notified after every batch written.
-    pub(crate) written: Notify,
+    outcomes: Arc<Outcomes>,
 }
 
 /// The receiving side, moved into the completer task.
 #[derive(Debug)]
 pub(crate) struct CompleterTask {
     rx: mpsc::UnboundedReceiver<Completion>,
+    outcomes: Arc<Outcomes>,
+}
+
+/// What writing a batch needs: the store, the pool whose jobs it settles, and the signal
+/// that a batch was written.
+struct Outcomes {
+    store: Arc<dyn Store>,
+    pool: Arc<ExecutorPool>,
+    /// Notified after every batch written.
+    written: Notify,
+}
+
+impl std::fmt::Debug for Outcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcomes")
+            .field("backend", &self.store.backend_name())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one batch did.
@@ -54,20 +78,55 @@ pub struct CompleteReport {
 }
 
 impl Completer {
-    pub(crate) fn new() -> (Completer, CompleterTask) {
+    /// The two ends of a completer that writes to `store` and settles the jobs of `pool`.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        pool: Arc<ExecutorPool>,
+    ) -> (Completer, CompleterTask) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let outcomes = Arc::new(Outcomes {
+            store,
+            pool,
+            written: Notify::new(),
+        });
         (
             Completer {
                 tx,
-                written: Notify::new(),
+                outcomes: outcomes.clone(),
             },
-            CompleterTask { rx },
+            CompleterTask { rx, outcomes },
         )
     }
 
     /// Queues an outcome for writing. Returns the request id when the completer is gone.
     pub(crate) fn send(&self, completion: Completion) -> Result<(), RequestId> {
         self.tx.send(completion).map_err(|e| e.0.id)
+    }
+
+    /// Notified after every batch written (by the task or by [`Completer::write_now`]).
+    pub(crate) fn written(&self) -> &Notify {
+        &self.outcomes.written
+    }
+
+    /// Writes one batch now and forgets its jobs: inline execution (test modes, `drain`).
+    /// A transient failure goes to the caller; an outcome the database refuses is isolated
+    /// and written `dead`, as the completer task does.
+    pub(crate) async fn write_now(&self, batch: &[Completion]) -> crate::Result<CompleteReport> {
+        let outcomes = &self.outcomes;
+        let written = match outcomes.store.request_complete_many(batch).await {
+            Ok(written) => written,
+            Err(error) if !is_transient(&error) => {
+                write_isolating(&*outcomes.store, batch, Backoff::default())
+                    .await
+                    .rows
+            }
+            Err(error) => return Err(error),
+        };
+        outcomes.settle(batch);
+        Ok(CompleteReport {
+            completions: batch.len(),
+            written,
+        })
     }
 }
 
@@ -77,13 +136,13 @@ impl CompleterTask {
     /// fencing makes a late write harmless); an outcome the database refuses is written
     /// `dead` instead. Up to `Store::concurrent_writes` batches are written at once, each on
     /// its own connection: the next batch fills while earlier ones commit. At shutdown the
-    /// writes left get [`SHUTDOWN_PATIENCE`], then are abandoned.
-    pub(crate) async fn run(&mut self, inner: Arc<Inner>) {
-        let writers = inner.store.concurrent_writes().max(1);
+    /// writes left get [`SHUTDOWN_PATIENCE`], then are abandoned. `stop` is shutdown's
+    /// signal, given after the workers have stopped.
+    pub(crate) async fn run(&mut self, stop: CancellationToken) {
+        let writers = self.outcomes.store.concurrent_writes().max(1);
         // Writes in flight, owned by this task: aborting it (`Runtime::abort`) aborts them.
         let mut writes = JoinSet::new();
         let mut batch = Vec::with_capacity(BATCH);
-        let stop = inner.completer_stop.clone();
         loop {
             let received = tokio::select! {
                 received = self.rx.recv_many(&mut batch, BATCH) => received,
@@ -93,8 +152,8 @@ impl CompleterTask {
                         batch.push(completion);
                     }
                     if !batch.is_empty() {
-                        let inner = inner.clone();
-                        writes.spawn(async move { write_and_settle(&inner, &batch).await });
+                        let outcomes = self.outcomes.clone();
+                        writes.spawn(async move { outcomes.write_and_settle(&batch).await });
                     }
                     finish_writes(writes, SHUTDOWN_PATIENCE).await;
                     return;
@@ -115,8 +174,8 @@ impl CompleterTask {
             // Whatever finished while waiting for a writer joins this write.
             top_up(&mut self.rx, &mut batch);
             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-            let inner = inner.clone();
-            writes.spawn(async move { write_and_settle(&inner, &full).await });
+            let outcomes = self.outcomes.clone();
+            writes.spawn(async move { outcomes.write_and_settle(&full).await });
         }
     }
 }
@@ -145,50 +204,30 @@ async fn finish_writes(mut writes: JoinSet<()>, patience: Duration) {
     }
 }
 
-/// Writes a batch, isolating what the database refuses, and forgets its jobs.
-async fn write_and_settle(inner: &Inner, batch: &[Completion]) {
-    let written: Written = write_isolating(&*inner.store, batch, Backoff::default()).await;
-    settle(inner, batch);
-    if written.isolated + written.unwritable > 0 {
-        tracing::warn!(
-            completions = batch.len(),
-            rows = written.rows,
-            isolated = written.isolated,
-            unwritable = written.unwritable,
-            "a batch of outcomes written with the refused ones isolated"
-        );
-    }
-}
-
-/// Forgets the jobs of a batch whose outcomes are settled, and wakes those waiting for it.
-fn settle(inner: &Inner, batch: &[Completion]) {
-    for completion in batch {
-        inner.pool.forget(completion.id, completion.attempt);
-    }
-    inner.completer.written.notify_waiters();
-}
-
-/// Writes one batch and forgets its jobs: inline execution (test modes, `drain`). A
-/// transient failure goes to the caller; an outcome the database refuses is isolated and
-/// written `dead`, as the completer task does.
-pub(crate) async fn write_batch(
-    inner: &Inner,
-    batch: &[Completion],
-) -> crate::Result<CompleteReport> {
-    let written = match inner.store.request_complete_many(batch).await {
-        Ok(written) => written,
-        Err(error) if !is_transient(&error) => {
-            write_isolating(&*inner.store, batch, Backoff::default())
-                .await
-                .rows
+impl Outcomes {
+    /// Writes a batch, isolating what the database refuses, and forgets its jobs.
+    async fn write_and_settle(&self, batch: &[Completion]) {
+        let written: Written = write_isolating(&*self.store, batch, Backoff::default()).await;
+        self.settle(batch);
+        if written.isolated + written.unwritable > 0 {
+            tracing::warn!(
+                completions = batch.len(),
+                rows = written.rows,
+                isolated = written.isolated,
+                unwritable = written.unwritable,
+                "a batch of outcomes written with the refused ones isolated"
+            );
         }
-        Err(error) => return Err(error),
-    };
-    settle(inner, batch);
-    Ok(CompleteReport {
-        completions: batch.len(),
-        written,
-    })
+    }
+
+    /// Forgets the jobs of a batch whose outcomes are settled, and wakes those waiting for
+    /// it.
+    fn settle(&self, batch: &[Completion]) {
+        for completion in batch {
+            self.pool.forget(completion.id, completion.attempt);
+        }
+        self.written.notify_waiters();
+    }
 }
 
 #[cfg(test)]

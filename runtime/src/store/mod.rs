@@ -13,6 +13,8 @@ use crate::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
+#[cfg(test)]
+pub(crate) mod fixture;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "mysql")]

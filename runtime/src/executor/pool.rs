@@ -1,0 +1,259 @@
+//! The executor pool: the worker permits, the tasks of running bodies, and the stored jobs
+//! this instance holds (reserved, running, or waiting for their outcome to be written).
+//! The heartbeat renews what it lists, the completer forgets what it wrote, shutdown waits
+//! for and aborts what runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::record::RequestId;
+
+/// A running stored job, as the heartbeat and shutdown see it.
+#[derive(Debug)]
+struct InFlight {
+    attempt: i32,
+    /// Past this time (unix ms) the body has overrun its timeout without yielding:
+    /// its lease is no longer renewed, so that another worker can take the record.
+    renew_until: i64,
+    /// When the lease, as last set by this instance, ends (unix ms, this clock; taken
+    /// before the statement that set it was sent, so never later than the database's).
+    lease_until: i64,
+    /// Cancelled when the lease ran out or was lost: the body's `Context` sees it.
+    lease_lost: CancellationToken,
+    /// Another instance holds the record now (or it is gone): not renewed again; the
+    /// outcome, if any, is fenced.
+    lost: bool,
+    abort: Option<AbortHandle>,
+    /// The body has run to its end; its outcome is on its way to the store.
+    done: bool,
+}
+
+impl InFlight {
+    fn new(attempt: i32, lease_until: i64) -> Self {
+        InFlight {
+            attempt,
+            renew_until: i64::MAX,
+            lease_until,
+            lease_lost: CancellationToken::new(),
+            lost: false,
+            abort: None,
+            done: false,
+        }
+    }
+
+    fn lose(&mut self) {
+        self.lost = true;
+        self.lease_lost.cancel();
+    }
+}
+
+/// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
+#[derive(Debug)]
+pub(crate) struct ExecutorPool {
+    pub(crate) permits: Arc<Semaphore>,
+    in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// Every body running in this instance, pooled or not.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl ExecutorPool {
+    pub(crate) fn new(concurrency: usize) -> Self {
+        ExecutorPool {
+            permits: Arc::new(Semaphore::new(concurrency)),
+            in_flight: Mutex::new(HashMap::new()),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Registers a stored job that is about to start (attempt `attempt` of record `id`):
+    /// past `renew_until` its lease is no longer renewed; `lease_until` is its lease's end
+    /// when it was not reserved. Returns the token its body's `Context` sees cancelled when
+    /// the lease is lost, or `None` when the lease was lost while it waited: it must not
+    /// run here (another instance may run it).
+    pub(super) fn start_flight(
+        &self,
+        id: RequestId,
+        attempt: i32,
+        renew_until: i64,
+        lease_until: i64,
+    ) -> Option<CancellationToken> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let flight = in_flight
+            .entry(id)
+            .and_modify(|f| {
+                if f.attempt != attempt {
+                    *f = InFlight::new(attempt, lease_until);
+                }
+            })
+            .or_insert_with(|| InFlight::new(attempt, lease_until));
+        if flight.lost {
+            in_flight.remove(&id);
+            return None;
+        }
+        flight.renew_until = renew_until;
+        Some(flight.lease_lost.clone())
+    }
+
+    /// Notes the task that runs attempt `attempt` of record `id`, for shutdown to abort.
+    pub(super) fn started(&self, id: RequestId, attempt: i32, abort: AbortHandle) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+            flight.abort = Some(abort);
+        }
+    }
+
+    /// Registers a claimed record that waits for a worker: the heartbeat renews its lease
+    /// (set to end at `lease_until`) until it starts, and shutdown hands it back.
+    pub(crate) fn reserve(&self, id: RequestId, attempt: i32, lease_until: i64) {
+        self.in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(id, InFlight::new(attempt, lease_until));
+    }
+
+    /// Notes that a stored job's body has run to its end.
+    pub(super) fn mark_done(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+            flight.done = true;
+        }
+    }
+
+    /// How many stored jobs' bodies are running now.
+    pub(crate) fn running(&self) -> usize {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .values()
+            .filter(|f| f.abort.is_some() && !f.done)
+            .count()
+    }
+
+    /// Records whose body finished but whose outcome is not written (yet, or at all).
+    pub(crate) fn finished_unwritten(&self) -> Vec<RequestId> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .iter()
+            .filter(|(_, f)| f.done)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Forgets a stored job once its outcome is written.
+    pub(crate) fn forget(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if in_flight.get(&id).is_some_and(|f| f.attempt == attempt) {
+            in_flight.remove(&id);
+        }
+    }
+
+    /// Ids whose leases the heartbeat should renew now, in id order (the order every
+    /// statement locks records in), and the earliest end among their leases.
+    pub(crate) fn renewable(&self, now: i64) -> (Vec<RequestId>, Option<i64>) {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut earliest = None::<i64>;
+        let mut ids: Vec<RequestId> = in_flight
+            .iter()
+            .filter(|(_, f)| !f.lost && f.renew_until > now)
+            .inspect(|(_, f)| {
+                earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        (ids, earliest)
+    }
+
+    /// Notes a renewal: the leases of `renewed` now end at `until`; those of `asked` that
+    /// were not renewed and whose body is still running (or waits to) were taken over or
+    /// removed: they are lost, their bodies told. Returns the ids lost.
+    pub(crate) fn renewed(
+        &self,
+        asked: &[RequestId],
+        renewed: &[RequestId],
+        until: i64,
+    ) -> Vec<RequestId> {
+        let renewed: std::collections::HashSet<RequestId> = renewed.iter().copied().collect();
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lost = Vec::new();
+        for id in asked {
+            let Some(flight) = in_flight.get_mut(id) else {
+                continue;
+            };
+            if renewed.contains(id) {
+                flight.lease_until = flight.lease_until.max(until);
+            } else if !flight.done && !flight.lost {
+                flight.lose();
+                lost.push(*id);
+            }
+        }
+        lost
+    }
+
+    /// Tells the running bodies whose lease ended (by this clock) before it could be
+    /// renewed: another instance may take their records now. Their leases are still
+    /// renewed while this instance holds them (a renewal that gets through keeps the
+    /// record here; one that finds it taken over marks it lost). Returns their ids.
+    pub(crate) fn lapse(&self, now: i64) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lapsed = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            let started = flight.abort.is_some();
+            if started
+                && !flight.done
+                && !flight.lease_lost.is_cancelled()
+                && flight.lease_until <= now
+            {
+                flight.lease_lost.cancel();
+                lapsed.push(*id);
+            }
+        }
+        lapsed
+    }
+
+    /// How many claimed records this instance holds (waiting, running, or with an
+    /// outcome not yet written).
+    pub(crate) fn held(&self) -> usize {
+        self.in_flight.lock().expect("in-flight lock").len()
+    }
+
+    /// Jobs running or waiting for their outcome to be written.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tasks.is_empty() && self.in_flight.lock().expect("in-flight lock").is_empty()
+    }
+
+    /// Waits until every running body has finished, or `grace` has passed.
+    /// Returns whether all finished.
+    pub(crate) async fn wait(&self, grace: Duration) -> bool {
+        self.tasks.close();
+        let done = tokio::time::timeout(grace, self.tasks.wait()).await.is_ok();
+        self.tasks.reopen();
+        done
+    }
+
+    /// Aborts the bodies still running; returns the ids of their records.
+    pub(crate) fn abort_all(&self) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut aborted = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            if flight.done {
+                continue;
+            }
+            if let Some(abort) = flight.abort.take() {
+                abort.abort();
+                aborted.push(*id);
+            }
+        }
+        aborted
+    }
+
+    /// Workers free right now.
+    pub(crate) fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
