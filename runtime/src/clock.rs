@@ -44,13 +44,23 @@ impl Clock {
         }
     }
 
-    /// Reads the database's clock; the answer is taken to be the time halfway through
-    /// the round trip.
+    /// Reads the database's clock; the answer is taken to be the time at the end of the
+    /// round trip, so that this reading is never ahead of the database's clock (at most
+    /// one round trip behind). Ahead, a record this instance makes due "now" would not be
+    /// due yet by the database's clock in the claim that follows, and would wait for the
+    /// next poll; behind, it is due a few milliseconds early, and every lease this instance
+    /// estimates ends no later than the database's.
     pub(crate) async fn sync(&self, store: &dyn Store) -> Result<()> {
-        let sent = Instant::now();
-        let db = store.db_now_ms().await?;
-        let round_trip = sent.elapsed();
-        let at = sent + round_trip / 2;
+        self.sync_with(store.db_now_ms()).await
+    }
+
+    /// [`Clock::sync`] with the reading of the database's clock given as a future.
+    async fn sync_with(
+        &self,
+        reading: impl std::future::Future<Output = Result<i64>>,
+    ) -> Result<()> {
+        let db = reading.await?;
+        let at = Instant::now();
         let before = self.now_ms();
         *self.base.lock().expect("clock lock") = Some((db, at));
         let moved = self.now_ms() - before;
@@ -90,6 +100,29 @@ mod tests {
         let clock = Clock::new(-10_000);
         let drift = (wall_ms() - 10_000 - clock.now_ms()).abs();
         assert!(drift < 1_000, "{drift}");
+    }
+
+    /// Issue 8 item 3 (found under load): a reading taken halfway through the round trip
+    /// put the estimate up to half a round trip ahead of the database whenever the
+    /// database read its clock late in the trip, and records made due "now" were not due
+    /// in the claim that followed.
+    #[tokio::test]
+    async fn a_reading_is_never_ahead_of_the_database() {
+        let clock = Clock::new(0);
+        clock
+            .sync_with(async {
+                // The request is slow to reach the database, which reads its clock on
+                // arrival and answers at once.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(wall_ms())
+            })
+            .await
+            .unwrap();
+        let ahead = clock.now_ms() - wall_ms();
+        assert!(
+            ahead <= 5,
+            "the estimate is {ahead} ms ahead of the database"
+        );
     }
 
     #[test]

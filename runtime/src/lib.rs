@@ -54,8 +54,8 @@ mod open_tx;
 mod operations;
 mod ops;
 mod outcome;
-pub mod query;
 mod purge;
+pub mod query;
 mod record;
 mod redact;
 mod registry;
@@ -85,11 +85,11 @@ pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
 pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
 pub use query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
     RequestQuery,
 };
-pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};

@@ -33,8 +33,8 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod ops;
 mod list;
+mod ops;
 mod purge;
 
 /// Records in a MySQL or MariaDB database (InnoDB).

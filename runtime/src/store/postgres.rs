@@ -26,8 +26,8 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod ops;
 mod list;
+mod ops;
 mod purge;
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the

@@ -25,8 +25,8 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod ops;
 mod list;
+mod ops;
 mod purge;
 
 /// Records in a SQLite database file (WAL mode).
