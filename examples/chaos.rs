@@ -124,14 +124,14 @@ async fn work(
         history.runs.fetch_add(1, Ordering::Relaxed)
     );
     sqlx::query(&history.insert)
-    .bind(&run_id)
-    .bind(id)
-    .bind(key.clone())
-    .bind(&history.instance)
-    .bind(attempt as i32)
-    .bind(now_ms())
-    .execute(&history.pool)
-    .await?;
+        .bind(&run_id)
+        .bind(id)
+        .bind(key.clone())
+        .bind(&history.instance)
+        .bind(attempt as i32)
+        .bind(now_ms())
+        .execute(&history.pool)
+        .await?;
     let outcome = tokio::select! {
         _ = tokio::time::sleep(Duration::from_millis(work_ms)) => {
             if fail_first && attempt == 1 { "failed" } else { "ok" }
@@ -243,7 +243,9 @@ impl Receipts {
                     eprintln!("receipt not written ({error}); again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(error) => panic!("receipt {id:?} {key:?} {outcome} could not be written: {error}"),
+                Err(error) => {
+                    panic!("receipt {id:?} {key:?} {outcome} could not be written: {error}")
+                }
             }
         }
     }
@@ -370,9 +372,14 @@ impl Submitter<'_> {
         if rollback || failed {
             let _ = tx.rollback().await;
             for (receipt, key) in &written {
-                self.receipts
-                    .record(receipt.id, key.as_deref(), "rolled_back", via)
-                    .await;
+                // A duplicate key's answer names the key's request, rolled back or not.
+                if receipt.outcome == Outcome::Existing {
+                    self.receipts.receipt(receipt, key.as_deref(), via).await;
+                } else {
+                    self.receipts
+                        .record(receipt.id, key.as_deref(), "rolled_back", via)
+                        .await;
+                }
             }
             return;
         }
@@ -461,11 +468,7 @@ impl Submitter<'_> {
     }
 }
 
-async fn submit<DB: Backend>(
-    rt: &Runtime,
-    receipts: Receipts,
-    args: &Args,
-) -> anyhow::Result<u64> {
+async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<u64> {
     let mut submitter = Submitter {
         rt,
         receipts,

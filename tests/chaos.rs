@@ -108,7 +108,16 @@ async fn each_ran_since(pool: &AnyPool, processes: &[String], since: i64, limit:
 }
 
 async fn read_run(pool: &AnyPool, run: &mut Run) {
-    type HistoryRow = (String, i64, Option<String>, String, i32, i64, Option<i64>, String);
+    type HistoryRow = (
+        String,
+        i64,
+        Option<String>,
+        String,
+        i32,
+        i64,
+        Option<i64>,
+        String,
+    );
     let rows: Vec<HistoryRow> = sqlx::query_as(
         "SELECT run_id, request_id, req_key, instance, attempt, started, ended, outcome FROM chaos_history",
     )
@@ -167,7 +176,11 @@ async fn chaos(kind: Kind) {
         .output()
         .await
         .expect("run the chaos example");
-    assert!(setup.status.success(), "{}", String::from_utf8_lossy(&setup.stderr));
+    assert!(
+        setup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
 
     let cluster = Cluster::start(&db.url).await;
     let submitter_args: Vec<String> = [
@@ -205,7 +218,11 @@ async fn chaos(kind: Kind) {
         .await
         .expect("the submitter did not stop within 60 s of SIGTERM")
         .expect("wait");
-    assert!(status.success(), "submitter: {}", cluster::read(&submitter.log));
+    assert!(
+        status.success(),
+        "submitter: {}",
+        cluster::read(&submitter.log)
+    );
     let drained = drain(&pool, Duration::from_secs(120)).await;
     let final_phase_start = now_ms();
     let current = cluster.current().await;
@@ -228,7 +245,10 @@ async fn chaos(kind: Kind) {
         run.processes = log.processes.clone();
         run.panics = log.incidents.clone();
         for path in log.logs.iter().chain([&submitter.log]) {
-            for line in cluster::read(path).lines().filter(|l| l.contains("panicked")) {
+            for line in cluster::read(path)
+                .lines()
+                .filter(|l| l.contains("panicked"))
+            {
                 run.panics.push(format!("{}: {line}", path.display()));
             }
         }

@@ -293,7 +293,7 @@ impl ExecutorPool {
     }
 
     /// Runs `job` on its own task under `permit`; stored jobs' outcomes go to the completer.
-    /// A stored job whose lease was lost while it waited is dropped, not run.
+    /// A stored job whose lease was lost, or ran out, while it waited is dropped, not run.
     pub(crate) fn spawn(&self, inner: Arc<Inner>, job: Job, permit: OwnedSemaphorePermit) {
         let record = job.record.as_ref().map(|r| (r.id, r.attempt));
         let mut lease_lost = CancellationToken::new();
@@ -310,12 +310,15 @@ impl ExecutorPool {
                     }
                 })
                 .or_insert_with(|| InFlight::new(attempt, inner.now_ms() + inner.lease_ms()));
-            if flight.lost {
+            // Lost (taken over), or ran out (by this clock) before a renewal got through:
+            // the record may be running elsewhere already. Its lease is left to expire
+            // (the rescuer hands it back), as a lost one's is.
+            if flight.lost || flight.lease_until <= inner.now_ms() {
                 in_flight.remove(&id);
                 tracing::warn!(
                     request_id = id,
-                    "the lease of a claimed request was lost before a worker was free; \
-                     not running it here (another instance may)"
+                    "the lease of a claimed request was lost or ran out before a worker was \
+                     free; not running it here (another instance may)"
                 );
                 return;
             }

@@ -230,7 +230,10 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
                 rolled_back.insert(id);
             }
             ("existing", Some(_)) => summary.duplicate_calls += 1,
-            _ => flag("a call failed or returned an unexpected receipt", format!("{r:?}")),
+            _ => flag(
+                "a call failed or returned an unexpected receipt",
+                format!("{r:?}"),
+            ),
         }
     }
     summary.requests = committed.len();
@@ -297,7 +300,10 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
         }
     }
     for row in &run.left_in_queue {
-        flag("a record left in async_req after the drain", format!("{row:?}"));
+        flag(
+            "a record left in async_req after the drain",
+            format!("{row:?}"),
+        );
     }
 
     // No overlap: each execution ends (its own end, or its process's exit) before the
@@ -377,11 +383,17 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     // Every instance alive and working at the end, and graceful when asked to stop.
     let mut last: BTreeMap<&str, &Process> = BTreeMap::new();
     for p in &run.processes {
-        if last.get(p.instance.as_str()).map_or(true, |l| p.started > l.started) {
+        if last
+            .get(p.instance.as_str())
+            .map_or(true, |l| p.started > l.started)
+        {
             last.insert(&p.instance, p);
         }
         if !p.killed && p.exited.is_some() && !p.clean_exit {
-            flag("a process did not stop gracefully on SIGTERM", format!("{p:?}"));
+            flag(
+                "a process did not stop gracefully on SIGTERM",
+                format!("{p:?}"),
+            );
         }
     }
     for (instance, p) in &last {
@@ -391,11 +403,16 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
         let runs = run
             .executions
             .iter()
-            .filter(|e| e.process == p.name && e.outcome == "ok" && e.started >= run.final_phase_start)
+            .filter(|e| {
+                e.process == p.name && e.outcome == "ok" && e.started >= run.final_phase_start
+            })
             .count();
         summary.final_runs.insert(instance.to_string(), runs);
         if runs == 0 {
-            flag("an instance ran nothing after the faults ended", format!("{p:?}"));
+            flag(
+                "an instance ran nothing after the faults ended",
+                format!("{p:?}"),
+            );
         }
     }
     for line in &run.panics {
@@ -415,7 +432,14 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
 mod tests {
     use super::*;
 
-    fn exec(run_id: &str, id: i64, process: &str, started: i64, ended: Option<i64>, outcome: &str) -> Execution {
+    fn exec(
+        run_id: &str,
+        id: i64,
+        process: &str,
+        started: i64,
+        ended: Option<i64>,
+        outcome: &str,
+    ) -> Execution {
         Execution {
             run_id: run_id.into(),
             request_id: id,
@@ -530,34 +554,58 @@ mod tests {
         let v = broken(|run| run.receipts.push(receipt(2, Some("k"), "queued")));
         assert!(v.has("two requests for one key"), "{v}");
         let v = broken(|run| run.receipts.push(receipt(1, Some("k"), "existing")));
-        assert!(v.has("a duplicate call named another request than its key's"), "{v}");
+        assert!(
+            v.has("a duplicate call named another request than its key's"),
+            "{v}"
+        );
     }
 
     #[test]
     fn an_unexplained_re_execution_fails() {
         // Request 11 runs twice on w2, which had no fault.
-        let v = broken(|run| run.executions.push(exec("w2.g1-9", 11, "w2.g1", 9_500, Some(9_600), "ok")));
-        assert!(v.has("a re-execution without a fault or failure to explain it"), "{v}");
+        let v = broken(|run| {
+            run.executions
+                .push(exec("w2.g1-9", 11, "w2.g1", 9_500, Some(9_600), "ok"))
+        });
+        assert!(
+            v.has("a re-execution without a fault or failure to explain it"),
+            "{v}"
+        );
         // A fault on the instance that ran it again does not explain it.
         let v = broken(|run| run.faults[0].instance = "w2".into());
-        assert!(v.has("a re-execution without a fault or failure to explain it"), "{v}");
+        assert!(
+            v.has("a re-execution without a fault or failure to explain it"),
+            "{v}"
+        );
         // Nor does latency.
         let v = broken(|run| run.faults[0].kind = FaultKind::Latency);
-        assert!(v.has("a re-execution without a fault or failure to explain it"), "{v}");
+        assert!(
+            v.has("a re-execution without a fault or failure to explain it"),
+            "{v}"
+        );
     }
 
     #[test]
     fn uncommitted_runs_fail() {
-        let v = broken(|run| run.executions.push(exec("w2.g1-8", 4, "w2.g1", 500, Some(510), "ok")));
+        let v = broken(|run| {
+            run.executions
+                .push(exec("w2.g1-8", 4, "w2.g1", 500, Some(510), "ok"))
+        });
         assert!(v.has("a rolled-back request ran"), "{v}");
-        let v = broken(|run| run.executions.push(exec("w2.g1-8", 99, "w2.g1", 500, Some(510), "ok")));
+        let v = broken(|run| {
+            run.executions
+                .push(exec("w2.g1-8", 99, "w2.g1", 500, Some(510), "ok"))
+        });
         assert!(v.has("a request nobody committed ran"), "{v}");
     }
 
     #[test]
     fn a_dead_or_idle_instance_at_the_end_fails() {
         let v = broken(|run| run.executions.retain(|e| e.process != "w1.g2"));
-        assert!(v.has("an instance ran nothing after the faults ended"), "{v}");
+        assert!(
+            v.has("an instance ran nothing after the faults ended"),
+            "{v}"
+        );
         let v = broken(|run| run.processes[1].exited = Some(8_000));
         assert!(v.has("an instance was not running at the end"), "{v}");
         let v = broken(|run| run.processes[2].clean_exit = false);
@@ -575,7 +623,10 @@ mod tests {
                 source: "submitter".into(),
             })
         });
-        assert!(v.has("a call failed or returned an unexpected receipt"), "{v}");
+        assert!(
+            v.has("a call failed or returned an unexpected receipt"),
+            "{v}"
+        );
         let v = broken(|run| run.panics.push("w1.g1: thread panicked".into()));
         assert!(v.has("a process panicked"), "{v}");
     }

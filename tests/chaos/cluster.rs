@@ -276,13 +276,23 @@ impl Cluster {
         match planned.action {
             Action::Kill { restart_ms } => {
                 self.kill(&mut slot).await;
-                self.fault(FaultKind::Kill, &slot, t0, format!("restart after {restart_ms} ms"));
+                self.fault(
+                    FaultKind::Kill,
+                    &slot,
+                    t0,
+                    format!("restart after {restart_ms} ms"),
+                );
                 tokio::time::sleep(Duration::from_millis(restart_ms)).await;
                 self.spawn(i, &mut slot).await;
             }
             Action::Term { restart_ms } => {
                 self.terminate(&mut slot).await;
-                self.fault(FaultKind::Term, &slot, t0, format!("restart after {restart_ms} ms"));
+                self.fault(
+                    FaultKind::Term,
+                    &slot,
+                    t0,
+                    format!("restart after {restart_ms} ms"),
+                );
                 tokio::time::sleep(Duration::from_millis(restart_ms)).await;
                 self.spawn(i, &mut slot).await;
             }
@@ -292,7 +302,12 @@ impl Cluster {
                 slot.clock_offset_ms = offset_ms;
                 let t1 = now_ms();
                 self.spawn(i, &mut slot).await;
-                self.fault(FaultKind::Skew, &slot, t1, format!("clock off by {offset_ms} ms"));
+                self.fault(
+                    FaultKind::Skew,
+                    &slot,
+                    t1,
+                    format!("clock off by {offset_ms} ms"),
+                );
             }
             Action::Refuse { ms } => {
                 proxy.cut();
@@ -314,7 +329,12 @@ impl Cluster {
                 proxy.set_latency(Duration::from_millis(delay_ms));
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 proxy.set_latency(Duration::ZERO);
-                self.fault(FaultKind::Latency, &slot, t0, format!("{delay_ms} ms per chunk for {ms} ms"));
+                self.fault(
+                    FaultKind::Latency,
+                    &slot,
+                    t0,
+                    format!("{delay_ms} ms per chunk for {ms} ms"),
+                );
             }
         }
     }

@@ -133,7 +133,9 @@ mod tests {
         assert!(has(&|a| matches!(a, Action::Stall { ms } if *ms > 3_000)));
         assert!(has(&|a| matches!(a, Action::Reset)));
         assert!(has(&|a| matches!(a, Action::Latency { .. })));
-        assert!(has(&|a| matches!(a, Action::Skew { offset_ms } if offset_ms.abs() > 3_000)));
+        assert!(has(
+            &|a| matches!(a, Action::Skew { offset_ms } if offset_ms.abs() > 3_000)
+        ));
         assert!(plan.iter().all(|p| p.at_ms < 60_000 && p.instance < 3));
     }
 }
