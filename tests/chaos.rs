@@ -22,8 +22,6 @@ mod cluster;
 #[path = "chaos/schedule.rs"]
 mod schedule;
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use checker::{Execution, ReceiptRow, Run};
@@ -32,7 +30,7 @@ use common::{now_ms, Kind, TestDb};
 use sqlx::AnyPool;
 
 /// One chaos run at a time: they share two cores with everything else.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const DEFAULT_SECS: u64 = 60;
 
@@ -162,7 +160,7 @@ async fn read_run(pool: &AnyPool, run: &mut Run) {
 }
 
 async fn chaos(kind: Kind) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let (seed, secs) = (seed(), secs());
     let backend = format!("{kind:?}");
     println!(
