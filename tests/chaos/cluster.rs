@@ -26,7 +26,46 @@ pub fn chaos_binary() -> PathBuf {
          or `cargo build --all-features --example chaos` first",
         path.display()
     );
+    // `cargo test --test chaos` does not rebuild examples: refuse to test an old build.
+    let built = modified(&path);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let newest = [
+        "examples/chaos.rs",
+        "src",
+        "runtime/src",
+        "macros/src",
+        "migrations",
+    ]
+    .iter()
+    .map(|p| newest_under(&root.join(p)))
+    .max()
+    .flatten();
+    assert!(
+        newest.map_or(true, |source| source <= built),
+        "{} is older than the sources: run `cargo build --all-features --example chaos` \
+         (or `cargo test --workspace --all-features`) first",
+        path.display()
+    );
     path
+}
+
+fn modified(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .expect("modification time")
+}
+
+/// The latest modification time of a file, or of the files under a directory.
+fn newest_under(path: &std::path::Path) -> Option<std::time::SystemTime> {
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| newest_under(&e.path()))
+            .max()
+    } else {
+        path.exists().then(|| modified(path))
+    }
 }
 
 /// The worker settings: short leases, so that rescues happen within the run.
