@@ -371,9 +371,15 @@ impl Submitter<'_> {
         let via = if rollback { "rollback" } else { "tx" };
         if rollback || failed {
             let _ = tx.rollback().await;
+            let written_here: Vec<Option<i64>> = written
+                .iter()
+                .filter(|(r, _)| r.outcome == Outcome::Queued)
+                .map(|(r, _)| r.id)
+                .collect();
             for (receipt, key) in &written {
-                // A duplicate key's answer names the key's request, rolled back or not.
-                if receipt.outcome == Outcome::Existing {
+                // A duplicate key's answer names the key's request: one of this
+                // transaction's (rolled back with it), or one committed before.
+                if receipt.outcome == Outcome::Existing && !written_here.contains(&receipt.id) {
                     self.receipts.receipt(receipt, key.as_deref(), via).await;
                 } else {
                     self.receipts

@@ -53,7 +53,7 @@ pub enum FaultKind {
     Term,
     /// Connections dropped and new ones refused for a while.
     Refuse,
-    /// Connections dropped once (reset); new ones accepted.
+    /// Connections dropped (reset) again and again for a while; new ones accepted.
     Reset,
     /// A black hole: nothing moves for a while.
     Stall,

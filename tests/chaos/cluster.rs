@@ -354,9 +354,20 @@ impl Cluster {
                 proxy.restore();
                 self.fault(FaultKind::Refuse, &slot, t0, format!("{ms} ms"));
             }
-            Action::Reset => {
-                proxy.reset();
-                self.fault(FaultKind::Reset, &slot, t0, String::new());
+            Action::Reset { ms, every_ms } => {
+                let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+                let mut resets = 0;
+                while tokio::time::Instant::now() < until {
+                    proxy.reset();
+                    resets += 1;
+                    tokio::time::sleep(Duration::from_millis(every_ms)).await;
+                }
+                self.fault(
+                    FaultKind::Reset,
+                    &slot,
+                    t0,
+                    format!("{resets} resets, every {every_ms} ms for {ms} ms"),
+                );
             }
             Action::Stall { ms } => {
                 proxy.stall();

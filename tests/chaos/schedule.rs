@@ -15,8 +15,8 @@ pub enum Action {
     Term { restart_ms: u64 },
     /// Connections dropped and refused for `ms`.
     Refuse { ms: u64 },
-    /// Connections dropped once; new ones accepted.
-    Reset,
+    /// Connections dropped (reset) every `every_ms` for `ms`; new ones accepted.
+    Reset { ms: u64, every_ms: u64 },
     /// Nothing moves for `ms`.
     Stall { ms: u64 },
     /// Every chunk delayed by `delay_ms`, for `ms`.
@@ -62,7 +62,13 @@ fn draw(rng: &mut StdRng, kind: usize, lease_ms: u64, skews: &mut i64) -> Action
         5 => Action::Stall {
             ms: outage(rng, lease_ms, true),
         },
-        6 => Action::Reset,
+        6 => {
+            let long = rng.gen_bool(0.5);
+            Action::Reset {
+                ms: outage(rng, lease_ms, long),
+                every_ms: rng.gen_range(50..=1_000),
+            }
+        }
         7 => Action::Latency {
             ms: rng.gen_range(2_000..=6_000),
             delay_ms: rng.gen_range(10..=150),
@@ -131,7 +137,7 @@ mod tests {
         assert!(has(&|a| matches!(a, Action::Refuse { ms } if *ms > 3_000)));
         assert!(has(&|a| matches!(a, Action::Stall { ms } if *ms < 3_000)));
         assert!(has(&|a| matches!(a, Action::Stall { ms } if *ms > 3_000)));
-        assert!(has(&|a| matches!(a, Action::Reset)));
+        assert!(has(&|a| matches!(a, Action::Reset { .. })));
         assert!(has(&|a| matches!(a, Action::Latency { .. })));
         assert!(has(
             &|a| matches!(a, Action::Skew { offset_ms } if offset_ms.abs() > 3_000)
