@@ -8,6 +8,10 @@
 //! - A database that stops answering for longer than the lease (a black hole: statements
 //!   hang): A's body must be told (`Context::is_cancelled`), B takes the record over, and
 //!   A's late outcome must not be written (fenced).
+//! - A request claimed by A that waits for a free worker while the database is a black
+//!   hole for longer than the lease: its lease runs out before it starts, so A must not
+//!   start it (B rescues and runs it); found by the chaos test (`tests/chaos.rs`), where
+//!   such a body started on a lapsed lease and ran while the lease was another's.
 // Without a server URL set, the suites are ignored and the tests below unused.
 #![cfg_attr(
     not(any(async_exec_test_postgres, async_exec_test_mysql)),
@@ -158,6 +162,61 @@ async fn a_lease_that_cannot_be_kept_is_told_and_fenced(db: TestDb) {
     b.shutdown().await.expect("shutdown b");
 }
 
+/// Holds the only worker until told its lease is lost, then gives it up.
+#[async_exec(type = SaveAsync, max_attempts = 5, timeout = "1m")]
+async fn holds_the_worker(probe: Data<Probe>, ctx: Context) {
+    probe.record("holder started", ctx.attempt());
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(20)) => {}
+        _ = ctx.cancelled() => {}
+    }
+}
+
+#[async_exec(type = SaveAsync, max_attempts = 5, timeout = "1m")]
+async fn waits_for_a_worker(probe: Data<Probe>, ctx: Context) {
+    probe.record("waiter started", ctx.attempt());
+}
+
+async fn a_claim_whose_lease_ran_out_while_waiting_is_not_started(db: TestDb) {
+    logs();
+    let (proxy, proxied) = Proxy::for_url(&db.url).await;
+    let a = db
+        .builder()
+        .database_url(&proxied)
+        .concurrency(1)
+        .lease(Duration::from_secs(3))
+        .heartbeat_interval(Duration::from_millis(500))
+        .data(Told::default())
+        .start()
+        .await
+        .expect("start a");
+    let b = instance(&db, &db.url, true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both claimed by A at the commit; the second waits for A's only worker.
+    async_exec::batch([holds_the_worker(), waits_for_a_worker()])
+        .on(&a)
+        .await
+        .expect("calls");
+    probe(&a).wait_runs("holder started", 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.stall();
+    // A's leases run out about 3 s in: the holder is told and frees the worker while the
+    // database is still unreachable; B rescues both records.
+    probe(&b)
+        .wait_runs_within("waiter started", 1, Duration::from_secs(10))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    proxy.restore();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        probe(&a).runs("waiter started"),
+        0,
+        "A started a claimed request after its lease had run out (B ran it too)"
+    );
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
+}
+
 async fn wait_for_long<F, Fut>(mut check: F, limit: Duration)
 where
     F: FnMut() -> Fut,
@@ -176,4 +235,5 @@ where
 network_suite!(
     lease_survives_a_short_outage,
     a_lease_that_cannot_be_kept_is_told_and_fenced,
+    a_claim_whose_lease_ran_out_while_waiting_is_not_started,
 );

@@ -1,10 +1,17 @@
-//! A TCP proxy between a runtime and its database, for injecting network faults: `cut`
-//! drops every connection and refuses new ones (the database "goes away"), `stall` stops
-//! moving bytes while keeping connections open (a black hole: statements hang), `restore`
-//! goes back to forwarding.
+//! A TCP proxy between a runtime and its database, for injecting network faults:
+//!
+//! - `cut` drops every connection and refuses new ones (the database "goes away") until
+//!   `restore`;
+//! - `reset` drops every current connection (with a TCP reset) but keeps accepting new
+//!   ones: the connections break, the database stays reachable;
+//! - `stall` stops moving bytes while keeping connections open (a black hole: statements
+//!   hang) until `restore`;
+//! - `set_latency` delays every chunk forwarded, either way, by a settable time;
+//! - `restore` goes back to forwarding (the latency stays until set to zero).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -18,10 +25,20 @@ pub enum Mode {
     Stall,
 }
 
+/// The proxy's settings, watched by every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    mode: Mode,
+    /// Bumped by `reset`: a connection opened in an earlier epoch is dropped.
+    epoch: u64,
+    /// Added before each chunk is written on.
+    latency: Duration,
+}
+
 /// A running proxy; stops when dropped.
 pub struct Proxy {
     addr: SocketAddr,
-    mode: Arc<watch::Sender<Mode>>,
+    state: Arc<watch::Sender<State>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -30,27 +47,36 @@ impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
-        let (mode, _) = watch::channel(Mode::Forward);
-        let mode = Arc::new(mode);
-        let accepting = mode.clone();
+        let (state, _) = watch::channel(State {
+            mode: Mode::Forward,
+            epoch: 0,
+            latency: Duration::ZERO,
+        });
+        let state = Arc::new(state);
+        let accepting = state.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                if *accepting.borrow() == Mode::Cut {
+                let now = *accepting.borrow();
+                if now.mode == Mode::Cut {
                     drop(client);
                     continue;
                 }
-                let mode = accepting.subscribe();
+                let state = accepting.subscribe();
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(upstream).await {
-                        pipe(client, server, mode).await;
+                        pipe(client, server, state, now.epoch).await;
                     }
                 });
             }
         });
-        Proxy { addr, mode, accept }
+        Proxy {
+            addr,
+            state,
+            accept,
+        }
     }
 
     /// The proxy's port for the server of `url` (`scheme://user@host:port/db`): the same
@@ -80,19 +106,32 @@ impl Proxy {
     }
 
     pub fn set(&self, mode: Mode) {
-        self.mode.send_replace(mode);
+        self.state.send_modify(|state| state.mode = mode);
     }
 
+    /// Drops every connection and refuses new ones until `restore`.
     pub fn cut(&self) {
         self.set(Mode::Cut);
     }
 
+    /// Drops every current connection with a TCP reset; new ones are accepted.
+    pub fn reset(&self) {
+        self.state.send_modify(|state| state.epoch += 1);
+    }
+
+    /// Holds every byte (connections stay open, nothing arrives) until `restore`.
     pub fn stall(&self) {
         self.set(Mode::Stall);
     }
 
+    /// Forwards again (after `cut` or `stall`).
     pub fn restore(&self) {
         self.set(Mode::Forward);
+    }
+
+    /// Delays every chunk forwarded, either way, by `latency` (zero: none).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state.send_modify(|state| state.latency = latency);
     }
 }
 
@@ -104,19 +143,27 @@ impl Drop for Proxy {
 }
 
 /// Moves bytes both ways while the mode is `Forward`; holds them during `Stall`; drops
-/// both sockets on `Cut`.
-async fn pipe(client: TcpStream, server: TcpStream, mode: watch::Receiver<Mode>) {
+/// both sockets on `Cut` or when `reset` starts a new epoch.
+async fn pipe(client: TcpStream, server: TcpStream, state: watch::Receiver<State>, epoch: u64) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = tokio::spawn(one_way(client_read, server_write, mode.clone()));
-    let down = tokio::spawn(one_way(server_read, client_write, mode));
+    let up = tokio::spawn(one_way(client_read, server_write, state.clone(), epoch));
+    let down = tokio::spawn(one_way(server_read, client_write, state, epoch));
     let _ = tokio::join!(up, down);
+}
+
+/// Whether a connection of `epoch` is to be dropped now.
+fn dropped(state: &State, epoch: u64) -> bool {
+    state.mode == Mode::Cut || state.epoch != epoch
 }
 
 async fn one_way(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut mode: watch::Receiver<Mode>,
+    mut state: watch::Receiver<State>,
+    epoch: u64,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -125,28 +172,39 @@ async fn one_way(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
-            changed = mode.changed() => {
-                if changed.is_err() || *mode.borrow() == Mode::Cut {
-                    return;
+            changed = state.changed() => {
+                if changed.is_err() || dropped(&state.borrow(), epoch) {
+                    return drop_with_reset(to);
                 }
                 continue;
             }
         };
-        // Hold the bytes while stalled; give up the connection when cut.
-        loop {
-            let now = *mode.borrow_and_update();
-            match now {
-                Mode::Forward => break,
-                Mode::Cut => return,
+        // Hold the bytes while stalled; give up the connection when cut or reset.
+        let latency = loop {
+            let now = *state.borrow_and_update();
+            if dropped(&now, epoch) {
+                return drop_with_reset(to);
+            }
+            match now.mode {
                 Mode::Stall => {
-                    if mode.changed().await.is_err() {
+                    if state.changed().await.is_err() {
                         return;
                     }
                 }
+                _ => break now.latency,
             }
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
+}
+
+/// Closes with RST rather than FIN, as a connection broken by the network would be seen.
+fn drop_with_reset(to: tokio::net::tcp::OwnedWriteHalf) {
+    let _ = to.as_ref().set_zero_linger();
+    drop(to);
 }

@@ -231,14 +231,14 @@ impl Executor {
             let lease_until = now + self.config.lease.as_millis() as i64;
             match self
                 .pool
-                .start_flight(id, attempt, renew_until, lease_until)
+                .start_flight(id, attempt, renew_until, lease_until, now)
             {
                 Some(token) => lease_lost = token,
                 None => {
                     tracing::warn!(
                         request_id = id,
-                        "the lease of a claimed request was lost before a worker was free; \
-                         not running it here (another instance may)"
+                        "the lease of a claimed request was lost or ran out before a worker \
+                         was free; not running it here (another instance may)"
                     );
                     return;
                 }

@@ -74,14 +74,16 @@ impl ExecutorPool {
     /// Registers a stored job that is about to start (attempt `attempt` of record `id`):
     /// past `renew_until` its lease is no longer renewed; `lease_until` is its lease's end
     /// when it was not reserved. Returns the token its body's `Context` sees cancelled when
-    /// the lease is lost, or `None` when the lease was lost while it waited: it must not
-    /// run here (another instance may run it).
+    /// the lease is lost, or `None` when the lease was lost, or ran out by `now` (this
+    /// instance's clock), while it waited: it must not run here (another instance may run
+    /// it already; its lease is left to expire and the rescuer hands it back).
     pub(super) fn start_flight(
         &self,
         id: RequestId,
         attempt: i32,
         renew_until: i64,
         lease_until: i64,
+        now: i64,
     ) -> Option<CancellationToken> {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let flight = in_flight
@@ -92,7 +94,7 @@ impl ExecutorPool {
                 }
             })
             .or_insert_with(|| InFlight::new(attempt, lease_until));
-        if flight.lost {
+        if flight.lost || flight.lease_until <= now {
             in_flight.remove(&id);
             return None;
         }

@@ -1,0 +1,595 @@
+//! The chaos test's processes (`tests/chaos.rs`): one program, three modes.
+//!
+//!     # the history and receipt tables, once, before the others start
+//!     cargo run --all-features --example chaos -- --url $URL --setup
+//!     # a worker instance (its runtime's connections may go through a fault proxy)
+//!     cargo run --all-features --example chaos -- --url $PROXIED --history-url $URL --instance w1.g1
+//!     # a submitter: a steady stream of calls until SIGTERM
+//!     cargo run --all-features --example chaos -- --url $URL --submit --seed 7
+//!
+//! A worker runs `chaos::work`, a body that writes one row per execution to
+//! `chaos_history` (request id, key, instance, attempt, start and end in ms of the real
+//! wall clock, outcome) through a connection of its own to `--history-url` (never through
+//! the proxy), works for a few ms to a few hundred ms, and stops early, recording its end
+//! then, when its lease is lost (`ctx.cancelled()`). `--clock-offset-ms` skews the
+//! runtime's clock (`Builder::simulated_clock_offset`). On SIGUSR1 it submits
+//! `--probe-count` calls of its own (they run here: fresh requests go to the instance that
+//! committed them), to show that it still works. SIGTERM stops it gracefully.
+//!
+//! The submitter makes keyed and unkeyed calls, in transactions and in autocommit, some
+//! keys twice (one after the other, or from two calls at once), some transactions rolled
+//! back, and records every receipt in `chaos_receipts` after its transaction ended.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_exec::{async_exec, Backend, Context, Data, Outcome, Receipt, Runtime, Tx};
+use clap::Parser;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::AnyPool;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// The runtime's database URL (a worker's may point at a fault proxy).
+    #[arg(long)]
+    url: String,
+    /// Where history rows and receipts go (default: `--url`); never through a proxy.
+    #[arg(long)]
+    history_url: Option<String>,
+    /// Create the history and receipt tables, then exit.
+    #[arg(long)]
+    setup: bool,
+    /// Submit calls until SIGTERM instead of running workers.
+    #[arg(long)]
+    submit: bool,
+    /// The submitter's random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Application name shared by the instances.
+    #[arg(long, default_value = "chaos")]
+    app: String,
+    /// This process's name in the history (`w1.g2`: instance w1, second start).
+    #[arg(long, default_value = "worker")]
+    instance: String,
+    /// Pretend this process's clock is off by this many ms (negative: behind).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    clock_offset_ms: i64,
+    /// Bodies at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Lease length, ms.
+    #[arg(long, default_value_t = 3_000)]
+    lease_ms: u64,
+    /// Heartbeat interval, ms.
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+    /// Interval of the rescue, compensation and retry sweeps, ms.
+    #[arg(long, default_value_t = 500)]
+    sweep_ms: u64,
+    /// Shutdown grace period, ms.
+    #[arg(long, default_value_t = 1_000)]
+    grace_ms: u64,
+    /// Longest body, ms (the submitter draws each call's work up to this).
+    #[arg(long, default_value_t = 400)]
+    max_work_ms: u64,
+    /// Calls a worker submits on SIGUSR1.
+    #[arg(long, default_value_t = 8)]
+    probe_count: u64,
+}
+
+/// Where bodies write what they did.
+struct History {
+    pool: AnyPool,
+    instance: String,
+    runs: AtomicU64,
+    insert: String,
+    update: String,
+}
+
+impl History {
+    fn new(pool: AnyPool, url: &str, instance: &str) -> History {
+        History {
+            pool,
+            instance: instance.to_string(),
+            runs: AtomicU64::new(0),
+            insert: dialect(
+                url,
+                "INSERT INTO chaos_history (run_id, request_id, req_key, instance, attempt, started, outcome) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'running')",
+            ),
+            update: dialect(
+                url,
+                "UPDATE chaos_history SET ended = $1, outcome = $2 WHERE run_id = $3",
+            ),
+        }
+    }
+}
+
+/// Stops early (and fails, to be retried) when the lease is lost; fails its first
+/// attempt when `fail_first`.
+#[async_exec(type = SaveAsync, name = "chaos::work", remark = "one execution in the history", max_attempts = 1000, timeout = "30s")]
+async fn work(
+    key: Option<String>,
+    work_ms: u64,
+    fail_first: bool,
+    ctx: Context,
+    history: Data<History>,
+) -> anyhow::Result<()> {
+    let id = ctx.request_id().unwrap_or_default();
+    let attempt = ctx.attempt();
+    let run_id = format!(
+        "{}-{}",
+        history.instance,
+        history.runs.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::query(&history.insert)
+        .bind(&run_id)
+        .bind(id)
+        .bind(key.clone())
+        .bind(&history.instance)
+        .bind(attempt as i32)
+        .bind(now_ms())
+        .execute(&history.pool)
+        .await?;
+    let outcome = tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(work_ms)) => {
+            if fail_first && attempt == 1 { "failed" } else { "ok" }
+        }
+        _ = ctx.cancelled() => "cancelled",
+    };
+    let ended = now_ms();
+    sqlx::query(&history.update)
+        .bind(ended)
+        .bind(outcome)
+        .bind(&run_id)
+        .execute(&history.pool)
+        .await?;
+    match outcome {
+        "ok" => Ok(()),
+        "failed" => anyhow::bail!("the first attempt fails on purpose"),
+        _ => anyhow::bail!("the lease was lost: stopped early"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// `$1` placeholders for PostgreSQL and SQLite, `?` for MySQL.
+fn dialect(url: &str, sql: &str) -> String {
+    if url.starts_with("mysql") || url.starts_with("mariadb") {
+        let mut out = String::with_capacity(sql.len());
+        let mut chars = sql.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '$' {
+                while chars.peek().is_some_and(char::is_ascii_digit) {
+                    chars.next();
+                }
+                out.push('?');
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    } else {
+        sql.to_string()
+    }
+}
+
+async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
+    let bigint = if url.starts_with("sqlite") {
+        "INTEGER"
+    } else {
+        "BIGINT"
+    };
+    for sql in [
+        format!(
+            "CREATE TABLE IF NOT EXISTS chaos_history (run_id VARCHAR(100) NOT NULL PRIMARY KEY, \
+             request_id {bigint} NOT NULL, req_key VARCHAR(200), instance VARCHAR(100) NOT NULL, \
+             attempt INTEGER NOT NULL, started {bigint} NOT NULL, ended {bigint}, outcome VARCHAR(20) NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS chaos_receipts (request_id {bigint}, req_key VARCHAR(200), \
+             outcome VARCHAR(20) NOT NULL, via VARCHAR(20) NOT NULL, source VARCHAR(100) NOT NULL, \
+             recorded {bigint} NOT NULL)"
+        ),
+    ] {
+        sqlx::query(&sql).execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// Writes receipts to `chaos_receipts`; the history connection does not go through a
+/// proxy, so a failure here is the test's own and stops the process.
+struct Receipts {
+    pool: AnyPool,
+    insert: String,
+    source: String,
+}
+
+impl Receipts {
+    fn new(pool: AnyPool, url: &str, source: &str) -> Receipts {
+        Receipts {
+            pool,
+            insert: dialect(
+                url,
+                "INSERT INTO chaos_receipts (request_id, req_key, outcome, via, source, recorded) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            ),
+            source: source.to_string(),
+        }
+    }
+
+    async fn record(&self, id: Option<i64>, key: Option<&str>, outcome: &str, via: &str) {
+        let mut tries = 0;
+        loop {
+            let written = sqlx::query(&self.insert)
+                .bind(id)
+                .bind(key)
+                .bind(outcome)
+                .bind(via)
+                .bind(&self.source)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await;
+            match written {
+                Ok(_) => return,
+                Err(error) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("receipt not written ({error}); again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => {
+                    panic!("receipt {id:?} {key:?} {outcome} could not be written: {error}")
+                }
+            }
+        }
+    }
+
+    async fn receipt(&self, receipt: &Receipt, key: Option<&str>, via: &str) {
+        let outcome = match receipt.outcome {
+            Outcome::Queued => "queued",
+            Outcome::Existing => "existing",
+            Outcome::Degraded { .. } => "degraded",
+            _ => "other",
+        };
+        self.record(receipt.id, key, outcome, via).await;
+    }
+}
+
+/// One call's arguments, drawn from the seeded stream.
+struct Draw {
+    key: Option<String>,
+    work_ms: u64,
+    fail_first: bool,
+}
+
+struct Submitter<'a> {
+    rt: &'a Runtime,
+    receipts: Receipts,
+    rng: StdRng,
+    max_work_ms: u64,
+    keys: Vec<String>,
+    next_key: u64,
+    seed: u64,
+    calls: u64,
+}
+
+impl Submitter<'_> {
+    fn new_key(&mut self) -> String {
+        self.next_key += 1;
+        let key = format!("k{}-{}", self.seed, self.next_key);
+        self.keys.push(key.clone());
+        key
+    }
+
+    /// Mostly short bodies, some up to `max_work_ms`.
+    fn draw(&mut self, key: Option<String>) -> Draw {
+        let work_ms = if self.rng.gen_bool(0.8) {
+            self.rng.gen_range(5..=50)
+        } else {
+            self.rng.gen_range(50..=self.max_work_ms.max(51))
+        };
+        Draw {
+            key,
+            work_ms,
+            fail_first: self.rng.gen_bool(0.05),
+        }
+    }
+
+    fn draw_key(&mut self) -> Option<String> {
+        match self.rng.gen_range(0..10) {
+            0..=5 => None,
+            6..=8 => Some(self.new_key()),
+            _ if !self.keys.is_empty() => {
+                // A key used before: submitted twice, one after the other.
+                let i = self.rng.gen_range(0..self.keys.len());
+                Some(self.keys[i].clone())
+            }
+            _ => Some(self.new_key()),
+        }
+    }
+
+    async fn autocommit(&mut self, draw: Draw) {
+        self.calls += 1;
+        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first).on(self.rt);
+        if let Some(key) = &draw.key {
+            call = call.key(key.clone());
+        }
+        match call.await {
+            Ok(receipt) => {
+                self.receipts
+                    .receipt(&receipt, draw.key.as_deref(), "auto")
+                    .await
+            }
+            Err(error) => {
+                eprintln!("autocommit call failed: {error}");
+                self.receipts
+                    .record(None, draw.key.as_deref(), "error", "auto")
+                    .await
+            }
+        }
+    }
+
+    /// A transaction of 1 to 4 calls, committed or (when `rollback`) rolled back.
+    async fn transaction<DB: Backend>(&mut self, rollback: bool) {
+        let calls = self.rng.gen_range(1..=4);
+        let draws: Vec<Draw> = (0..calls)
+            .map(|_| {
+                let key = self.draw_key();
+                self.draw(key)
+            })
+            .collect();
+        self.calls += calls;
+        let mut tx: Tx<DB> = match self.rt.begin().await {
+            Ok(tx) => tx,
+            Err(error) => {
+                eprintln!("begin failed: {error}");
+                return;
+            }
+        };
+        let mut written = Vec::new();
+        let mut failed = false;
+        for draw in &draws {
+            let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
+            if let Some(key) = &draw.key {
+                call = call.key(key.clone());
+            }
+            match call.within(&mut tx).await {
+                Ok(receipt) => written.push((receipt, draw.key.clone())),
+                Err(error) => {
+                    eprintln!("call in a transaction failed: {error}");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let via = if rollback { "rollback" } else { "tx" };
+        if rollback || failed {
+            let _ = tx.rollback().await;
+            let written_here: Vec<Option<i64>> = written
+                .iter()
+                .filter(|(r, _)| r.outcome == Outcome::Queued)
+                .map(|(r, _)| r.id)
+                .collect();
+            for (receipt, key) in &written {
+                // A duplicate key's answer names the key's request: one of this
+                // transaction's (rolled back with it), or one committed before.
+                if receipt.outcome == Outcome::Existing && !written_here.contains(&receipt.id) {
+                    self.receipts.receipt(receipt, key.as_deref(), via).await;
+                } else {
+                    self.receipts
+                        .record(receipt.id, key.as_deref(), "rolled_back", via)
+                        .await;
+                }
+            }
+            return;
+        }
+        match tx.commit().await {
+            Ok(()) => {
+                for (receipt, key) in &written {
+                    self.receipts.receipt(receipt, key.as_deref(), via).await;
+                }
+            }
+            Err(error) => {
+                // Whether it committed is unknown: the checker counts these apart.
+                eprintln!("commit failed: {error}");
+                for (receipt, key) in &written {
+                    self.receipts
+                        .record(receipt.id, key.as_deref(), "commit_error", via)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// One new key from two calls at once: one in a transaction held open a little, the
+    /// other in autocommit. One request is written; the other call gets `Existing`.
+    async fn racing_pair<DB: Backend>(&mut self) {
+        let key = self.new_key();
+        let first = self.draw(Some(key.clone()));
+        let second = self.draw(Some(key.clone()));
+        let hold = Duration::from_millis(self.rng.gen_range(5..=40));
+        self.calls += 2;
+        let rt = self.rt;
+        let in_tx = async {
+            let mut tx: Tx<DB> = rt.begin().await?;
+            let receipt = work(first.key.clone(), first.work_ms, first.fail_first)
+                .key(key.clone())
+                .within(&mut tx)
+                .await?;
+            tokio::time::sleep(hold).await;
+            tx.commit().await?;
+            anyhow::Ok(receipt)
+        };
+        let auto = async {
+            tokio::time::sleep(hold / 2).await;
+            work(second.key.clone(), second.work_ms, second.fail_first)
+                .key(key.clone())
+                .on(rt)
+                .await
+        };
+        let (in_tx, auto) = tokio::join!(in_tx, auto);
+        match in_tx {
+            Ok(receipt) => self.receipts.receipt(&receipt, Some(&key), "race-tx").await,
+            Err(error) => {
+                eprintln!("racing transaction failed: {error}");
+                self.receipts
+                    .record(None, Some(&key), "error", "race-tx")
+                    .await
+            }
+        }
+        match auto {
+            Ok(receipt) => {
+                self.receipts
+                    .receipt(&receipt, Some(&key), "race-auto")
+                    .await
+            }
+            Err(error) => {
+                eprintln!("racing autocommit call failed: {error}");
+                self.receipts
+                    .record(None, Some(&key), "error", "race-auto")
+                    .await
+            }
+        }
+    }
+
+    async fn step<DB: Backend>(&mut self) {
+        match self.rng.gen_range(0..100) {
+            0..=39 => {
+                let key = self.draw_key();
+                let draw = self.draw(key);
+                self.autocommit(draw).await
+            }
+            40..=79 => self.transaction::<DB>(false).await,
+            80..=91 => self.racing_pair::<DB>().await,
+            _ => self.transaction::<DB>(true).await,
+        }
+        let pause = self.rng.gen_range(5..=30);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<u64> {
+    let mut submitter = Submitter {
+        rt,
+        receipts,
+        rng: StdRng::seed_from_u64(args.seed),
+        max_work_ms: args.max_work_ms,
+        keys: Vec::new(),
+        next_key: 0,
+        seed: args.seed,
+        calls: 0,
+    };
+    // A step is never cut short (its receipts are written after its commit): SIGTERM is
+    // looked at between steps.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    tokio::spawn(async move {
+        term.recv().await;
+        stopping.store(true, Ordering::Release);
+    });
+    while !stop.load(Ordering::Acquire) {
+        submitter.step::<DB>().await;
+    }
+    Ok(submitter.calls)
+}
+
+/// Runs until SIGTERM; on SIGUSR1 submits `probe_count` calls of its own.
+async fn serve(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut probe = signal(SignalKind::user_defined1())?;
+    println!("ready {}", args.instance);
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = probe.recv() => {
+                let mut queued = 0;
+                for _ in 0..args.probe_count {
+                    match work(None, 20, false).on(rt).await {
+                        Ok(receipt) => {
+                            receipts.receipt(&receipt, None, "probe").await;
+                            queued += 1;
+                        }
+                        Err(error) => eprintln!("probe call failed: {error}"),
+                    }
+                }
+                println!("probed {queued}");
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "async_exec_runtime=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    sqlx::any::install_default_drivers();
+    let history_url = args.history_url.clone().unwrap_or_else(|| args.url.clone());
+    let pool = AnyPool::connect(&history_url).await?;
+    if args.setup {
+        setup(&pool, &history_url).await?;
+        println!("set up");
+        return Ok(());
+    }
+    let source = if args.submit {
+        "submitter"
+    } else {
+        &args.instance
+    };
+    let receipts = Receipts::new(pool.clone(), &history_url, source);
+    let rt = Runtime::builder()
+        .database_url(&args.url)
+        .application_name(&args.app)
+        .install_global(false)
+        .concurrency(args.concurrency)
+        .lease(Duration::from_millis(args.lease_ms))
+        .heartbeat_interval(Duration::from_millis(args.heartbeat_ms))
+        .compensate_interval(Duration::from_millis(args.sweep_ms))
+        .retry_interval(Duration::from_millis(args.sweep_ms))
+        .poll_interval(Duration::from_millis(args.sweep_ms))
+        .stale_after(Duration::from_millis(args.lease_ms))
+        .retry_base_delay(Duration::from_millis(100))
+        .retry_max_delay(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_millis(args.grace_ms))
+        .simulated_clock_offset(args.clock_offset_ms)
+        .run_workers(!args.submit)
+        .data(History::new(pool.clone(), &history_url, &args.instance))
+        .start()
+        .await?;
+
+    if args.submit {
+        println!("ready submitter");
+        let scheme = args.url.split(':').next().unwrap_or_default();
+        let calls = match scheme {
+            "sqlite" => submit::<async_exec::Sqlite>(&rt, receipts, &args).await?,
+            "postgres" | "postgresql" => {
+                submit::<async_exec::Postgres>(&rt, receipts, &args).await?
+            }
+            _ => submit::<async_exec::MySql>(&rt, receipts, &args).await?,
+        };
+        rt.shutdown().await?;
+        println!("submitted {calls}");
+        return Ok(());
+    }
+
+    serve(&rt, receipts, &args).await?;
+    let report = rt.shutdown().await?;
+    println!(
+        "stopped finished={} released={} unwritten={}",
+        report.finished, report.released, report.unwritten
+    );
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! Issue 8, proof by fault injection: three worker processes (`examples/chaos.rs`), each
+//! behind a TCP fault proxy of its own, and a fourth process submitting a steady stream of
+//! calls, while a seeded schedule SIGKILLs and SIGTERMs instances and restarts them, cuts
+//! (refuses) and black-holes (stalls) an instance's database connections for less and for
+//! more than the lease, resets them, adds latency, and restarts an instance with its clock
+//! off by more than the lease. Then everything is restored, the queue drains, and every
+//! instance runs requests of its own. The checker (`tests/chaos/checker.rs`) reads the
+//! bodies' history, the receipts and the fault log and proves the promises held.
+//!
+//! `ASYNC_EXEC_CHAOS_SEED` repeats a run (the seed is printed); `ASYNC_EXEC_CHAOS_SECS`
+//! sets how long faults are injected (default 60 s per backend). PostgreSQL and MariaDB
+//! only (the suites are compiled in when their server URL is set, see
+//! `tests/common/mod.rs`); one backend at a time.
+#![allow(dead_code, unused_imports)]
+
+#[macro_use]
+mod common;
+#[path = "chaos/checker.rs"]
+mod checker;
+#[path = "chaos/cluster.rs"]
+mod cluster;
+#[path = "chaos/schedule.rs"]
+mod schedule;
+
+use std::time::{Duration, Instant};
+
+use checker::{Execution, ReceiptRow, Run};
+use cluster::{start_process, Cluster, LEASE_MS};
+use common::{now_ms, Kind, TestDb};
+use sqlx::AnyPool;
+
+/// One chaos run at a time: they share two cores with everything else.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const DEFAULT_SECS: u64 = 60;
+
+fn seed() -> u64 {
+    std::env::var("ASYNC_EXEC_CHAOS_SEED")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("ASYNC_EXEC_CHAOS_SEED={s} is not a number"))
+        })
+        .unwrap_or_else(rand::random::<u32>)
+        .into()
+}
+
+fn secs() -> u64 {
+    std::env::var("ASYNC_EXEC_CHAOS_SECS")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("ASYNC_EXEC_CHAOS_SECS={s} is not a number of seconds"))
+        })
+        .unwrap_or(DEFAULT_SECS)
+}
+
+async fn scalar(pool: &AnyPool, sql: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    n
+}
+
+/// Committed requests without a successful execution, and records left in `async_req`.
+async fn outstanding(pool: &AnyPool) -> (i64, i64) {
+    let unrun = scalar(
+        pool,
+        "SELECT COUNT(*) FROM chaos_receipts r WHERE r.outcome = 'queued' AND NOT EXISTS \
+         (SELECT 1 FROM chaos_history h WHERE h.request_id = r.request_id AND h.outcome = 'ok')",
+    )
+    .await;
+    (unrun, scalar(pool, "SELECT COUNT(*) FROM async_req").await)
+}
+
+/// Waits until every committed request ran and the queue is empty; `false` after `limit`
+/// (the checker then names what is missing).
+async fn drain(pool: &AnyPool, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (unrun, left) = outstanding(pool).await;
+        if unrun == 0 && left == 0 {
+            return true;
+        }
+        if Instant::now() > deadline {
+            println!("not drained after {limit:?}: {unrun} committed requests not run, {left} records left");
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until each of `processes` has a successful execution started at or after
+/// `since`.
+async fn each_ran_since(pool: &AnyPool, processes: &[String], since: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    for name in processes {
+        let sql = format!(
+            "SELECT COUNT(*) FROM chaos_history WHERE instance = '{name}' AND outcome = 'ok' AND started >= {since}"
+        );
+        while scalar(pool, &sql).await == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+async fn read_run(pool: &AnyPool, run: &mut Run) {
+    type HistoryRow = (
+        String,
+        i64,
+        Option<String>,
+        String,
+        i32,
+        i64,
+        Option<i64>,
+        String,
+    );
+    let rows: Vec<HistoryRow> = sqlx::query_as(
+        "SELECT run_id, request_id, req_key, instance, attempt, started, ended, outcome FROM chaos_history",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the history");
+    run.executions = rows
+        .into_iter()
+        .map(
+            |(run_id, request_id, key, process, attempt, started, ended, outcome)| Execution {
+                run_id,
+                request_id,
+                key,
+                process,
+                attempt,
+                started,
+                ended,
+                outcome,
+            },
+        )
+        .collect();
+    type ReceiptTuple = (Option<i64>, Option<String>, String, String, String);
+    let rows: Vec<ReceiptTuple> =
+        sqlx::query_as("SELECT request_id, req_key, outcome, via, source FROM chaos_receipts")
+            .fetch_all(pool)
+            .await
+            .expect("read the receipts");
+    run.receipts = rows
+        .into_iter()
+        .map(|(request_id, key, outcome, via, source)| ReceiptRow {
+            request_id,
+            key,
+            outcome,
+            via,
+            source,
+        })
+        .collect();
+    run.left_in_queue = sqlx::query_as("SELECT id, status, last_error FROM async_req")
+        .fetch_all(pool)
+        .await
+        .expect("read async_req");
+}
+
+async fn chaos(kind: Kind) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (seed, secs) = (seed(), secs());
+    let backend = format!("{kind:?}");
+    println!(
+        "chaos {backend}: seed {seed}, {secs} s of faults \
+         (repeat with ASYNC_EXEC_CHAOS_SEED={seed} ASYNC_EXEC_CHAOS_SECS={secs})"
+    );
+    let db = TestDb::new(kind).await;
+    let pool = AnyPool::connect(&db.url).await.expect("connect");
+    let setup = tokio::process::Command::new(cluster::chaos_binary())
+        .args(["--url", &db.url, "--setup"])
+        .output()
+        .await
+        .expect("run the chaos example");
+    assert!(
+        setup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+
+    let cluster = Cluster::start(&db.url).await;
+    let submitter_args: Vec<String> = [
+        "--url",
+        &db.url,
+        "--submit",
+        "--seed",
+        &seed.to_string(),
+        "--max-work-ms",
+        "400",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut submitter = start_process("submitter", &submitter_args, cluster.logs_dir()).await;
+
+    let plan = schedule::plan(seed, secs, LEASE_MS);
+    println!(
+        "chaos {backend}: {} faults planned, the first: {:?}",
+        plan.len(),
+        &plan[..plan.len().min(9)]
+    );
+    let started = tokio::time::Instant::now();
+    let mut faults = tokio::task::JoinSet::new();
+    for planned in plan {
+        tokio::time::sleep_until(started + Duration::from_millis(planned.at_ms)).await;
+        let cluster = cluster.clone();
+        faults.spawn(async move { cluster.apply(planned).await });
+    }
+    tokio::time::sleep_until(started + Duration::from_secs(secs)).await;
+    while let Some(done) = faults.join_next().await {
+        done.expect("a fault task panicked");
+    }
+    cluster.restore_all().await;
+
+    // Stop submitting, drain, then show that every instance works.
+    cluster::signal(&submitter.child, "TERM").await;
+    let status = tokio::time::timeout(Duration::from_secs(60), submitter.child.wait())
+        .await
+        .expect("the submitter did not stop within 60 s of SIGTERM")
+        .expect("wait");
+    assert!(
+        status.success(),
+        "submitter: {}",
+        cluster::read(&submitter.log)
+    );
+    let drained = drain(&pool, Duration::from_secs(120)).await;
+    let final_phase_start = now_ms();
+    let current = cluster.current().await;
+    cluster.probe_all().await;
+    each_ran_since(&pool, &current, final_phase_start, Duration::from_secs(60)).await;
+    let drained = drain(&pool, Duration::from_secs(60)).await && drained;
+    cluster.stop_all().await;
+
+    let mut run = Run {
+        backend: backend.clone(),
+        seed,
+        secs,
+        final_phase_start,
+        ..Run::default()
+    };
+    read_run(&pool, &mut run).await;
+    {
+        let log = cluster.log.lock().unwrap();
+        run.faults = log.faults.clone();
+        run.processes = log.processes.clone();
+        run.panics = log.incidents.clone();
+        for path in log.logs.iter().chain([&submitter.log]) {
+            for line in cluster::read(path)
+                .lines()
+                .filter(|l| l.contains("panicked"))
+            {
+                run.panics.push(format!("{}: {line}", path.display()));
+            }
+        }
+    }
+    pool.close().await;
+    match checker::check(&run) {
+        Ok(summary) => {
+            println!("{summary}");
+            assert!(drained, "the checker passed, but the queue did not drain in time");
+            let _ = std::fs::remove_dir_all(cluster.logs_dir());
+        }
+        Err(violations) => panic!(
+            "chaos {backend} (ASYNC_EXEC_CHAOS_SEED={seed} ASYNC_EXEC_CHAOS_SECS={secs} repeats it): \
+             {violations}\nprocess logs kept in {}",
+            cluster.logs_dir().display()
+        ),
+    }
+}
+
+macro_rules! chaos_suite {
+    ($cfg:meta, $kind:expr, $module:ident, $skip:literal) => {
+        #[cfg($cfg)]
+        mod $module {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn chaos() {
+                super::chaos($kind).await;
+            }
+        }
+
+        #[cfg(not($cfg))]
+        mod $module {
+            #[test]
+            #[ignore = $skip]
+            fn chaos() {}
+        }
+    };
+}
+
+chaos_suite!(
+    all(feature = "postgres", feature = "mysql", async_exec_test_postgres),
+    super::Kind::Postgres,
+    postgres,
+    "PostgreSQL chaos test skipped: set ASYNC_EXEC_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test and use --all-features"
+);
+chaos_suite!(
+    all(feature = "postgres", feature = "mysql", async_exec_test_mysql),
+    super::Kind::MySql,
+    mysql,
+    "MySQL/MariaDB chaos test skipped: set ASYNC_EXEC_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test and use --all-features"
+);
