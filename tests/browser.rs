@@ -105,7 +105,7 @@ mod chromium {
             "--disable-background-networking".into(),
             "--disable-component-update".into(),
             "--disable-sync".into(),
-            "--window-size=1280,1000".into(),
+            "--window-size=1280,1600".into(),
             format!("--user-data-dir={}", profile.path().display()),
         ];
         let mut caps = serde_json::Map::new();
