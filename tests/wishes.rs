@@ -3,6 +3,7 @@
 //! idempotent repeat, a wish granted through a failed first attempt, a FAILED wish and its
 //! retry, 409 on a retry that is not allowed, 400 naming the field, 404, `/metrics`.
 #![cfg(feature = "console")]
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
 
 #[macro_use]
 mod common;

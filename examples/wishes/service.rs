@@ -287,8 +287,29 @@ fn internal(e: anyhow::Error) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"), None)
 }
 
+/// A request refused before it reaches the database: 400 naming the field to blame.
+struct Invalid {
+    message: String,
+    field: &'static str,
+}
+
+impl Invalid {
+    fn new(field: &'static str, message: impl Into<String>) -> Invalid {
+        Invalid {
+            message: message.into(),
+            field,
+        }
+    }
+}
+
+impl IntoResponse for Invalid {
+    fn into_response(self) -> Response {
+        error(StatusCode::BAD_REQUEST, self.message, Some(self.field))
+    }
+}
+
 /// Checks a `requestId`: 1 to 100 letters, digits, `-`, `_`, `.`.
-fn check_request_id(id: &str) -> Result<(), Response> {
+fn check_request_id(id: &str) -> Result<(), Invalid> {
     let fine = !id.is_empty()
         && id.chars().count() <= MAX_REQUEST_ID
         && id
@@ -297,46 +318,35 @@ fn check_request_id(id: &str) -> Result<(), Response> {
     if fine {
         Ok(())
     } else {
-        Err(error(
-            StatusCode::BAD_REQUEST,
+        Err(Invalid::new(
+            "requestId",
             format!("requestId must be 1 to {MAX_REQUEST_ID} letters, digits, '-', '_' or '.'"),
-            Some("requestId"),
         ))
     }
 }
 
 /// The body of `POST /api/wishes`, checked: (requestId, wish).
-fn parse_new_wish(body: &[u8]) -> Result<(String, String), Response> {
+fn parse_new_wish(body: &[u8]) -> Result<(String, String), Invalid> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
+        Invalid::new(
+            "body",
             format!(
                 "the body is not JSON ({e}): send {{\"requestId\": \"...\", \"wish\": \"...\"}}"
             ),
-            Some("body"),
         )
     })?;
-    let text = |field: &str| match value.get(field) {
+    let text = |field: &'static str| match value.get(field) {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("{field} must be a string"),
-            Some(field),
-        )),
-        None => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("{field} is missing"),
-            Some(field),
-        )),
+        Some(_) => Err(Invalid::new(field, format!("{field} must be a string"))),
+        None => Err(Invalid::new(field, format!("{field} is missing"))),
     };
     let request_id = text("requestId")?;
     check_request_id(&request_id)?;
     let wish = text("wish")?;
     if wish.trim().is_empty() || wish.chars().count() > MAX_WISH {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
+        return Err(Invalid::new(
+            "wish",
             format!("wish must be 1 to {MAX_WISH} characters, not only spaces"),
-            Some("wish"),
         ));
     }
     Ok((request_id, wish))
@@ -347,7 +357,7 @@ fn parse_new_wish(body: &[u8]) -> Result<(String, String), Response> {
 async fn create(State(service): State<Service>, body: Bytes) -> Response {
     let (request_id, wish) = match parse_new_wish(&body) {
         Ok(parsed) => parsed,
-        Err(response) => return response,
+        Err(invalid) => return invalid.into_response(),
     };
     let repeat = |stored_wish: String, async_id: i64| {
         let service = service.clone();
@@ -401,8 +411,8 @@ fn not_found(request_id: &str) -> Response {
 
 /// `GET /api/wishes/{requestId}`.
 async fn show(State(service): State<Service>, Path(request_id): Path<String>) -> Response {
-    if let Err(response) = check_request_id(&request_id) {
-        return response;
+    if let Err(invalid) = check_request_id(&request_id) {
+        return invalid.into_response();
     }
     match service.find(&request_id).await {
         Ok(Some((wish, async_id))) => match service.view(&request_id, &wish, async_id).await {
@@ -416,8 +426,8 @@ async fn show(State(service): State<Service>, Path(request_id): Path<String>) ->
 
 /// `POST /api/wishes/{requestId}/retry`: 202 for a `FAILED` wish, 409 for any other.
 async fn retry(State(service): State<Service>, Path(request_id): Path<String>) -> Response {
-    if let Err(response) = check_request_id(&request_id) {
-        return response;
+    if let Err(invalid) = check_request_id(&request_id) {
+        return invalid.into_response();
     }
     let (wish, async_id) = match service.find(&request_id).await {
         Ok(Some(found)) => found,
