@@ -15,7 +15,8 @@
 //! one attempt log for one in four of those. Then `ANALYZE`, a login, and `--requests`
 //! rounds, each sending every case once through the router (`tower::ServiceExt::oneshot`).
 //! Output: one JSON line per case and backend on stdout, then a table of p50/p95/p99 (ms).
-//! Error-text search (`LIKE '%...%'`, a scan) is reported apart, as `search_*`.
+//! Error-text search (`LIKE '%...%'`, a scan) is reported apart, as `search_*`; it and the
+//! overview (counts over every record) are timed in the first `--slow-requests` rounds only.
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,10 @@ struct Args {
     /// Timed rounds; each round sends every case once.
     #[arg(long, default_value_t = 200)]
     requests: usize,
+    /// Of those rounds, how many also time the overview and the error-text search (each
+    /// reads every record of the application: seconds at 1,000,000 rows).
+    #[arg(long, default_value_t = 10)]
+    slow_requests: usize,
     /// Server to create the PostgreSQL database on.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres_url: String,
@@ -265,7 +270,8 @@ fn fill_sql(kind: Kind, rows: i64, now: i64) -> String {
 }
 
 /// One attempt log for one failed or dead record in four.
-const LOG_SQL: &str = "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+const LOG_SQL: &str =
+    "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
      SELECT id, exec_count, 'instance-1', update_time, update_time + 120, 'failed', last_error \
      FROM async_req WHERE status IN ('failed', 'dead') AND id % 4 = 0";
 
@@ -276,7 +282,10 @@ async fn fill(kind: Kind, pool: &Pool, rows: i64) -> Result<()> {
         .execute(&fill_sql(kind, rows, now))
         .await
         .context("filling async_req")?;
-    ensure!(inserted as i64 == rows, "inserted {inserted} of {rows} rows");
+    ensure!(
+        inserted as i64 == rows,
+        "inserted {inserted} of {rows} rows"
+    );
     let logs = pool.execute(LOG_SQL).await.context("filling async_log")?;
     match kind {
         Kind::Postgres => {
@@ -306,6 +315,8 @@ struct Case {
     path: String,
     /// Error-text search: reported apart.
     search: bool,
+    /// Reads every record (overview, search): timed in `--slow-requests` rounds only.
+    slow: bool,
 }
 
 /// A cursor (`create_time.id`) at the `fraction` of the application's records, newest first.
@@ -335,6 +346,7 @@ async fn cases(pool: &Pool, rows: i64) -> Result<Vec<Case>> {
                 name: format!("{kind}_{name}"),
                 path: format!("{path}{sep}{query}"),
                 search,
+                slow: search,
             });
         }
     };
@@ -351,18 +363,28 @@ async fn cases(pool: &Pool, rows: i64) -> Result<Vec<Case>> {
     );
     add("key", format!("key=order-{key_id}"), false);
     add("day_range", format!("from={from}&to={to}"), false);
-    add("dead_day_range", format!("status=dead&from={from}&to={to}"), false);
+    add(
+        "dead_day_range",
+        format!("status=dead&from={from}&to={to}"),
+        false,
+    );
     add("search_error", "error=order+4265)".into(), true);
-    add("search_error_dead", "status=dead&error=order+4265)".into(), true);
+    add(
+        "search_error_dead",
+        "status=dead&error=order+4265)".into(),
+        true,
+    );
     list.push(Case {
         name: "html_overview".into(),
         path: String::new(),
         search: false,
+        slow: true,
     });
     list.push(Case {
         name: "json_overview".into(),
         path: "/api/overview".into(),
         search: false,
+        slow: true,
     });
     Ok(list)
 }
@@ -434,7 +456,12 @@ async fn run_backend(kind: Kind, args: &Args, hash: &str) -> Result<Vec<Measured
     result
 }
 
-async fn measure(kind: Kind, database: &Database, args: &Args, hash: &str) -> Result<Vec<Measured>> {
+async fn measure(
+    kind: Kind,
+    database: &Database,
+    args: &Args,
+    hash: &str,
+) -> Result<Vec<Measured>> {
     let rt = Runtime::builder()
         .database_url(database.url.clone())
         .application_name(APP)
@@ -461,6 +488,9 @@ async fn measure(kind: Kind, database: &Database, args: &Args, hash: &str) -> Re
     // One warm-up round, then the timed rounds, every case once a round.
     for round in 0..=args.requests {
         for (case, m) in cases.iter().zip(measured.iter_mut()) {
+            if case.slow && round > args.slow_requests {
+                continue;
+            }
             let (elapsed, body) = timed(&app, &cookie, &format!("/console{}", case.path)).await?;
             if round == 0 {
                 m.rows_returned = rows_in(&body);
@@ -539,6 +569,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     ensure!(args.rows >= 1000, "--rows: at least 1,000");
     ensure!(args.requests >= 1, "--requests: at least 1");
+    ensure!(args.slow_requests >= 1, "--slow-requests: at least 1");
     let kinds = Kind::parse_list(&args.backend)?;
     let hash = console::hash_password(PASSWORD)?;
     let mut all = Vec::new();
