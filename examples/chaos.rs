@@ -426,11 +426,14 @@ impl Submitter<'_> {
             tx.commit().await?;
             anyhow::Ok(receipt)
         };
+        // Joined in this task while its transaction is open: a bare call here would be
+        // refused (`Error::BareCallInTransaction`); this one is meant to be on its own.
         let auto = async {
             tokio::time::sleep(hold / 2).await;
             work(second.key.clone(), second.work_ms, second.fail_first)
                 .key(key.clone())
                 .on(rt)
+                .independent()
                 .await
         };
         let (in_tx, auto) = tokio::join!(in_tx, auto);
