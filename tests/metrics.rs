@@ -2,6 +2,8 @@
 //! request that runs, and one that fails, record. A recorder of this file's own counts
 //! them; the tests take turns (one global recorder) and compare counts before and after.
 
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
 #[macro_use]
 mod common;
 
