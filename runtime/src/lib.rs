@@ -50,6 +50,7 @@ mod fault;
 mod heartbeat;
 mod instances;
 mod keys;
+mod metrics;
 mod open_tx;
 mod operations;
 mod ops;

@@ -175,6 +175,7 @@ impl Inner {
         call: Submission,
         writer: &mut impl Writer,
     ) -> Result<Receipt> {
+        crate::metrics::submitted(call.def.name, call.def.strategy);
         match call.def.strategy {
             Strategy::SaveAsync => {
                 let request = call.request(self);
@@ -281,6 +282,9 @@ impl Inner {
             .partition(|(_, call)| call.def.strategy == Strategy::SaveAsync);
         let mut receipts: Vec<Option<Receipt>> = vec![None; stored.len() + others.len()];
         if !stored.is_empty() {
+            for (_, call) in &stored {
+                crate::metrics::submitted(call.def.name, call.def.strategy);
+            }
             let requests: Vec<NewRequest> =
                 stored.iter().map(|(_, call)| call.request(self)).collect();
             let inserted = writer.insert_many(self, &requests).await?;

@@ -308,6 +308,8 @@ impl Executor {
         };
         let timeout = self.timeout_of(def);
         let started = self.clock.now_ms();
+        crate::metrics::started(def.name);
+        let began = std::time::Instant::now();
         let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
         let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
             .instrument(span.clone())
@@ -323,6 +325,7 @@ impl Executor {
             )),
         };
         let finished = self.clock.now_ms();
+        crate::metrics::finished(def.name, result.is_ok(), began.elapsed());
         span.in_scope(|| match &result {
             Ok(()) => tracing::debug!(elapsed_ms = finished - started, "executed"),
             Err(failure) => tracing::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
