@@ -25,6 +25,9 @@ pub(crate) struct Clock {
     wall_offset_ms: i64,
     /// The database's time (unix ms) at a monotonic instant.
     base: Mutex<Option<(i64, Instant)>>,
+    /// How long the last reading's round trip took (ms): how far behind the database's
+    /// clock [`Clock::now_ms`] may be.
+    lag_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Clock {
@@ -32,6 +35,7 @@ impl Clock {
         Clock {
             wall_offset_ms,
             base: Mutex::new(None),
+            lag_ms: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -42,6 +46,13 @@ impl Clock {
             Some((db, at)) => db.saturating_add(at.elapsed().as_millis() as i64),
             None => wall_ms().saturating_add(self.wall_offset_ms),
         }
+    }
+
+    /// Now by the database's clock, never earlier than it: [`Clock::now_ms`] plus the last
+    /// reading's round trip. For times that must not come early (the end of a delay).
+    pub(crate) fn latest_ms(&self) -> i64 {
+        self.now_ms()
+            .saturating_add(self.lag_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Reads the database's clock; the answer is taken to be the time at the end of the

@@ -25,8 +25,13 @@ impl Submission {
         }
     }
 
-    fn run_at(&self, now: i64) -> i64 {
-        now + self.delay.map_or(0, |d| d.as_millis() as i64)
+    /// Due now, or after the delay counted from the database's latest possible now, so
+    /// that a delay never ends early by the clock reading's round trip.
+    fn run_at(&self, inner: &Inner, now: i64) -> i64 {
+        match self.delay {
+            None => now,
+            Some(delay) => inner.clock.latest_ms() + delay.as_millis() as i64,
+        }
     }
 
     pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
@@ -36,7 +41,7 @@ impl Submission {
             self.params.clone(),
             self.key.clone(),
             self.priority,
-            self.run_at(now),
+            self.run_at(inner, now),
             self.trace.as_ref(),
         );
         request.now = now;

@@ -84,7 +84,9 @@ impl Inner {
         if delayed.is_empty() {
             return;
         }
-        let committed = self.now_ms();
+        // The latest the commit can have been by the database's clock: a delay that counts
+        // from it never ends early (by the clock reading's round trip or its rounding).
+        let committed = self.clock.latest_ms();
         let moves: Vec<(RequestId, i64)> = delayed
             .iter()
             .map(|&(id, written)| (id, committed - written))
