@@ -509,6 +509,7 @@ async fn serve(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<
     let mut term = signal(SignalKind::terminate())?;
     let mut probe = signal(SignalKind::user_defined1())?;
     println!("ready {}", args.instance);
+    tokio::spawn(watch_scheduling());
     loop {
         tokio::select! {
             _ = term.recv() => return Ok(()),
@@ -525,6 +526,24 @@ async fn serve(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<
                 }
                 println!("probed {queued}");
             }
+        }
+    }
+}
+
+/// Logs a warning when this process's timers fire late by half a second or more: a
+/// process the machine did not schedule cannot renew its leases either, and a failed
+/// chaos run prints these lines.
+async fn watch_scheduling() {
+    const TICK: Duration = Duration::from_millis(100);
+    loop {
+        let asked = std::time::Instant::now();
+        tokio::time::sleep(TICK).await;
+        let late = asked.elapsed().saturating_sub(TICK);
+        if late >= Duration::from_millis(500) {
+            tracing::warn!(
+                late_ms = late.as_millis() as u64,
+                "this process was not scheduled"
+            );
         }
     }
 }

@@ -19,6 +19,8 @@ mod common;
 mod checker;
 #[path = "chaos/cluster.rs"]
 mod cluster;
+#[path = "chaos/probe.rs"]
+mod probe;
 #[path = "chaos/schedule.rs"]
 mod schedule;
 
@@ -180,6 +182,7 @@ async fn chaos(kind: Kind) {
         String::from_utf8_lossy(&setup.stderr)
     );
 
+    let probe = probe::Probe::start(&pool).await;
     let cluster = Cluster::start(&db.url).await;
     let submitter_args: Vec<String> = [
         "--url",
@@ -232,12 +235,14 @@ async fn chaos(kind: Kind) {
     each_ran_since(&pool, &current, final_phase_start, Duration::from_secs(60)).await;
     let drained = drain(&pool, Duration::from_secs(60)).await && drained;
     cluster.stop_all().await;
+    let db_stalls = probe.stop().await;
 
     let mut run = Run {
         backend: backend.clone(),
         seed,
         secs,
         final_phase_start,
+        db_stalls,
         ..Run::default()
     };
     read_run(&pool, &mut run).await;
@@ -256,6 +261,10 @@ async fn chaos(kind: Kind) {
         }
     }
     pool.close().await;
+    let logs: Vec<std::path::PathBuf> = {
+        let log = cluster.log.lock().unwrap();
+        log.logs.iter().chain([&submitter.log]).cloned().collect()
+    };
     match checker::check(&run) {
         Ok(summary) => {
             println!("{summary}");
@@ -264,10 +273,35 @@ async fn chaos(kind: Kind) {
         }
         Err(violations) => panic!(
             "chaos {backend} (ASYNC_EXEC_CHAOS_SEED={seed} ASYNC_EXEC_CHAOS_SECS={secs} repeats it): \
-             {violations}\nprocess logs kept in {}",
+             {violations}\ndatabase stalls seen by the probe: {:?}\n{}\nprocess logs kept in {}",
+            run.db_stalls,
+            warnings(&logs),
             cluster.logs_dir().display()
         ),
     }
+}
+
+/// The warnings and errors the processes logged (the first 40 of each), so that a failed
+/// run in CI can be read without the log files.
+fn warnings(logs: &[std::path::PathBuf]) -> String {
+    let mut out = String::from("warnings and errors the processes logged:");
+    for path in logs {
+        let text = cluster::read(path);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains("ERROR"))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        out.push_str(&format!("\n== {name}: {} line(s)", lines.len()));
+        for line in lines.iter().take(40) {
+            let line: String = line.chars().take(400).collect();
+            out.push_str(&format!("\n{name}: {line}"));
+        }
+    }
+    out
 }
 
 macro_rules! chaos_suite {

@@ -114,6 +114,9 @@ pub struct Run {
     pub final_phase_start: i64,
     /// Lines of the processes' logs that report a panic.
     pub panics: Vec<String>,
+    /// Windows (unix ms) in which the database itself did not commit a probe write for
+    /// `probe::STALL_MS` or more (see `tests/chaos/probe.rs`).
+    pub db_stalls: Vec<(i64, i64)>,
 }
 
 /// A broken promise, with the rows that show it.
@@ -162,6 +165,9 @@ pub struct Summary {
     pub commit_errors: usize,
     pub processes: usize,
     pub final_runs: BTreeMap<String, usize>,
+    /// Database stalls the probe saw, and the longest (ms).
+    pub db_stalls: usize,
+    pub longest_db_stall: i64,
 }
 
 impl fmt::Display for Summary {
@@ -186,6 +192,11 @@ impl fmt::Display for Summary {
             f,
             "  worker processes started {}, runs per instance after the faults {:?}",
             self.processes, self.final_runs
+        )?;
+        writeln!(
+            f,
+            "  database stalls (a probe write of 1 s or more, not injected) {}, the longest {} ms",
+            self.db_stalls, self.longest_db_stall
         )?;
         write!(
             f,
@@ -216,6 +227,8 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
         secs: run.secs,
         executions: run.executions.len(),
         processes: run.processes.len(),
+        db_stalls: run.db_stalls.len(),
+        longest_db_stall: run.db_stalls.iter().map(|(s, e)| e - s).max().unwrap_or(0),
         ..Summary::default()
     };
     for r in &run.receipts {
@@ -361,6 +374,14 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
                         FaultKind::Refuse => "its instance was cut off",
                         FaultKind::Stall => "its instance was black-holed",
                         _ => "its instance's connections were reset",
+                    })
+                    .or_else(|| {
+                        // Not injected: the database itself did not commit for anyone
+                        // while the earlier execution held the record.
+                        run.db_stalls
+                            .iter()
+                            .any(|&(s, e)| s <= again.started && e >= before.started)
+                            .then_some("the database stalled for every instance")
                     })
             };
             match reason {

@@ -155,6 +155,38 @@ fn an_unexplained_re_execution_fails() {
 }
 
 #[test]
+fn a_database_stall_explains_a_re_execution_only_within_its_window() {
+    // Request 11 ran at 9,100-9,120 on w2 and again at 9,500: no injected fault, but the
+    // database itself did not commit for anyone from 9,200 to 9,450.
+    let rerun = |run: &mut Run| {
+        run.executions
+            .push(exec("w2.g1-9", 11, "w2.g1", 9_500, Some(9_600), "ok"))
+    };
+    let mut run = healthy();
+    rerun(&mut run);
+    run.db_stalls = vec![(9_200, 9_450)];
+    let summary = check(&run).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(
+        summary
+            .reruns
+            .get("the database stalled for every instance"),
+        Some(&1)
+    );
+    assert_eq!((summary.db_stalls, summary.longest_db_stall), (1, 250));
+    // A stall before the first execution or after the second explains nothing.
+    for stall in [(8_000, 9_050), (9_550, 12_000)] {
+        let v = broken(|run| {
+            rerun(run);
+            run.db_stalls = vec![stall];
+        });
+        assert!(
+            v.has("a re-execution without a fault or failure to explain it"),
+            "{stall:?}: {v}"
+        );
+    }
+}
+
+#[test]
 fn uncommitted_runs_fail() {
     let v = broken(|run| {
         run.executions
