@@ -48,7 +48,7 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 impl Heartbeat {
     /// Extends the lease of every running record of this instance by `lease`. (On
     /// PostgreSQL a record locked at that moment, its outcome being written, is skipped.)
-    /// Gives up when the earliest of those leases ends.
+    /// Gives up when the earliest of those leases that has not ended yet ends.
     pub async fn run_once(&self) -> Result<HeartbeatReport> {
         let sent = self.clock.now_ms();
         let mut report = HeartbeatReport {
@@ -60,10 +60,14 @@ impl Heartbeat {
             ..HeartbeatReport::default()
         };
         let (ids, earliest) = self.pool.renewable(sent);
-        let Some(earliest) = earliest.filter(|_| !ids.is_empty()) else {
+        if ids.is_empty() {
             return Ok(report);
-        };
-        let patience = Duration::from_millis(earliest.saturating_sub(sent).max(1) as u64);
+        }
+        // No renewal waits past the end of a lease it would keep; when every lease ended
+        // already (by this clock), it may take a heartbeat interval.
+        let patience = earliest.map_or(self.interval, |earliest| {
+            Duration::from_millis(earliest.saturating_sub(sent).max(1) as u64)
+        });
         let lease_ms = self.lease.as_millis() as i64;
         // This instance's estimate of the new lease end: from before the statement was
         // sent, so never later than the database's.
@@ -124,5 +128,69 @@ impl Heartbeat {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RequestId;
+    use async_trait::async_trait;
+    use std::sync::Mutex;
+
+    /// A store whose renewals take `round_trip`: one asked to give up sooner fails, as a
+    /// statement timed out by its patience does.
+    #[derive(Debug)]
+    struct SlowKeeper {
+        round_trip: Duration,
+        asked: Mutex<Vec<(Vec<RequestId>, Duration)>>,
+    }
+
+    #[async_trait]
+    impl LeaseKeeper for SlowKeeper {
+        async fn renew(
+            &self,
+            _owner: &str,
+            ids: &[RequestId],
+            _lease_ms: i64,
+            patience: Duration,
+        ) -> Result<Vec<RequestId>> {
+            self.asked.lock().unwrap().push((ids.to_vec(), patience));
+            if patience < self.round_trip {
+                return Err(crate::Error::NoAnswer(patience));
+            }
+            Ok(ids.to_vec())
+        }
+    }
+
+    /// Found by the long chaos run (MariaDB): after an outage, a record whose lease had
+    /// ended by this clock (its body still running, or its outcome not yet written) made
+    /// every later renewal give up after 1 ms, so no lease of this instance was renewed
+    /// again and other instances rescued live work. A lease that ended no longer limits
+    /// how long a renewal may wait; the others are renewed.
+    #[tokio::test]
+    async fn an_ended_lease_does_not_starve_the_renewal_of_the_others() {
+        let clock = Arc::new(crate::clock::Clock::new(0));
+        let now = clock.now_ms();
+        let pool = Arc::new(ExecutorPool::new(4));
+        pool.reserve(1, 1, now - 500); // ended while this instance was cut off
+        pool.reserve(2, 1, now + 3_000); // a fresh claim
+        let keeper = Arc::new(SlowKeeper {
+            round_trip: Duration::from_millis(20),
+            asked: Mutex::new(Vec::new()),
+        });
+        let heartbeat = Heartbeat {
+            keeper: keeper.clone(),
+            pool,
+            owner: "a".into(),
+            clock,
+            lease: Duration::from_secs(3),
+            interval: Duration::from_millis(500),
+        };
+        let report = heartbeat.run_once().await.expect("renewed");
+        assert_eq!(report.renewed, 2, "{:?}", keeper.asked.lock().unwrap());
+        let asked = keeper.asked.lock().unwrap();
+        assert_eq!(asked[0].0, vec![1, 2]);
+        assert!(asked[0].1 >= Duration::from_millis(2_500), "{asked:?}");
     }
 }

@@ -155,7 +155,11 @@ impl ExecutorPool {
     }
 
     /// Ids whose leases the heartbeat should renew now, in id order (the order every
-    /// statement locks records in), and the earliest end among their leases.
+    /// statement locks records in), and the earliest end among their leases that have not
+    /// ended by `now`. A lease that ended already is still renewed (a renewal that gets
+    /// through before another instance takes the record keeps it here), but it no longer
+    /// bounds how long a renewal may wait: it would make every renewal give up at once,
+    /// and the leases still alive would run out too.
     pub(crate) fn renewable(&self, now: i64) -> (Vec<RequestId>, Option<i64>) {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut earliest = None::<i64>;
@@ -163,7 +167,9 @@ impl ExecutorPool {
             .iter()
             .filter(|(_, f)| !f.lost && f.renew_until > now)
             .inspect(|(_, f)| {
-                earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
+                if f.lease_until > now {
+                    earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
+                }
             })
             .map(|(id, _)| *id)
             .collect();
