@@ -97,7 +97,7 @@ pub use rescuer::{RescueReport, Rescuer};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};
-pub use store::{Backend, RequestFilter};
+pub use store::{Backend, RequestFilter, Value};
 pub use strategy::Strategy;
 pub use submit::DrainReport;
 pub use trace::{baggage, with_baggage};

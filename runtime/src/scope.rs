@@ -194,10 +194,10 @@ impl Scope {
                 Entry::Ran { mut receipt, write } => {
                     match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
-                            DB::key_record_in(tx.conn(), &request).await?
+                            DB::key_record_in(tx.raw_conn(), &request).await?
                         }
                         Some(SyncWrite::Failure(request)) => {
-                            receipt.id = match DB::insert_in(tx.conn(), &request).await? {
+                            receipt.id = match DB::insert_in(tx.raw_conn(), &request).await? {
                                 Inserted::New(id) => Some(id),
                                 Inserted::Existing(id) => id,
                             };

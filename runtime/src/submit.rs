@@ -121,20 +121,20 @@ impl Writer for Autocommit {
 
 impl<DB: Backend> Writer for Tx<DB> {
     async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
-        DB::insert_in(self.conn(), request).await
+        DB::insert_in(self.raw_conn(), request).await
     }
     async fn insert_many(
         &mut self,
         _inner: &Inner,
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
-        DB::insert_many_in(self.conn(), requests).await
+        DB::insert_many_in(self.raw_conn(), requests).await
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
-        DB::key_find_in(self.conn(), &inner.app, key, inner.now_ms()).await
+        DB::key_find_in(self.raw_conn(), &inner.app, key, inner.now_ms()).await
     }
     async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
-        DB::key_record_in(self.conn(), request).await
+        DB::key_record_in(self.raw_conn(), request).await
     }
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);

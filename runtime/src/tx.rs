@@ -38,8 +38,15 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
 }
 
 impl<DB: Backend> Tx<DB> {
-    /// The connection, for the caller's own queries in this transaction.
-    pub fn conn(&mut self) -> &mut DB::Connection {
+    /// The connection, for the caller's own queries in this transaction: `&mut` the
+    /// backend's connection (`&mut SqliteConnection` for `Tx<Sqlite>`), an
+    /// [`sqlx::Executor`] also in code generic over the backend (see [`Backend`]).
+    pub fn conn(&mut self) -> DB::Conn<'_> {
+        DB::executor(&mut self.tx)
+    }
+
+    /// The connection, for the runtime's own statements in generic code.
+    pub(crate) fn raw_conn(&mut self) -> &mut DB::Connection {
         &mut self.tx
     }
 

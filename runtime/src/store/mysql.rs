@@ -403,7 +403,13 @@ impl BackendOps for MySql {
     }
 }
 
-impl Backend for MySql {}
+impl Backend for MySql {
+    type Conn<'c> = &'c mut sqlx::MySqlConnection;
+
+    fn executor(conn: &mut sqlx::MySqlConnection) -> &mut sqlx::MySqlConnection {
+        conn
+    }
+}
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
 /// statement itself, so that instances whose clocks differ agree on them.

@@ -264,7 +264,13 @@ impl BackendOps for Postgres {
     }
 }
 
-impl Backend for Postgres {}
+impl Backend for Postgres {
+    type Conn<'c> = &'c mut sqlx::PgConnection;
+
+    fn executor(conn: &mut sqlx::PgConnection) -> &mut sqlx::PgConnection {
+        conn
+    }
+}
 
 /// A listener on its own one-connection pool (so that it never takes a connection of the
 /// store's pool), subscribed to [`CHANNEL`].

@@ -275,7 +275,13 @@ impl BackendOps for Sqlite {
     }
 }
 
-impl Backend for Sqlite {}
+impl Backend for Sqlite {
+    type Conn<'c> = &'c mut sqlx::SqliteConnection;
+
+    fn executor(conn: &mut sqlx::SqliteConnection) -> &mut sqlx::SqliteConnection {
+        conn
+    }
+}
 
 #[async_trait]
 impl Store for SqliteStore {
