@@ -70,6 +70,7 @@ mod strategy;
 mod submit;
 mod supervise;
 mod sweep;
+mod testing;
 mod text;
 mod trace;
 mod tx;
@@ -100,6 +101,7 @@ pub use settings::{Settings, SqliteSynchronous, TestMode};
 pub use store::{Backend, RequestFilter, Value};
 pub use strategy::Strategy;
 pub use submit::DrainReport;
+pub use testing::RunDueReport;
 pub use trace::{baggage, with_baggage};
 pub use tx::Tx;
 

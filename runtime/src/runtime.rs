@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
+    /// In a test mode, delayed in-memory jobs waiting for their delay, for
+    /// [`Runtime::run_due`].
+    pub(crate) delayed_jobs: crate::testing::DelayedJobs,
     /// The transactions open now, by the task that began them.
     pub(crate) open_txs: crate::open_tx::OpenTxs,
 }
@@ -217,6 +220,7 @@ impl Runtime {
             handed_back,
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
+            delayed_jobs: Default::default(),
             open_txs: Default::default(),
             settings,
         });

@@ -496,6 +496,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// still `init` and never attempted move.
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64>;
 
+    /// Makes every waiting record of `application` (`init`, `failed`) due at `now`:
+    /// delays and retry backoffs end at once. For test modes (`Runtime::run_due`).
+    /// Returns how many records moved.
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64>;
+
     /// Hands back, without counting the attempt, every record of `application` that
     /// `owner` holds `running`, except those in `keep` (shutdown: bodies that finished but
     /// whose outcome could not be written keep their attempt).

@@ -992,6 +992,22 @@ impl Store for MySqlStore {
         Ok(moved)
     }
 
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let done = with_retry(|| async {
+            Ok(sqlx::query(
+                "UPDATE async_req SET run_at = ? \
+                 WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(now)
+            .execute(&self.pool)
+            .await?)
+        })
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn lease_release_owner(
         &self,
         application: &str,

@@ -870,6 +870,18 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE async_req SET run_at = $1 \
+             WHERE application_name = $2 AND status IN ('init', 'failed') AND run_at > $1",
+        )
+        .bind(now)
+        .bind(application)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn lease_release_owner(
         &self,
         application: &str,

@@ -529,6 +529,22 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let mut writer = self.writer().await?;
+        let result = sqlx::query(
+            "UPDATE async_req SET run_at = ? \
+             WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
+        )
+        .bind(now)
+        .bind(application)
+        .bind(now)
+        .execute(writer.conn())
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(Into::into);
+        writer.check(result)
+    }
+
     async fn lease_release_owner(
         &self,
         application: &str,
