@@ -116,7 +116,7 @@ impl Runtime {
                 break;
             }
         }
-        tracing::info!(
+        crate::log::info!(
             application = %self.inner.app,
             requests = report.requests,
             attempt_logs = report.attempt_logs,

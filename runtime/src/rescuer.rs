@@ -79,10 +79,10 @@ impl Rescuer {
             )
             .await?;
         if !rescued.retried.is_empty() {
-            tracing::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
+            crate::log::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
         }
         if !rescued.dead.is_empty() {
-            tracing::error!(dead = ?rescued.dead,
+            crate::log::error!(dead = ?rescued.dead,
                 "requests whose lease expired on their last attempt are dead; replay them with `retry_now`");
         }
         Ok(RescueReport {

@@ -197,7 +197,7 @@ impl Inner {
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
-                        tracing::error!(executor = call.def.name, %error,
+                        crate::log::error!(executor = call.def.name, %error,
                             "could not persist the request: running it in memory only; a crash now loses it");
                         writer.after_commit(self, vec![call.job()]).await;
                         Ok(Receipt::new(
@@ -229,7 +229,7 @@ impl Inner {
                             // Remember the key, so that a retried call does not run again.
                             // The body ran whatever happens here: the receipt says so.
                             if let Err(error) = writer.record_key(self, &call.request(self)).await {
-                                tracing::error!(executor = call.def.name, %error,
+                                crate::log::error!(executor = call.def.name, %error,
                                     "SyncSave body ran but its idempotency key could not be recorded: a call with the key runs it again");
                             }
                         }
@@ -346,7 +346,7 @@ impl Inner {
         match self.test_mode() {
             Some(TestMode::Inline) => {
                 if let Err(error) = self.execute_inline(job).await {
-                    tracing::error!(%error, "test mode: could not run a call inline");
+                    crate::log::error!(%error, "test mode: could not run a call inline");
                 }
                 return;
             }
@@ -388,12 +388,12 @@ impl Inner {
                 job.trace.as_ref(),
             );
             if let Err(error) = self.store.request_insert(&request).await {
-                tracing::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
+                crate::log::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
                 self.spawn_direct(job);
             }
             return;
         }
-        tracing::warn!(
+        crate::log::warn!(
             executor = job.def.name,
             "channel full: spawning the call directly"
         );

@@ -103,7 +103,7 @@ impl Inner {
             return;
         }
         if let Err(error) = self.store.request_postpone(&moves).await {
-            tracing::warn!(%error, requests = moves.len(),
+            crate::log::warn!(%error, requests = moves.len(),
                 "could not move delayed requests to count from the commit; they count from the call");
         }
     }
