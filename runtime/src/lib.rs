@@ -81,7 +81,9 @@ pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
 pub use compensator::{CompensateReport, Compensator};
 pub use completer::CompleteReport;
 pub use context::Context;
-pub use data::{Data, DataNeed};
+pub use data::Data;
+#[doc(hidden)]
+pub use data::DataNeed;
 pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
@@ -95,6 +97,8 @@ pub use query::{
     RequestQuery,
 };
 pub use record::{AttemptLog, Request, RequestId, Status};
+/// What the macro generates and the registry holds; not for users.
+#[doc(hidden)]
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};
 pub use retrier::{Retrier, RetryReport};

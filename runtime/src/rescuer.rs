@@ -34,7 +34,7 @@ impl RescuerConfig {
 /// Recovers expired leases. Get one with [`Runtime::rescuer`](crate::Runtime::rescuer).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// let report = rt.rescuer().run_once().await?;
 /// println!("{} back to the queue, {} dead", report.retried.len(), report.dead.len());
 /// # Ok(()) }

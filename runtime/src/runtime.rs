@@ -26,8 +26,8 @@ use crate::trace::TraceContext;
 /// Cheap to clone; every clone is the same runtime.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), async_exec_runtime::Error> {
-/// use async_exec_runtime::Runtime;
+/// # async fn demo() -> Result<(), async_exec::Error> {
+/// use async_exec::Runtime;
 /// let rt = Runtime::builder().database_url("sqlite:app.db").start().await?;
 /// // ... calls ...
 /// rt.shutdown().await?;

@@ -25,8 +25,8 @@ tokio::task_local! {
 ///
 /// ```
 /// # async fn demo() {
-/// async_exec_runtime::with_baggage([("tenant", "acme")], async {
-///     assert_eq!(async_exec_runtime::baggage("tenant").as_deref(), Some("acme"));
+/// async_exec::with_baggage([("tenant", "acme")], async {
+///     assert_eq!(async_exec::baggage("tenant").as_deref(), Some("acme"));
 /// })
 /// .await;
 /// # }

@@ -17,11 +17,16 @@ use crate::store::Backend;
 /// [`.independent()`](crate::Call::independent); inside
 /// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
 ///
-/// ```ignore
+/// ```no_run
+/// # use async_exec::{async_exec, Runtime, Tx};
+/// # #[async_exec(type = SaveAsync)]
+/// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
 /// let mut tx: Tx = rt.begin().await?;
 /// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
 /// send_welcome(1, "a@b.c".into()).within(&mut tx).await?;
 /// tx.commit().await?; // then dispatched at once
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct Tx<DB: Backend = crate::store::DefaultBackend> {

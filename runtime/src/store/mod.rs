@@ -226,8 +226,8 @@ pub(crate) struct Rescued {
 /// a substring anywhere, with no wildcard characters (`%`, `_` and `\\` are themselves).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
-/// use async_exec_runtime::{RequestFilter, Status};
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+/// use async_exec::{RequestFilter, Status};
 /// let timeouts = RequestFilter::default()
 ///     .status(Status::Dead)
 ///     .error_contains("timed out")
