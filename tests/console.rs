@@ -81,11 +81,20 @@ async fn a_succeeded_request_shows_its_earlier_error_as_history<DB: Backend>(db:
         );
     }
     // A failed request still says `last error`.
-    let failed = doomed("still failing".into()).on(&rt).await.unwrap().id.unwrap();
+    let failed = doomed("still failing".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
     rt.drain().await.unwrap();
     let detail = get(&app, &format!("/requests/{failed}"), Auth::Cookie(&cookie)).await;
     assert!(detail.body.contains("last error"), "{}", detail.body);
-    assert!(detail.body.contains(r#"id="request-error""#), "{}", detail.body);
+    assert!(
+        detail.body.contains(r#"id="request-error""#),
+        "{}",
+        detail.body
+    );
     rt.shutdown().await.unwrap();
 }
 

@@ -40,7 +40,8 @@ async fn a_generic_handler_runs_its_statements_and_a_call_in_the_transaction<DB:
     let rt = db.builder().delete_on_success(false).start().await.unwrap();
     db.exec("CREATE TABLE orders (id BIGINT PRIMARY KEY, placed INT NOT NULL)")
         .await;
-    db.exec("INSERT INTO orders (id, placed) VALUES (7, 0)").await;
+    db.exec("INSERT INTO orders (id, placed) VALUES (7, 0)")
+        .await;
 
     // Rolled back: neither its statements nor its call stay.
     let mut tx = rt.begin::<DB>().await.unwrap();
@@ -56,10 +57,7 @@ async fn a_generic_handler_runs_its_statements_and_a_call_in_the_transaction<DB:
     assert_eq!(db.count("orders WHERE id = 7 AND placed = 1").await, 1);
     assert_eq!(db.count("orders WHERE id = 9").await, 1);
     rt.wait_idle().await;
-    let requests = rt
-        .list(async_exec::RequestFilter::default())
-        .await
-        .unwrap();
+    let requests = rt.list(async_exec::RequestFilter::default()).await.unwrap();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].executor, "generic::ship_order");
     assert_eq!(requests[0].param_json, r#"{"order_id":9}"#);

@@ -138,7 +138,10 @@ async fn everything_the_runtime_logs_has_the_target_async_exec() {
         .filter(|(_, module, _)| module.starts_with("async_exec_runtime"))
         .collect();
     // Started, the execution's span, the request going dead, stopped.
-    assert!(ours.len() >= 4, "too few of the runtime's logs seen: {ours:?}");
+    assert!(
+        ours.len() >= 4,
+        "too few of the runtime's logs seen: {ours:?}"
+    );
     assert!(
         ours.iter().any(|(_, _, name)| name == "async_exec"),
         "the execution span: {ours:?}"
@@ -147,12 +150,25 @@ async fn everything_the_runtime_logs_has_the_target_async_exec() {
         .iter()
         .filter(|(target, _, _)| target != async_exec::LOG_TARGET)
         .collect();
-    assert!(elsewhere.is_empty(), "logged under other targets: {elsewhere:?}");
+    assert!(
+        elsewhere.is_empty(),
+        "logged under other targets: {elsewhere:?}"
+    );
     let logged = captured.text();
-    for said in ["async-exec runtime started", "is dead", "async-exec runtime stopped"] {
-        assert!(logged.contains(said), "`async_exec=debug` lets `{said}` through:\n{logged}");
+    for said in [
+        "async-exec runtime started",
+        "is dead",
+        "async-exec runtime stopped",
+    ] {
+        assert!(
+            logged.contains(said),
+            "`async_exec=debug` lets `{said}` through:\n{logged}"
+        );
     }
-    assert!(!logged.contains("sqlx"), "only the runtime's logs:\n{logged}");
+    assert!(
+        !logged.contains("sqlx"),
+        "only the runtime's logs:\n{logged}"
+    );
 }
 
 /// The runtime logs through `crate::log`'s macros (target `async_exec`), never through
@@ -164,8 +180,7 @@ fn the_runtime_never_logs_through_tracing_directly() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 walk(&path, found);
-            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/log.rs")
-            {
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/log.rs") {
                 let text = std::fs::read_to_string(&path).unwrap();
                 for (n, line) in text.lines().enumerate() {
                     let direct = ["error", "warn", "info", "debug", "trace", "event", "span"]

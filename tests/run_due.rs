@@ -2,6 +2,8 @@
 //! retrying requests included, and the call returns once it has all finished; outside a
 //! test mode it is refused.
 
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
 #[macro_use]
 mod common;
 
@@ -78,7 +80,10 @@ async fn run_due_finishes_delays_and_retries_with_minutes_of_backoff<DB: Backend
 
     let started = std::time::Instant::now();
     let report = rt.run_due().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(30), "no waiting for delays");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "no waiting for delays"
+    );
     assert_eq!(report.succeeded, 3, "{report:?}");
     assert_eq!(report.failed, 1, "{report:?}");
     // The in-memory call; the delayed record; the retry, twice (after attempts 1 and 2).

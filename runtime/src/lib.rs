@@ -21,7 +21,9 @@
 //! - `instances`: presence of instances and the skip list of a rolling deploy.
 //!
 //! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
-//! `submit`, [`Tx`]), operations on records (`ops`), the [`Builder`] and [`Settings`].
+//! `submit`, [`Tx`], [`Backend`]), operations on records (`ops`, `operations`), what an
+//! application's tests drive (`testing`: [`Runtime::run_due`]), the [`Builder`] and
+//! [`Settings`]. Everything the runtime logs has the target [`LOG_TARGET`] (`log`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 

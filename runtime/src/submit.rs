@@ -326,9 +326,7 @@ impl Inner {
             match job.delay.take().filter(|_| job.record.is_none()) {
                 Some(delay) => {
                     let inner = self.clone();
-                    let slot = self
-                        .delayed_jobs
-                        .hold(job, self.test_mode().is_some());
+                    let slot = self.delayed_jobs.hold(job, self.test_mode().is_some());
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
                         // Unless `run_due` took it first.

@@ -1,5 +1,7 @@
-//! Where records live. One [`Store`] implementation per backend; all SQL lives in the
-//! backend modules (`sqlite.rs`, later `postgres.rs` and `mysql.rs`) and nowhere else.
+//! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
+//! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
+//! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
+//! for each backend's sqlx type, and [`RequestFilter`], for listing records.
 
 use std::any::Any;
 
