@@ -1301,12 +1301,12 @@ impl Bench<'_> {
                 // baseline queue meets them; the time includes the retries).
                 retry_conflicts(|| async {
                     let mut tx: Tx<DB> = rt.begin().await?;
-                    DB::business_insert(tx.conn(), n).await?;
+                    DB::business_insert(&mut **tx.transaction(), n).await?;
                     match implementation {
                         Impl::Lib => {
                             job(n).within(&mut tx).await?;
                         }
-                        Impl::Baseline => DB::queue_insert(tx.conn(), n).await?,
+                        Impl::Baseline => DB::queue_insert(&mut **tx.transaction(), n).await?,
                         Impl::Plain => {}
                     }
                     tx.commit().await?;

@@ -105,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "async_exec_runtime=info".into()),
+                .unwrap_or_else(|_| "async_exec=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -12,7 +12,7 @@ mod common;
 use std::net::SocketAddr;
 
 use async_exec::console::{self, ConsoleConfig, Role};
-use async_exec::{async_exec, Backend, Data, Status};
+use async_exec::{async_exec, Backend, Context, Data, Status, TestMode};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{header, StatusCode};
@@ -29,6 +29,73 @@ async fn doomed(label: String) -> anyhow::Result<()> {
 #[async_exec(type = SaveAsync, name = "console::fine")]
 async fn fine(label: String, probe: Data<Probe>) {
     probe.record(&label, 1);
+}
+
+/// Fails its first attempt, then succeeds.
+#[async_exec(type = SaveAsync, name = "console::second_time", max_attempts = 3)]
+async fn second_time(ctx: Context) -> anyhow::Result<()> {
+    if ctx.attempt() == 1 {
+        anyhow::bail!("flaky: the first attempt fails");
+    }
+    Ok(())
+}
+
+/// A request that succeeded after a failure shows that failure as an earlier attempt's,
+/// not as its last error; attempts that took under a second show milliseconds.
+async fn a_succeeded_request_shows_its_earlier_error_as_history<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .delete_on_success(false)
+        .log_success(true)
+        .start()
+        .await
+        .unwrap();
+    let id = second_time().on(&rt).await.unwrap().id.unwrap();
+    let report = rt.run_due().await.unwrap();
+    assert_eq!((report.succeeded, report.failed), (1, 1), "{report:?}");
+    let app = mounted(&rt);
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let detail = get(&app, &format!("/requests/{id}"), Auth::Cookie(&cookie)).await;
+    assert_eq!(detail.status, StatusCode::OK);
+    let body = &detail.body;
+    assert!(body.contains(r#"data-status="success""#), "{body}");
+    assert!(!body.contains("last error"), "last error");
+    assert!(!body.contains(r#"id="request-error""#), "{body}");
+    assert!(body.contains("earlier attempt's error"), "{body}");
+    assert!(body.contains(r#"id="request-earlier-error""#), "{body}");
+    assert!(body.contains("flaky: the first attempt fails"), "{body}");
+    // Both attempts are logged; neither took a second, and none shows as `0s`.
+    let took: Vec<&str> = body
+        .split("took ")
+        .skip(1)
+        .map(|rest| rest.split(['<', '\n']).next().unwrap().trim())
+        .collect();
+    assert_eq!(took.len(), 2, "{body}");
+    for t in &took {
+        // `<1ms` (escaped `&lt;1ms`) or `12ms`: milliseconds, never `0s`.
+        let digits = t.trim_start_matches("&lt;").trim_end_matches("ms");
+        assert!(
+            t.ends_with("ms") && digits.chars().all(|c| c.is_ascii_digit()),
+            "took {t}"
+        );
+    }
+    // A failed request still says `last error`.
+    let failed = doomed("still failing".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    rt.drain().await.unwrap();
+    let detail = get(&app, &format!("/requests/{failed}"), Auth::Cookie(&cookie)).await;
+    assert!(detail.body.contains("last error"), "{}", detail.body);
+    assert!(
+        detail.body.contains(r#"id="request-error""#),
+        "{}",
+        detail.body
+    );
+    rt.shutdown().await.unwrap();
 }
 
 async fn unauthenticated_requests_are_refused<DB: Backend>(db: TestDb) {
@@ -443,4 +510,5 @@ backend_suite!(
     actions_without_the_csrf_token_are_refused,
     bearer_tokens_and_the_openapi_document,
     the_console_refuses_to_start_open_on_a_public_address,
+    a_succeeded_request_shows_its_earlier_error_as_history,
 );

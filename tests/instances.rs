@@ -47,7 +47,7 @@ async fn start_worker(
     let mut child = Command::new(worker_binary())
         .args(["--url", &db.url, "--app", "multi", "--instance", name])
         .args(extra)
-        .env("RUST_LOG", "async_exec_runtime=info")
+        .env("RUST_LOG", "async_exec=info")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr).expect("log file"))
         .kill_on_drop(true)

@@ -1,4 +1,6 @@
 //! What the runtime logs for people (issue 8, item 10): a request going dead is an ERROR.
+//! Everything the runtime logs has the target `async_exec` (issue 9), so that
+//! `RUST_LOG=async_exec=debug` selects it.
 
 #[macro_use]
 mod common;
@@ -67,4 +69,141 @@ async fn a_request_going_dead_is_logged_at_error() {
     assert!(line.contains("ERROR"), "{line}");
     assert!(line.contains(&format!("request_id={id}")), "{line}");
     assert!(line.contains("the mail server refused it"), "{line}");
+}
+
+/// The target and module of every event and span the subscriber saw.
+#[derive(Clone, Default)]
+struct Targets(Arc<Mutex<Vec<(String, String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Targets {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.see(event.metadata());
+    }
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.see(attrs.metadata());
+    }
+}
+
+impl Targets {
+    fn see(&self, meta: &tracing::Metadata<'_>) {
+        self.0.lock().unwrap().push((
+            meta.target().to_string(),
+            meta.module_path().unwrap_or_default().to_string(),
+            meta.name().to_string(),
+        ));
+    }
+}
+
+#[tokio::test]
+async fn everything_the_runtime_logs_has_the_target_async_exec() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+
+    let targets = Targets::default();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    // What `RUST_LOG=async_exec=debug` selects.
+    let filtered = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .with_filter(tracing_subscriber::EnvFilter::new("async_exec=debug"));
+    let subscriber = tracing_subscriber::registry()
+        .with(targets.clone())
+        .with(filtered);
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new(Kind::Sqlite).await;
+    let rt = db.builder().start().await.unwrap();
+    let id = fails_for_good("target".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move { rt.get(id).await.unwrap().unwrap().status == Status::Dead }
+    })
+    .await;
+    rt.shutdown().await.unwrap();
+
+    let seen = targets.0.lock().unwrap().clone();
+    let ours: Vec<_> = seen
+        .iter()
+        .filter(|(_, module, _)| module.starts_with("async_exec_runtime"))
+        .collect();
+    // Started, the execution's span, the request going dead, stopped.
+    assert!(
+        ours.len() >= 4,
+        "too few of the runtime's logs seen: {ours:?}"
+    );
+    assert!(
+        ours.iter().any(|(_, _, name)| name == "async_exec"),
+        "the execution span: {ours:?}"
+    );
+    let elsewhere: Vec<_> = ours
+        .iter()
+        .filter(|(target, _, _)| target != async_exec::LOG_TARGET)
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "logged under other targets: {elsewhere:?}"
+    );
+    let logged = captured.text();
+    for said in [
+        "async-exec runtime started",
+        "is dead",
+        "async-exec runtime stopped",
+    ] {
+        assert!(
+            logged.contains(said),
+            "`async_exec=debug` lets `{said}` through:\n{logged}"
+        );
+    }
+    assert!(
+        !logged.contains("sqlx"),
+        "only the runtime's logs:\n{logged}"
+    );
+}
+
+/// The runtime logs through `crate::log`'s macros (target `async_exec`), never through
+/// `tracing`'s directly, whose target would be the module path.
+#[test]
+fn the_runtime_never_logs_through_tracing_directly() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/log.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (n, line) in text.lines().enumerate() {
+                    let direct = ["error", "warn", "info", "debug", "trace", "event", "span"]
+                        .iter()
+                        .any(|m| {
+                            line.contains(&format!("tracing::{m}!"))
+                                || line.contains(&format!("tracing::{m}_span!"))
+                        });
+                    if direct && !line.trim_start().starts_with("//") {
+                        found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src"),
+        &mut found,
+    );
+    assert!(
+        found.is_empty(),
+        "log with crate::log::{{error, warn, info, debug, info_span}}!:\n{}",
+        found.join("\n")
+    );
 }

@@ -15,8 +15,10 @@ mod validate;
 
 /// Turns an `async fn` into a persisted, retried executor.
 ///
-/// ```ignore
-/// use async_exec::{async_exec, Data};
+/// ```no_run
+/// use async_exec::{async_exec, Data, Runtime, Tx};
+/// # pub struct Mailer;
+/// # impl Mailer { async fn send(&self, _to: &str, _template: &str) -> anyhow::Result<()> { Ok(()) } }
 ///
 /// /// Sends the welcome mail once the user's row is committed.
 /// #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
@@ -24,9 +26,11 @@ mod validate;
 ///     mailer.send(&email, "welcome").await
 /// }
 ///
-/// let mut tx = rt.begin().await?;
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx = rt.begin().await?;
 /// send_welcome(42, "a@b.c".into()).within(&mut tx).await?; // request row written in `tx`
 /// tx.commit().await?;                                       // dispatched after the commit
+/// # Ok(()) }
 /// ```
 ///
 /// # What it generates
@@ -44,7 +48,9 @@ mod validate;
 /// `deny`, `forbid`, `expect`; `allow` and `cfg` go on both; the others (docs,
 /// `deprecated`, `must_use`, `cfg_attr`, ...) stay on the wrapper.
 ///
-/// ```ignore
+/// ```
+/// # use async_exec::{async_exec, Data};
+/// # struct Mailer;
 /// #[async_exec(type = SaveAsync)]
 /// #[tracing::instrument(skip(mailer), fields(user = user_id))] // entered when the body runs
 /// async fn send_welcome(user_id: i64, mailer: Data<Mailer>) -> anyhow::Result<()> { Ok(()) }
@@ -83,11 +89,29 @@ mod validate;
 /// | `Async` | nothing written | after commit, through the dispatcher | never (failures logged) |
 /// | `Thread` | nothing written | after commit, spawned on the runtime | never |
 ///
-/// ```ignore
-/// #[async_exec(type = SyncSave)]
+/// A payment is `SaveAsync` with an idempotency key: the card is charged only once the
+/// order's transaction has committed (a `SyncSave` body would charge before the commit,
+/// and a rollback would leave a charge for an order that does not exist), and the key
+/// makes a repeated call (a retried HTTP request) return the first request instead of
+/// charging twice. Pass the key on to the payment provider, so that a body that runs
+/// again after a crash does not charge twice either.
+///
+/// ```no_run
+/// use async_exec::{async_exec, Data, Runtime, Tx};
+/// # struct Psp;
+/// # impl Psp { async fn charge(&self, _key: &str, _order: i64, _cents: i64) -> anyhow::Result<()> { Ok(()) } }
+///
+/// #[async_exec(type = SaveAsync, max_attempts = 10)]
 /// async fn charge(order_id: i64, amount_cents: i64, psp: Data<Psp>) -> anyhow::Result<()> {
-///     psp.charge(order_id, amount_cents).await
+///     psp.charge(&format!("order-{order_id}"), order_id, amount_cents).await
 /// }
+///
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx = rt.begin().await?;
+/// // ... insert the order in `tx` ...
+/// charge(17, 4_999).key("charge-order-17").within(&mut tx).await?;
+/// tx.commit().await?; // charged after this, once
+/// # Ok(()) }
 /// ```
 ///
 /// Leaving it out is an error: ``missing `type = ...` ``.
@@ -96,7 +120,8 @@ mod validate;
 ///
 /// A free-text description stored with every request (default: empty).
 ///
-/// ```ignore
+/// ```
+/// # use async_exec::async_exec;
 /// #[async_exec(type = Async, remark = "refresh the search index")]
 /// async fn reindex(product_id: i64) {}
 /// ```
@@ -109,7 +134,8 @@ mod validate;
 /// moves or is renamed; set a name so that records written before such a move
 /// still run. Names must be unique in the program and must not be empty.
 ///
-/// ```ignore
+/// ```
+/// # use async_exec::async_exec;
 /// #[async_exec(type = SaveAsync, name = "mail.send_welcome")]
 /// async fn send_welcome(user_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
@@ -119,7 +145,8 @@ mod validate;
 /// How many times the body runs at most before the request is `dead`
 /// (N >= 1; default: the runtime's setting).
 ///
-/// ```ignore
+/// ```
+/// # use async_exec::async_exec;
 /// #[async_exec(type = SaveAsync, max_attempts = 5)]
 /// async fn sync_crm(account_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
@@ -130,7 +157,8 @@ mod validate;
 /// A number is seconds; a string is `"<n>ms"`, `"<n>s"`, `"<n>m"` or `"<n>h"`
 /// with a whole number `n`. Zero is rejected. Default: the runtime's setting.
 ///
-/// ```ignore
+/// ```
+/// # use async_exec::async_exec;
 /// #[async_exec(type = SaveAsync, timeout = "500ms")]
 /// async fn ping(url: String) -> anyhow::Result<()> { Ok(()) }
 ///
@@ -143,8 +171,9 @@ mod validate;
 /// The path of the `async-exec` crate in the generated code (default:
 /// `::async_exec`). Set it when the dependency is renamed or re-exported.
 ///
-/// ```ignore
+/// ```
 /// // Cargo.toml: outbox = { package = "async-exec", version = "0.1" }
+/// # extern crate async_exec as outbox;
 /// #[outbox::async_exec(type = SaveAsync, crate = "::outbox")]
 /// async fn audit(event: String) {}
 /// ```
@@ -158,7 +187,8 @@ mod validate;
 /// references, `impl Trait` or patterns. Persisted parameter types without
 /// serde support fail at the parameter's type.
 ///
-/// ```ignore
+/// ```compile_fail
+/// # use async_exec::async_exec;
 /// #[async_exec(type = SaveAsync)]
 /// async fn bad(email: &str) {} // error: parameters are persisted, so they must be owned
 /// ```

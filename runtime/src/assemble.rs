@@ -311,8 +311,8 @@ impl Runtime {
     /// mode, or shut down.
     ///
     /// ```no_run
-    /// # async fn demo() -> async_exec_runtime::Result<()> {
-    /// let rt = async_exec_runtime::Runtime::builder().run_workers(false).start().await?;
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder().run_workers(false).start().await?;
     /// // ... later, this instance takes its share of the work:
     /// rt.start_workers()?;
     /// # Ok(()) }
@@ -331,7 +331,7 @@ impl Runtime {
         let inbox = inner.idle_inbox.lock().expect("inbox lock").take();
         if let Some(inbox) = inbox {
             self.spawn_workers(inbox);
-            tracing::info!(owner = %inner.owner, "workers started");
+            crate::log::info!(owner = %inner.owner, "workers started");
         }
         Ok(())
     }
@@ -357,7 +357,7 @@ impl Runtime {
     /// `lease` (this one included), with the executors they link and their signatures.
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
     /// for instance in rt.instances().await? {
     ///     println!("{} (workers: {}), seen {}", instance.name, instance.workers, instance.last_seen);
     /// }

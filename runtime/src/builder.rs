@@ -12,9 +12,9 @@ use crate::store::Store;
 /// Configures and starts a [`Runtime`]. Every setting has a default that works.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), async_exec_runtime::Error> {
+/// # async fn demo() -> Result<(), async_exec::Error> {
 /// use std::time::Duration;
-/// use async_exec_runtime::Runtime;
+/// use async_exec::Runtime;
 /// struct Mailer;
 /// let rt = Runtime::builder()
 ///     .database_url("sqlite:app.db")
@@ -141,8 +141,8 @@ impl Builder {
     /// this lets a test show it (`tests/clocks.rs`). Not for production use.
     ///
     /// ```no_run
-    /// # async fn demo() -> async_exec_runtime::Result<()> {
-    /// let behind = async_exec_runtime::Runtime::builder()
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let behind = async_exec::Runtime::builder()
     ///     .database_url("postgres://postgres@127.0.0.1/test")
     ///     .simulated_clock_offset(-60_000)
     ///     .start()
@@ -199,8 +199,8 @@ impl Builder {
     /// use connections of their own, opened with the pool's connect options.
     ///
     /// ```no_run
-    /// # async fn demo(pool: sqlx::PgPool) -> async_exec_runtime::Result<()> {
-    /// let rt = async_exec_runtime::Runtime::builder().postgres_pool(pool).start().await?;
+    /// # async fn demo(pool: sqlx::PgPool) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder().postgres_pool(pool).start().await?;
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "postgres")]
@@ -216,8 +216,8 @@ impl Builder {
     /// use a connection of their own, opened with the pool's connect options.
     ///
     /// ```no_run
-    /// # async fn demo(pool: sqlx::MySqlPool) -> async_exec_runtime::Result<()> {
-    /// let rt = async_exec_runtime::Runtime::builder().mysql_pool(pool).start().await?;
+    /// # async fn demo(pool: sqlx::MySqlPool) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder().mysql_pool(pool).start().await?;
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "mysql")]

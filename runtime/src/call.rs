@@ -18,13 +18,21 @@ use crate::tx::Tx;
 /// A call of an `#[async_exec]` function, not yet submitted. Set options, then `.await` it
 /// to submit; the result says what happened ([`Receipt`]).
 ///
-/// ```ignore
+/// ```no_run
+/// # use std::time::Duration;
+/// # use async_exec::{async_exec, Runtime, Tx};
+/// # #[async_exec(type = SaveAsync)]
+/// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx = rt.begin().await?;
 /// send_welcome(42, "a@b.c".into())
 ///     .key("welcome-42")              // a second call with this key returns the first
 ///     .delay(Duration::from_secs(60))
 ///     .priority(10)
 ///     .within(&mut tx)                // in the caller's transaction
 ///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
 /// ```
 #[must_use = "a call does nothing until it is `.await`ed"]
 #[derive(Debug)]
@@ -304,8 +312,16 @@ pub enum Outcome {
 /// multi-row statements, in one transaction (the caller's, with `.within(&mut tx)`).
 /// `.await` returns one [`Receipt`] per call, in order.
 ///
-/// ```ignore
-/// let receipts = async_exec::batch((0..1000).map(|n| index_page(n))).within(&mut tx).await?;
+/// ```no_run
+/// # use async_exec::{async_exec, Runtime, Tx};
+/// # #[async_exec(type = SaveAsync)]
+/// # async fn index_page(n: i64) -> anyhow::Result<()> { Ok(()) }
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx = rt.begin().await?;
+/// let receipts = async_exec::batch((0..1000).map(index_page)).within(&mut tx).await?;
+/// assert_eq!(receipts.len(), 1000);
+/// tx.commit().await?;
+/// # Ok(()) }
 /// ```
 pub fn batch(calls: impl IntoIterator<Item = Call>) -> Batch {
     Batch {

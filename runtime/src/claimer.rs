@@ -189,7 +189,7 @@ impl Claimer {
     /// The job for a record claimed from the store (its executor is known: claims filter).
     fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
         let Some(def) = self.registry.get(&claimed.executor) else {
-            tracing::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
+            crate::log::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
             return None;
         };
         let trace = claimed

@@ -76,7 +76,7 @@ impl Clock {
         *self.base.lock().expect("clock lock") = Some((db, at));
         let moved = self.now_ms() - before;
         if moved.abs() > 1_000 {
-            tracing::info!(
+            crate::log::info!(
                 moved_ms = moved,
                 "this process's clock differs from the database's; the runtime uses the database's"
             );
@@ -96,7 +96,7 @@ impl Clock {
                 _ = tokio::time::sleep(SYNC_INTERVAL) => {}
             }
             if let Err(error) = self.sync(store).await {
-                tracing::warn!(%error, "could not read the database's clock; carrying on with the last reading");
+                crate::log::warn!(%error, "could not read the database's clock; carrying on with the last reading");
             }
         }
     }

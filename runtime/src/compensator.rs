@@ -37,7 +37,7 @@ impl CompensatorConfig {
 /// Runs stale `init` records. Get one with [`Runtime::compensator`](crate::Runtime::compensator).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// let report = rt.compensator().run_once().await?;
 /// println!("{} started, {} keys expired", report.started, report.keys_expired);
 /// # Ok(()) }

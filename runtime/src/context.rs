@@ -6,7 +6,12 @@ use crate::record::RequestId;
 /// parameter. Use [`Context::request_id`] to make side effects idempotent: a request may
 /// run more than once (at-least-once delivery), but always under the same id.
 ///
-/// ```ignore
+/// ```
+/// use async_exec::{async_exec, Context};
+/// # mod payments {
+/// #     pub async fn charge(order: i64, key: Option<i64>) -> anyhow::Result<()> { Ok(()) }
+/// # }
+///
 /// #[async_exec(type = SaveAsync)]
 /// async fn charge(order: i64, ctx: Context) -> anyhow::Result<()> {
 ///     payments::charge(order, /* idempotency key */ ctx.request_id()).await
@@ -61,7 +66,7 @@ impl Context {
     /// without a record. Race it against long work:
     ///
     /// ```
-    /// # async fn demo(ctx: async_exec_runtime::Context) {
+    /// # async fn demo(ctx: async_exec::Context) {
     /// # let long_export = async {};
     /// tokio::select! {
     ///     _ = long_export => {}

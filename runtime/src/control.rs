@@ -143,7 +143,7 @@ impl ControlPart {
             return;
         }
         if let Err(error) = self.store.ops().stat_add(&self.application, &deltas).await {
-            tracing::warn!(%error, "could not add to async_stat; trying again with the next counts");
+            crate::log::warn!(%error, "could not add to async_stat; trying again with the next counts");
             self.control.restore(deltas);
         }
     }
@@ -160,10 +160,10 @@ impl ControlPart {
                 Ok(()) => warned = false,
                 Err(error) if !warned => {
                     warned = true;
-                    tracing::warn!(%error, "could not read the paused executors (async_pause); \
+                    crate::log::warn!(%error, "could not read the paused executors (async_pause); \
                         trying again every second, pauses known before stay in force");
                 }
-                Err(error) => tracing::debug!(%error, "could not read the paused executors"),
+                Err(error) => crate::log::debug!(%error, "could not read the paused executors"),
             }
             if ticks % flush_every == 0 {
                 self.flush_counts().await;
@@ -172,10 +172,10 @@ impl ControlPart {
                 let now = self.clock.now_ms();
                 let ops = self.store.ops();
                 if let Err(error) = ops.depth_sample(&self.application, minute_of(now)).await {
-                    tracing::warn!(%error, "could not sample the queue depth into async_depth");
+                    crate::log::warn!(%error, "could not sample the queue depth into async_depth");
                 }
                 if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
-                    tracing::warn!(%error, "could not prune async_stat");
+                    crate::log::warn!(%error, "could not prune async_stat");
                 }
             }
             ticks += 1;

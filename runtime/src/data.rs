@@ -14,11 +14,23 @@ use crate::registry::ExecutorDef;
 /// Parameters of type `Data<T>` are not persisted and not part of the call: the runtime
 /// hands over the value registered with [`Builder::data`](crate::Builder::data).
 ///
-/// ```ignore
+/// ```no_run
+/// use async_exec::{async_exec, Data, Runtime};
+///
+/// struct Mailer;
+/// impl Mailer {
+///     async fn send(&self, to: &str, template: &str) -> anyhow::Result<()> { Ok(()) }
+/// }
+///
 /// #[async_exec(type = SaveAsync)]
 /// async fn send_welcome(email: String, mailer: Data<Mailer>) -> anyhow::Result<()> {
 ///     mailer.send(&email, "welcome").await
 /// }
+///
+/// # async fn demo() -> async_exec::Result<()> {
+/// let rt = Runtime::builder().data(Mailer).start().await?; // what `Data<Mailer>` gets
+/// send_welcome("a@b.c".into()).on(&rt).await?;
+/// # Ok(()) }
 /// ```
 pub struct Data<T: ?Sized>(Arc<T>);
 

@@ -203,7 +203,7 @@ impl Producer {
         let mut wakeups = match listening {
             Ok(wakeups) => wakeups,
             Err(error) => {
-                tracing::error!(%error, "could not listen for other instances' requests; polling only");
+                crate::log::error!(%error, "could not listen for other instances' requests; polling only");
                 None
             }
         };
@@ -285,7 +285,7 @@ impl Producer {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     // The records stay `init`: the compensation sweep finds them.
-                    tracing::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
+                    crate::log::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
                     Vec::new()
                 }
             }
@@ -335,11 +335,11 @@ impl Producer {
             let claimed = match next.await {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(error)) => {
-                    tracing::error!(%error, "could not claim requests from the store; the sweep will");
+                    crate::log::error!(%error, "could not claim requests from the store; the sweep will");
                     return;
                 }
                 Err(error) => {
-                    tracing::error!(%error, "the claim task failed");
+                    crate::log::error!(%error, "the claim task failed");
                     return;
                 }
             };

@@ -186,6 +186,13 @@ pub enum Error {
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),
+
+    /// An operation for tests was asked of a runtime that is not in a test mode.
+    #[error(
+        "`{0}` is for tests: it runs waiting requests before their delay or retry backoff \
+         ends; start the runtime with `.test_mode(TestMode::Hold)` (or `TestMode::Inline`)"
+    )]
+    NotInTestMode(&'static str),
 }
 
 /// What to check when a backend cannot be reached.

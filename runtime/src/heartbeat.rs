@@ -87,7 +87,7 @@ impl Heartbeat {
 
     fn report_lost(&self, lost: Vec<i64>, why: &str) -> u64 {
         if !lost.is_empty() {
-            tracing::error!(
+            crate::log::error!(
                 requests = ?lost,
                 "the leases of {} request(s) {why}",
                 lost.len()
@@ -105,14 +105,14 @@ impl Heartbeat {
             let wait = match self.run_once().await {
                 Ok(_) => {
                     if failures > 0 {
-                        tracing::info!(after_failures = failures, "lease renewals recovered");
+                        crate::log::info!(after_failures = failures, "lease renewals recovered");
                     }
                     failures = 0;
                     self.interval
                 }
                 Err(error) => {
                     failures += 1;
-                    tracing::warn!(%error, failures, "could not renew leases; trying again in {retry:?}");
+                    crate::log::warn!(%error, failures, "could not renew leases; trying again in {retry:?}");
                     retry
                 }
             };

@@ -100,7 +100,7 @@ impl Presence {
             .await?;
         let skip = skip_list(&self.ours, &self.owner, &live);
         if !skip.is_empty() {
-            tracing::debug!(
+            crate::log::debug!(
                 ?skip,
                 "leaving records of other signatures to the instances that have them"
             );
@@ -117,11 +117,11 @@ impl Presence {
                 _ = tokio::time::sleep(self.interval) => {}
             }
             if let Err(error) = self.run_once().await {
-                tracing::warn!(%error, "could not announce this instance");
+                crate::log::warn!(%error, "could not announce this instance");
             }
         }
         if let Err(error) = self.store.instance_leave(&self.owner).await {
-            tracing::warn!(%error, "could not remove this instance from async_instance");
+            crate::log::warn!(%error, "could not remove this instance from async_instance");
         }
     }
 }

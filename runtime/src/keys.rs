@@ -31,7 +31,7 @@ impl Runtime {
     /// unknown or its retention has passed (then a call with it writes a new request).
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
     /// if let Some(info) = rt.find_by_key("order-42").await? {
     ///     match &info.request {
     ///         Some(request) => println!("request {} is {}", request.id, request.status),

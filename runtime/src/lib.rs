@@ -21,7 +21,9 @@
 //! - `instances`: presence of instances and the skip list of a rolling deploy.
 //!
 //! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
-//! `submit`, [`Tx`]), operations on records (`ops`), the [`Builder`] and [`Settings`].
+//! `submit`, [`Tx`], [`Backend`]), operations on records (`ops`, `operations`), what an
+//! application's tests drive (`testing`: [`Runtime::run_due`]), the [`Builder`] and
+//! [`Settings`]. Everything the runtime logs has the target [`LOG_TARGET`] (`log`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -50,6 +52,7 @@ mod fault;
 mod heartbeat;
 mod instances;
 mod keys;
+mod log;
 mod metrics;
 mod open_tx;
 mod operations;
@@ -70,6 +73,7 @@ mod strategy;
 mod submit;
 mod supervise;
 mod sweep;
+mod testing;
 mod text;
 mod trace;
 mod tx;
@@ -79,11 +83,14 @@ pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
 pub use compensator::{CompensateReport, Compensator};
 pub use completer::CompleteReport;
 pub use context::Context;
-pub use data::{Data, DataNeed};
+pub use data::Data;
+#[doc(hidden)]
+pub use data::DataNeed;
 pub use error::{Error, Result};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
+pub use log::LOG_TARGET;
 pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
@@ -92,14 +99,17 @@ pub use query::{
     RequestQuery,
 };
 pub use record::{AttemptLog, Request, RequestId, Status};
+/// What the macro generates and the registry holds; not for users.
+#[doc(hidden)]
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};
-pub use store::{Backend, RequestFilter};
+pub use store::{Backend, RequestFilter, Value};
 pub use strategy::Strategy;
 pub use submit::DrainReport;
+pub use testing::RunDueReport;
 pub use trace::{baggage, with_baggage};
 pub use tx::Tx;
 

@@ -17,8 +17,8 @@ impl Runtime {
     /// Requests of this application, newest first (oldest first when paging with `after_id`).
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
-    /// use async_exec_runtime::{RequestFilter, Status};
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// use async_exec::{RequestFilter, Status};
     /// for dead in rt.list(RequestFilter::default().status(Status::Dead)).await? {
     ///     println!("{} {}: {:?}", dead.id, dead.executor, dead.last_error);
     /// }
@@ -56,7 +56,7 @@ impl Runtime {
     /// order of [`Status::ALL`], those with no request as 0.
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
     /// for (status, n) in rt.count_by_status().await? {
     ///     println!("{status}: {n}"); // init: 0, running: 2, ...
     /// }
@@ -100,7 +100,7 @@ impl Runtime {
     /// `delete_on_success(false)`). Refused for `init` and `running` requests.
     ///
     /// ```no_run
-    /// # async fn demo(rt: async_exec_runtime::Runtime, id: i64) -> async_exec_runtime::Result<()> {
+    /// # async fn demo(rt: async_exec::Runtime, id: i64) -> async_exec::Result<()> {
     /// rt.replay(id).await?; // the mail that succeeded is sent again, on purpose
     /// # Ok(()) }
     /// ```

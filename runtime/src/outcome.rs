@@ -9,7 +9,7 @@ use std::fmt;
 /// Return it from a body (directly, boxed, or inside an `anyhow::Error`):
 ///
 /// ```
-/// use async_exec_runtime::Final;
+/// use async_exec::Final;
 /// fn check(email: &str) -> anyhow::Result<()> {
 ///     if !email.contains('@') {
 ///         return Err(Final::new(format!("`{email}` is not an address")).into());

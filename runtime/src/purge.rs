@@ -18,9 +18,9 @@ pub const MAX_PURGE_BATCH: i64 = 1000;
 /// `running`, `failed`) and their logs are never purged.
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// use std::time::Duration;
-/// use async_exec_runtime::Purge;
+/// use async_exec::Purge;
 /// let report = rt.purge(Purge::older_than(Duration::from_secs(7 * 86_400)).dead(true)).await?;
 /// println!("{} requests and {} attempt logs deleted", report.requests, report.attempt_logs);
 /// # Ok(()) }
@@ -116,7 +116,7 @@ impl Runtime {
                 break;
             }
         }
-        tracing::info!(
+        crate::log::info!(
             application = %self.inner.app,
             requests = report.requests,
             attempt_logs = report.attempt_logs,

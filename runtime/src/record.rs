@@ -83,7 +83,7 @@ impl fmt::Display for Status {
 /// [`Error::UnknownStatus`](crate::Error::UnknownStatus) that lists the valid words.
 ///
 /// ```
-/// use async_exec_runtime::Status;
+/// use async_exec::Status;
 /// assert_eq!("dead".parse::<Status>().unwrap(), Status::Dead);
 /// let error = "Dead".parse::<Status>().unwrap_err().to_string();
 /// assert!(error.contains("init, running, success, failed, dead, cancelled"), "{error}");
@@ -110,7 +110,7 @@ pub(crate) fn status_words() -> String {
 /// kept as a string):
 ///
 /// ```
-/// # fn demo(request: async_exec_runtime::Request) -> serde_json::Result<()> {
+/// # fn demo(request: async_exec::Request) -> serde_json::Result<()> {
 /// let json = serde_json::to_value(&request)?;
 /// println!("{}", json["param_json"]["user_id"]); // 42, not "{\"user_id\":42}"
 /// # Ok(()) }

@@ -34,7 +34,7 @@ impl RescuerConfig {
 /// Recovers expired leases. Get one with [`Runtime::rescuer`](crate::Runtime::rescuer).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// let report = rt.rescuer().run_once().await?;
 /// println!("{} back to the queue, {} dead", report.retried.len(), report.dead.len());
 /// # Ok(()) }
@@ -79,10 +79,10 @@ impl Rescuer {
             )
             .await?;
         if !rescued.retried.is_empty() {
-            tracing::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
+            crate::log::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
         }
         if !rescued.dead.is_empty() {
-            tracing::error!(dead = ?rescued.dead,
+            crate::log::error!(dead = ?rescued.dead,
                 "requests whose lease expired on their last attempt are dead; replay them with `retry_now`");
         }
         Ok(RescueReport {

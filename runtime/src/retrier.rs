@@ -29,7 +29,7 @@ impl RetrierConfig {
 /// Runs due retries. Get one with [`Runtime::retrier`](crate::Runtime::retrier).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// let started = rt.retrier().run_once().await?.started;
 /// rt.wait_idle().await; // the retries it started have run
 /// # Ok(()) }

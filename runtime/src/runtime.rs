@@ -26,8 +26,8 @@ use crate::trace::TraceContext;
 /// Cheap to clone; every clone is the same runtime.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), async_exec_runtime::Error> {
-/// use async_exec_runtime::Runtime;
+/// # async fn demo() -> Result<(), async_exec::Error> {
+/// use async_exec::Runtime;
 /// let rt = Runtime::builder().database_url("sqlite:app.db").start().await?;
 /// // ... calls ...
 /// rt.shutdown().await?;
@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
+    /// In a test mode, delayed in-memory jobs waiting for their delay, for
+    /// [`Runtime::run_due`].
+    pub(crate) delayed_jobs: crate::testing::DelayedJobs,
     /// The transactions open now, by the task that began them.
     pub(crate) open_txs: crate::open_tx::OpenTxs,
 }
@@ -150,7 +153,7 @@ impl Runtime {
         }
         let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
         clock.sync(&*store).await.inspect_err(|error| {
-            tracing::error!(%error, "could not read the database's clock");
+            crate::log::error!(%error, "could not read the database's clock");
         })?;
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
@@ -217,6 +220,7 @@ impl Runtime {
             handed_back,
             tasks: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
+            delayed_jobs: Default::default(),
             open_txs: Default::default(),
             settings,
         });
@@ -230,14 +234,14 @@ impl Runtime {
         );
         // Announced before any claim, so that the skip list is known from the first one.
         if let Err(error) = runtime.presence().run_once().await {
-            tracing::warn!(%error, "could not announce this instance in async_instance");
+            crate::log::warn!(%error, "could not announce this instance in async_instance");
         }
         runtime.spawn_parts(inbox, completer_task);
         runtime.spawn_control();
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
-        tracing::info!(
+        crate::log::info!(
             application = %inner.app,
             owner = %inner.owner,
             backend = inner.store.backend_name(),
@@ -298,7 +302,7 @@ impl Runtime {
         if !finished {
             let aborted = inner.pool.abort_all();
             stopped = aborted.len() as u64;
-            tracing::warn!(requests = ?aborted, "shutdown grace expired: stopping running bodies");
+            crate::log::warn!(requests = ?aborted, "shutdown grace expired: stopping running bodies");
             inner.pool.wait(Duration::from_secs(5)).await;
         }
         inner.completer_stop.cancel();
@@ -310,7 +314,7 @@ impl Runtime {
                 .await
                 .is_err()
             {
-                tracing::error!("a runtime part did not stop in time; aborting it");
+                crate::log::error!("a runtime part did not stop in time; aborting it");
                 abort.abort();
             }
         }
@@ -321,7 +325,7 @@ impl Runtime {
             .await;
         self.uninstall();
         let released = released.inspect_err(|error| {
-            tracing::error!(%error, "could not hand back the records this instance holds; \
+            crate::log::error!(%error, "could not hand back the records this instance holds; \
                 they run again when their lease expires");
         })?;
         let report = ShutdownReport {
@@ -330,7 +334,7 @@ impl Runtime {
             released: released + inner.handed_back.load(Ordering::Acquire),
             unwritten: unwritten.len() as u64,
         };
-        tracing::info!(?report, "async-exec runtime stopped");
+        crate::log::info!(?report, "async-exec runtime stopped");
         Ok(report)
     }
 
@@ -372,7 +376,7 @@ async fn warn_of_records_filed_elsewhere(
     {
         Ok(elsewhere) => {
             for (other, waiting) in elsewhere {
-                tracing::warn!(
+                crate::log::warn!(
                     application,
                     other_application = %other,
                     waiting,
@@ -383,7 +387,7 @@ async fn warn_of_records_filed_elsewhere(
             }
         }
         Err(error) => {
-            tracing::warn!(%error, "could not look for requests filed under other application names")
+            crate::log::warn!(%error, "could not look for requests filed under other application names")
         }
     }
 }

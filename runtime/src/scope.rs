@@ -194,10 +194,10 @@ impl Scope {
                 Entry::Ran { mut receipt, write } => {
                     match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
-                            DB::key_record_in(tx.conn(), &request).await?
+                            DB::key_record_in(tx.raw_conn(), &request).await?
                         }
                         Some(SyncWrite::Failure(request)) => {
-                            receipt.id = match DB::insert_in(tx.conn(), &request).await? {
+                            receipt.id = match DB::insert_in(tx.raw_conn(), &request).await? {
                                 Inserted::New(id) => Some(id),
                                 Inserted::Existing(id) => id,
                             };
@@ -326,7 +326,7 @@ impl Runtime {
             }
             Err(error) => {
                 if let Err(rollback) = tx.rollback().await {
-                    tracing::warn!(error = %rollback, "could not roll back the transaction scope; \
+                    crate::log::warn!(error = %rollback, "could not roll back the transaction scope; \
                         the database rolls it back when the connection closes");
                 }
                 Err(error)

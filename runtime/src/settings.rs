@@ -1,4 +1,4 @@
-//! Every setting of the runtime, with the seed SDK's defaults.
+//! Every setting of the runtime, with its default, and their validation.
 
 use std::time::Duration;
 

@@ -121,20 +121,20 @@ impl Writer for Autocommit {
 
 impl<DB: Backend> Writer for Tx<DB> {
     async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
-        DB::insert_in(self.conn(), request).await
+        DB::insert_in(self.raw_conn(), request).await
     }
     async fn insert_many(
         &mut self,
         _inner: &Inner,
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
-        DB::insert_many_in(self.conn(), requests).await
+        DB::insert_many_in(self.raw_conn(), requests).await
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
-        DB::key_find_in(self.conn(), &inner.app, key, inner.now_ms()).await
+        DB::key_find_in(self.raw_conn(), &inner.app, key, inner.now_ms()).await
     }
     async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
-        DB::key_record_in(self.conn(), request).await
+        DB::key_record_in(self.raw_conn(), request).await
     }
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
@@ -197,7 +197,7 @@ impl Inner {
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
-                        tracing::error!(executor = call.def.name, %error,
+                        crate::log::error!(executor = call.def.name, %error,
                             "could not persist the request: running it in memory only; a crash now loses it");
                         writer.after_commit(self, vec![call.job()]).await;
                         Ok(Receipt::new(
@@ -229,7 +229,7 @@ impl Inner {
                             // Remember the key, so that a retried call does not run again.
                             // The body ran whatever happens here: the receipt says so.
                             if let Err(error) = writer.record_key(self, &call.request(self)).await {
-                                tracing::error!(executor = call.def.name, %error,
+                                crate::log::error!(executor = call.def.name, %error,
                                     "SyncSave body ran but its idempotency key could not be recorded: a call with the key runs it again");
                             }
                         }
@@ -326,9 +326,13 @@ impl Inner {
             match job.delay.take().filter(|_| job.record.is_none()) {
                 Some(delay) => {
                     let inner = self.clone();
+                    let slot = self.delayed_jobs.hold(job, self.test_mode().is_some());
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        inner.dispatch_one(job).await;
+                        // Unless `run_due` took it first.
+                        if let Some(job) = slot.take() {
+                            inner.dispatch_one(job).await;
+                        }
                     });
                 }
                 None => self.dispatch_one(job).await,
@@ -340,7 +344,7 @@ impl Inner {
         match self.test_mode() {
             Some(TestMode::Inline) => {
                 if let Err(error) = self.execute_inline(job).await {
-                    tracing::error!(%error, "test mode: could not run a call inline");
+                    crate::log::error!(%error, "test mode: could not run a call inline");
                 }
                 return;
             }
@@ -382,12 +386,12 @@ impl Inner {
                 job.trace.as_ref(),
             );
             if let Err(error) = self.store.request_insert(&request).await {
-                tracing::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
+                crate::log::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
                 self.spawn_direct(job);
             }
             return;
         }
-        tracing::warn!(
+        crate::log::warn!(
             executor = job.def.name,
             "channel full: spawning the call directly"
         );

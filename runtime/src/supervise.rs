@@ -26,7 +26,7 @@ where
             Err(panic) => {
                 restarts = restarts.saturating_add(1);
                 let pause = restart_pause(restarts);
-                tracing::error!(
+                crate::log::error!(
                     part,
                     panic = %panic_text(&*panic),
                     restarts,

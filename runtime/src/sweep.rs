@@ -38,19 +38,19 @@ pub(crate) async fn every<F, Fut>(
             .catch_unwind()
             .await
             .unwrap_or_else(|panic| {
-                tracing::error!(sweep = name, panic = %panic_text(&*panic), "sweep panicked");
+                crate::log::error!(sweep = name, panic = %panic_text(&*panic), "sweep panicked");
                 Err(crate::Error::Panicked(name))
             });
         match outcome {
             Ok(()) => {
                 if failures > 0 {
-                    tracing::info!(sweep = name, after_failures = failures, "sweep recovered");
+                    crate::log::info!(sweep = name, after_failures = failures, "sweep recovered");
                 }
                 failures = 0;
             }
             Err(error) => {
                 failures += 1;
-                tracing::error!(sweep = name, %error, failures, "sweep failed; backing off");
+                crate::log::error!(sweep = name, %error, failures, "sweep failed; backing off");
             }
         }
     }

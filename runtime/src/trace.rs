@@ -25,8 +25,8 @@ tokio::task_local! {
 ///
 /// ```
 /// # async fn demo() {
-/// async_exec_runtime::with_baggage([("tenant", "acme")], async {
-///     assert_eq!(async_exec_runtime::baggage("tenant").as_deref(), Some("acme"));
+/// async_exec::with_baggage([("tenant", "acme")], async {
+///     assert_eq!(async_exec::baggage("tenant").as_deref(), Some("acme"));
 /// })
 /// .await;
 /// # }
@@ -115,7 +115,7 @@ impl TraceContext {
                 return json;
             }
             let (key, _) = stored.baggage.pop().expect("a field to leave out");
-            tracing::warn!(%key, max_bytes = text::MAX_STORED_TEXT,
+            crate::log::warn!(%key, max_bytes = text::MAX_STORED_TEXT,
                 "baggage field not carried to the execution: the baggage is larger than async-exec stores");
         }
     }

@@ -17,11 +17,16 @@ use crate::store::Backend;
 /// [`.independent()`](crate::Call::independent); inside
 /// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
 ///
-/// ```ignore
+/// ```no_run
+/// # use async_exec::{async_exec, Runtime, Tx};
+/// # #[async_exec(type = SaveAsync)]
+/// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
 /// let mut tx: Tx = rt.begin().await?;
 /// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
 /// send_welcome(1, "a@b.c".into()).within(&mut tx).await?;
 /// tx.commit().await?; // then dispatched at once
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
@@ -38,8 +43,15 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
 }
 
 impl<DB: Backend> Tx<DB> {
-    /// The connection, for the caller's own queries in this transaction.
-    pub fn conn(&mut self) -> &mut DB::Connection {
+    /// The connection, for the caller's own queries in this transaction: `&mut` the
+    /// backend's connection (`&mut SqliteConnection` for `Tx<Sqlite>`), an
+    /// [`sqlx::Executor`] also in code generic over the backend (see [`Backend`]).
+    pub fn conn(&mut self) -> DB::Conn<'_> {
+        DB::executor(&mut self.tx)
+    }
+
+    /// The connection, for the runtime's own statements in generic code.
+    pub(crate) fn raw_conn(&mut self) -> &mut DB::Connection {
         &mut self.tx
     }
 
@@ -96,7 +108,7 @@ impl Inner {
             return;
         }
         if let Err(error) = self.store.request_postpone(&moves).await {
-            tracing::warn!(%error, requests = moves.len(),
+            crate::log::warn!(%error, requests = moves.len(),
                 "could not move delayed requests to count from the commit; they count from the call");
         }
     }

@@ -96,10 +96,7 @@ pub async fn start_process(name: &str, args: &[String], logs: &std::path::Path) 
     let log = logs.join(format!("{name}.log"));
     let mut child = Command::new(chaos_binary())
         .args(args)
-        .env(
-            "RUST_LOG",
-            "async_exec_runtime=info,async_exec=info,chaos=info",
-        )
+        .env("RUST_LOG", "async_exec=info,chaos=info")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .kill_on_drop(true)

@@ -83,7 +83,7 @@ where
             }
             continue;
         }
-        tracing::warn!(%error, completions = part.len(),
+        crate::log::warn!(%error, completions = part.len(),
             "the database refused a batch of outcomes; splitting it to isolate the refused one");
         let (first, second) = part.split_at(part.len() / 2);
         parts.push(second);
@@ -102,7 +102,7 @@ where
     loop {
         match sink.write(part).await {
             Err(error) if is_transient(&error) => {
-                tracing::warn!(%error, completions = part.len(), retry_in = ?delay,
+                crate::log::warn!(%error, completions = part.len(), retry_in = ?delay,
                     "could not write outcomes (a transient failure); retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(backoff.max);
@@ -125,12 +125,12 @@ where
     let dead = dead_instead(refused, error);
     match write_retrying(sink, std::slice::from_ref(&dead), backoff).await {
         Ok(_) => {
-            tracing::error!(id = refused.id, attempt = refused.attempt, %error,
+            crate::log::error!(id = refused.id, attempt = refused.attempt, %error,
                 "the database refused an outcome; the request is written `dead` instead");
             true
         }
         Err(dead_error) => {
-            tracing::error!(id = refused.id, attempt = refused.attempt, %error, %dead_error,
+            crate::log::error!(id = refused.id, attempt = refused.attempt, %error, %dead_error,
                 "the database refused an outcome, and refused it as `dead` too; leaving it: \
                  its lease will expire and the rescuer will count the attempt");
             false

@@ -195,7 +195,7 @@ fn top_up(rx: &mut mpsc::UnboundedReceiver<Completion>, batch: &mut Vec<Completi
 async fn finish_writes(mut writes: JoinSet<()>, patience: Duration) {
     let all_done = async { while writes.join_next().await.is_some() {} };
     if tokio::time::timeout(patience, all_done).await.is_err() {
-        tracing::error!(
+        crate::log::error!(
             writes = writes.len(),
             ?patience,
             "giving up writing outcomes at shutdown; their records are released and run again"
@@ -210,7 +210,7 @@ impl Outcomes {
         let written: Written = write_isolating(&*self.store, batch, Backoff::default()).await;
         self.settle(batch);
         if written.isolated + written.unwritable > 0 {
-            tracing::warn!(
+            crate::log::warn!(
                 completions = batch.len(),
                 rows = written.rows,
                 isolated = written.isolated,

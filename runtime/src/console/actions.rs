@@ -94,7 +94,7 @@ pub(crate) fn check_login(
         }
         None => {
             state.limiter.failed(user, &address);
-            tracing::warn!(user, address, "console login refused");
+            crate::log::warn!(user, address, "console login refused");
             Err((
                 StatusCode::UNAUTHORIZED,
                 "wrong user name or password".to_string(),

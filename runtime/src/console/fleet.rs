@@ -210,8 +210,8 @@ pub(crate) async fn executors(
         table id="executors" {
             thead { tr {
                 th { "executor" } th { "in this build" } th { "defaults" }
-                @for status in Status::ALL { th { (status.as_str()) } }
-                th { "p50" } th { "p95" } th { "instances" } th { "claims" }
+                @for status in Status::ALL { th.num { (status.as_str()) } }
+                th.num { "p50" } th.num { "p95" } th { "instances" } th { "claims" }
             } }
             tbody {
                 @for v in &views {
@@ -276,7 +276,7 @@ pub(crate) async fn instances(
     };
     let body = html! {
         table id="instances" {
-            thead { tr { th { "instance" } th { "application" } th { "workers" } th { "started" } th { "last heartbeat" } th { "running now" } th { "executors" } } }
+            thead { tr { th { "instance" } th { "application" } th { "workers" } th { "started" } th { "last heartbeat" } th.num { "running now" } th { "executors" } } }
             tbody {
                 @for i in &views {
                     tr data-instance=(i.name) {
@@ -314,7 +314,7 @@ pub(crate) async fn audit(
     };
     let body = html! {
         table id="audit" {
-            thead { tr { th { "when" } th { "who" } th { "action" } th { "on" } th { "changed" } } }
+            thead { tr { th { "when" } th { "who" } th { "action" } th { "on" } th.num { "changed" } } }
             tbody {
                 @for e in &entries {
                     tr data-audit-id=(e.id) data-action=(e.action) {

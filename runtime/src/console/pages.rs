@@ -145,7 +145,7 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
         (charts::depth_line("chart-depth", "Queue depth, last day", &depth, now - 24 * 3600 * 1000, now))
         h2 { "By executor" }
         table id="executor-counts" {
-            thead { tr { th { "executor" } @for status in Status::ALL { th { (status.as_str()) } } } }
+            thead { tr { th { "executor" } @for status in Status::ALL { th.num { (status.as_str()) } } } }
             tbody {
                 @for (executor, by_status) in &executors {
                     tr data-executor=(executor) {
@@ -276,7 +276,7 @@ pub(crate) async fn requests(
         (notice(params.notice.as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
         table id="requests" {
-            thead { tr { th { "id" } th { "status" } th { "executor" } th { "attempts" } th { "key" } th { "created" } th { "last error" } } }
+            thead { tr { th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" } } }
             tbody {
                 @for r in &rows {
                     tr data-request-id=(r.id) data-status=(r.status.as_str()) {
@@ -372,7 +372,12 @@ pub(crate) async fn request_detail(
                 dt { "held by" } dd { (owner) " until " (time_el(r.lease_until.unwrap_or(0))) }
             }
             @if let Some(error) = &r.last_error {
-                dt { "last error" } dd { pre.error-text id="request-error" { (error) } }
+                @if r.status == Status::Success {
+                    // It succeeded since: the error is history, not its state.
+                    dt { "earlier attempt's error" } dd { pre.error-text id="request-earlier-error" { (error) } }
+                } @else {
+                    dt { "last error" } dd { pre.error-text id="request-error" { (error) } }
+                }
             }
         }
         h2 { "Arguments" }

@@ -80,15 +80,17 @@ pub(crate) fn time_el(ms: i64) -> Markup {
     html! { time datetime=(time(ms)) { (time(ms).replace('T', " ").trim_end_matches('Z')) } }
 }
 
-/// A span of milliseconds, rounded for people.
+/// A span of milliseconds, rounded for people: milliseconds under a second (`<1ms` for
+/// none: times are whole milliseconds), seconds and milliseconds under a minute, whole
+/// seconds above.
 pub(crate) fn span(ms: i64) -> String {
     let ms = ms.max(0) as u64;
-    let rounded = if ms >= 60_000 {
-        Duration::from_secs(ms / 1000)
-    } else {
-        Duration::from_millis(ms)
-    };
-    humantime::format_duration(rounded).to_string()
+    match ms {
+        0 => "<1ms".into(),
+        1..=999 => format!("{ms}ms"),
+        1000..=59_999 => humantime::format_duration(Duration::from_millis(ms)).to_string(),
+        _ => humantime::format_duration(Duration::from_secs(ms / 1000)).to_string(),
+    }
 }
 
 /// A status as a colored badge.
@@ -101,5 +103,20 @@ pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
     html! {
         @if let Some(text) = text { p.notice id="notice" { (text) } }
         @if let Some(error) = error { p.error id="error" { (error) } }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span;
+
+    #[test]
+    fn spans_under_a_second_show_milliseconds() {
+        assert_eq!(span(0), "<1ms");
+        assert_eq!(span(-5), "<1ms");
+        assert_eq!(span(7), "7ms");
+        assert_eq!(span(999), "999ms");
+        assert_eq!(span(1500), "1s 500ms");
+        assert_eq!(span(61_250), "1m 1s");
     }
 }

@@ -235,7 +235,7 @@ impl Executor {
             {
                 Some(token) => lease_lost = token,
                 None => {
-                    tracing::warn!(
+                    crate::log::warn!(
                         request_id = id,
                         "the lease of a claimed request was lost or ran out before a worker \
                          was free; not running it here (another instance may)"
@@ -278,7 +278,7 @@ impl Executor {
         let def = job.def;
         let attempt = job.record.as_ref().map_or(1, |r| r.attempt.max(1) as u32);
         let trace = job.trace.clone().unwrap_or_default();
-        let span = tracing::info_span!(
+        let span = crate::log::info_span!(
             "async_exec",
             request_id = job.record.as_ref().map(|r| r.id),
             executor = def.name,
@@ -327,8 +327,8 @@ impl Executor {
         let finished = self.clock.now_ms();
         crate::metrics::finished(def.name, result.is_ok(), began.elapsed());
         span.in_scope(|| match &result {
-            Ok(()) => tracing::debug!(elapsed_ms = finished - started, "executed"),
-            Err(failure) => tracing::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
+            Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
+            Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
         });
         Attempt {
             started,
@@ -453,7 +453,7 @@ impl Executor {
             if let Err(id) = self.completer.send(completion) {
                 // The completer is gone (an aborted runtime): the lease expires and the
                 // record runs again elsewhere.
-                tracing::warn!(id, "outcome not written: runtime stopped");
+                crate::log::warn!(id, "outcome not written: runtime stopped");
             }
             return;
         }
@@ -461,16 +461,16 @@ impl Executor {
             return;
         };
         if !memory_failure_is_persisted(job.def.strategy) {
-            tracing::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
+            crate::log::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
             return;
         }
         if let Some(request) = self.failure_record(&job, &attempt, None, 0) {
             if request.status == Status::Dead {
-                tracing::error!(executor = job.def.name, error = %failure.message,
+                crate::log::error!(executor = job.def.name, error = %failure.message,
                     "in-memory call failed for good: it is written as dead");
             }
             if let Err(error) = self.store.request_insert(&request).await {
-                tracing::error!(executor = job.def.name, %error, failure = %failure.message,
+                crate::log::error!(executor = job.def.name, %error, failure = %failure.message,
                     "call failed and its retry record could not be written: it is lost");
             }
         }
@@ -480,7 +480,7 @@ impl Executor {
 /// A request going `dead` needs a person: it is logged at ERROR, with its last error.
 pub(crate) fn log_if_dead(completion: &Completion, executor: &str) {
     if let CompletionResult::Dead { error } = &completion.result {
-        tracing::error!(
+        crate::log::error!(
             request_id = completion.id,
             executor,
             attempt = completion.attempt,

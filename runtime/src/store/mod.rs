@@ -1,5 +1,7 @@
-//! Where records live. One [`Store`] implementation per backend; all SQL lives in the
-//! backend modules (`sqlite.rs`, later `postgres.rs` and `mysql.rs`) and nowhere else.
+//! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
+//! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
+//! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
+//! for each backend's sqlx type, and [`RequestFilter`], for listing records.
 
 use std::any::Any;
 
@@ -226,8 +228,8 @@ pub(crate) struct Rescued {
 /// a substring anywhere, with no wildcard characters (`%`, `_` and `\\` are themselves).
 ///
 /// ```no_run
-/// # async fn demo(rt: async_exec_runtime::Runtime) -> async_exec_runtime::Result<()> {
-/// use async_exec_runtime::{RequestFilter, Status};
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+/// use async_exec::{RequestFilter, Status};
 /// let timeouts = RequestFilter::default()
 ///     .status(Status::Dead)
 ///     .error_contains("timed out")
@@ -496,6 +498,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// still `init` and never attempted move.
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64>;
 
+    /// Makes every waiting record of `application` (`init`, `failed`) due at `now`:
+    /// delays and retry backoffs end at once. For test modes (`Runtime::run_due`).
+    /// Returns how many records moved.
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64>;
+
     /// Hands back, without counting the attempt, every record of `application` that
     /// `owner` holds `running`, except those in `keep` (shutdown: bodies that finished but
     /// whose outcome could not be written keep their attempt).
@@ -556,8 +563,64 @@ pub type DefaultBackend = sqlx::Postgres;
 pub type DefaultBackend = sqlx::MySql;
 
 /// A database kind whose transactions can carry requests: `Tx<DB>` works for each.
-/// Implemented for the sqlx database types of the compiled backends.
-pub trait Backend: sqlx::Database + sealed::BackendOps {}
+/// Implemented for the sqlx database types of the compiled backends (`Sqlite`,
+/// `Postgres`, `MySql`).
+///
+/// It packs in what code generic over the backend needs to run its own statements, so
+/// that one handler serves every backend with no higher-ranked bounds written by hand:
+/// [`Tx::conn`](crate::Tx::conn) is an [`sqlx::Executor`] (`DB::Conn<'_>`), and
+/// `sqlx::query(..)` runs on it. To bind values, ask for them with [`Value`]:
+///
+/// ```no_run
+/// use async_exec::{async_exec, Backend, Tx, Value};
+///
+/// #[async_exec(type = SaveAsync)]
+/// async fn send_receipt(order_id: i64) -> anyhow::Result<()> {
+///     Ok(())
+/// }
+///
+/// /// Runs on SQLite, PostgreSQL and MySQL alike.
+/// async fn place_order<DB: Backend>(tx: &mut Tx<DB>, order_id: i64) -> anyhow::Result<()>
+/// where
+///     i64: Value<DB>,
+/// {
+///     sqlx::query("update orders set placed = 1 where id = 7")
+///         .execute(tx.conn())
+///         .await?;
+///     // Placeholders differ by backend: `?` (SQLite, MySQL), `$1` (PostgreSQL).
+///     let sql = if DB::NAME == "PostgreSQL" { "delete from carts where order_id = $1" }
+///               else { "delete from carts where order_id = ?" };
+///     sqlx::query(sql).bind(order_id).execute(tx.conn()).await?;
+///     send_receipt(order_id).within(tx).await?;
+///     Ok(())
+/// }
+/// ```
+pub trait Backend:
+    sqlx::Database
+    + sqlx::database::HasStatementCache
+    + for<'q> sqlx::Database<Arguments<'q>: sqlx::IntoArguments<'q, Self>>
+    + sealed::BackendOps
+{
+    /// The connection of a transaction, as a statement executor: `&'c mut
+    /// Self::Connection`, which every backend's statements run on.
+    type Conn<'c>: sqlx::Executor<'c, Database = Self>;
+
+    /// The connection as an executor.
+    #[doc(hidden)]
+    fn executor(conn: &mut Self::Connection) -> Self::Conn<'_>;
+}
+
+/// A value that binds as a statement parameter on `DB` (`sqlx::Encode` for every
+/// lifetime, and `sqlx::Type`): `where i64: Value<DB>` in a handler generic over the
+/// backend, instead of the higher-ranked bound it stands for. See [`Backend`].
+pub trait Value<DB: sqlx::Database>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send {}
+
+impl<T, DB> Value<DB> for T
+where
+    DB: sqlx::Database,
+    T: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send,
+{
+}
 
 #[allow(private_interfaces)]
 pub(crate) mod sealed {

@@ -222,7 +222,7 @@ where
         match op().await {
             Err(error) if retries < DEADLOCK_RETRIES && is_retryable(&error) => {
                 retries += 1;
-                tracing::debug!(%error, retries, "MySQL transaction deadlocked; running it again");
+                crate::log::debug!(%error, retries, "MySQL transaction deadlocked; running it again");
                 let jitter = rand::random::<u64>() % 10;
                 tokio::time::sleep(Duration::from_millis(u64::from(retries) * 5 + jitter)).await;
             }
@@ -403,7 +403,13 @@ impl BackendOps for MySql {
     }
 }
 
-impl Backend for MySql {}
+impl Backend for MySql {
+    type Conn<'c> = &'c mut sqlx::MySqlConnection;
+
+    fn executor(conn: &mut sqlx::MySqlConnection) -> &mut sqlx::MySqlConnection {
+        conn
+    }
+}
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
 /// statement itself, so that instances whose clocks differ agree on them.
@@ -984,6 +990,22 @@ impl Store for MySqlStore {
             moved += done.rows_affected();
         }
         Ok(moved)
+    }
+
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let done = with_retry(|| async {
+            Ok(sqlx::query(
+                "UPDATE async_req SET run_at = ? \
+                 WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
+            )
+            .bind(now)
+            .bind(application)
+            .bind(now)
+            .execute(&self.pool)
+            .await?)
+        })
+        .await?;
+        Ok(done.rows_affected())
     }
 
     async fn lease_release_owner(

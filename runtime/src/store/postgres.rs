@@ -264,7 +264,13 @@ impl BackendOps for Postgres {
     }
 }
 
-impl Backend for Postgres {}
+impl Backend for Postgres {
+    type Conn<'c> = &'c mut sqlx::PgConnection;
+
+    fn executor(conn: &mut sqlx::PgConnection) -> &mut sqlx::PgConnection {
+        conn
+    }
+}
 
 /// A listener on its own one-connection pool (so that it never takes a connection of the
 /// store's pool), subscribed to [`CHANNEL`].
@@ -340,7 +346,7 @@ async fn forward_wakes(
                     Ok(connected) => break connected,
                     Err(error) => {
                         delay = (delay * 2).min(BACKOFF_MAX);
-                        tracing::warn!(
+                        crate::log::warn!(
                             %error,
                             retry_in_ms = delay.as_millis() as u64,
                             "async-exec: could not connect the PostgreSQL LISTEN connection"
@@ -348,7 +354,7 @@ async fn forward_wakes(
                     }
                 }
             };
-            tracing::info!("async-exec: the PostgreSQL LISTEN connection is back");
+            crate::log::info!("async-exec: the PostgreSQL LISTEN connection is back");
             listening = Some(connected);
             if !wake(&tx) {
                 break;
@@ -362,7 +368,7 @@ async fn forward_wakes(
         match received {
             Ok(Some(notification)) => {
                 let Ok(received) = serde_json::from_str::<Received>(notification.payload()) else {
-                    tracing::debug!(
+                    crate::log::debug!(
                         payload = notification.payload(),
                         "async-exec: ignored a notification that is not a wake-up"
                     );
@@ -374,7 +380,7 @@ async fn forward_wakes(
             }
             Ok(None) => {
                 // Lost and re-connected already: notifications sent in between are gone.
-                tracing::warn!(
+                crate::log::warn!(
                     "async-exec: the PostgreSQL LISTEN connection was lost and re-established"
                 );
                 if !wake(&tx) {
@@ -382,7 +388,7 @@ async fn forward_wakes(
                 }
             }
             Err(error) => {
-                tracing::warn!(
+                crate::log::warn!(
                     %error,
                     "async-exec: the PostgreSQL LISTEN connection failed; re-connecting"
                 );
@@ -710,7 +716,7 @@ impl Store for PostgresStore {
         let listening = match Listening::connect(&self.pool).await {
             Ok(listening) => Some(listening),
             Err(error) => {
-                tracing::warn!(
+                crate::log::warn!(
                     %error,
                     "async-exec: could not LISTEN for other instances' requests yet; \
                      polling until the connection is made"
@@ -859,6 +865,18 @@ impl Store for PostgresStore {
         )
         .bind(&ids)
         .bind(&by)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE async_req SET run_at = $1 \
+             WHERE application_name = $2 AND status IN ('init', 'failed') AND run_at > $1",
+        )
+        .bind(now)
+        .bind(application)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

@@ -275,7 +275,13 @@ impl BackendOps for Sqlite {
     }
 }
 
-impl Backend for Sqlite {}
+impl Backend for Sqlite {
+    type Conn<'c> = &'c mut sqlx::SqliteConnection;
+
+    fn executor(conn: &mut sqlx::SqliteConnection) -> &mut sqlx::SqliteConnection {
+        conn
+    }
+}
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -520,6 +526,22 @@ impl Store for SqliteStore {
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
         let mut writer = self.writer().await?;
         let result = postpone(writer.conn(), moves).await;
+        writer.check(result)
+    }
+
+    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+        let mut writer = self.writer().await?;
+        let result = sqlx::query(
+            "UPDATE async_req SET run_at = ? \
+             WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
+        )
+        .bind(now)
+        .bind(application)
+        .bind(now)
+        .execute(writer.conn())
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(Into::into);
         writer.check(result)
     }
 
