@@ -107,6 +107,23 @@ impl Builder {
         migrate: bool;
         /// Become the global runtime used by a bare `.await` (default `true`).
         install_global: bool;
+        /// How long finished records and attempt logs are kept (default 7 days; `None`
+        /// keeps them); see [`Settings::retention`].
+        ///
+        /// ```no_run
+        /// # async fn demo() -> async_exec::Result<()> {
+        /// use std::time::Duration;
+        /// let rt = async_exec::Runtime::builder()
+        ///     .delete_on_success(false)
+        ///     .retention(Some(Duration::from_secs(30 * 86_400)))
+        ///     .start()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        retention: Option<Duration>;
+        /// Age of the oldest due waiting request above which health reports `degraded`
+        /// (default 5 minutes); see [`Settings::health_backlog_threshold`].
+        health_backlog_threshold: Duration;
     }
 
     /// The application whose records this runtime runs (default `"default"`). Set it when

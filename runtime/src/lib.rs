@@ -18,7 +18,9 @@
 //! - [`Rescuer`]: expired leases (the store, the registry, the clock).
 //! - [`Retrier`]: due retries (the claimer).
 //! - [`Compensator`]: committed but never dispatched, expired keys (the claimer, the store).
+//! - [`Retention`]: finished records and old attempt logs past `retention` (the store).
 //! - `instances`: presence of instances and the skip list of a rolling deploy.
+//! - `pulse`: each part's last activity, for [`Runtime::health`].
 //!
 //! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
 //! `submit`, [`Tx`]), operations on records (`ops`), the [`Builder`] and [`Settings`].
@@ -47,6 +49,7 @@ mod dispatcher;
 mod error;
 mod executor;
 mod fault;
+mod health;
 mod heartbeat;
 mod instances;
 mod keys;
@@ -55,12 +58,14 @@ mod open_tx;
 mod operations;
 mod ops;
 mod outcome;
+mod pulse;
 mod purge;
 pub mod query;
 mod record;
 mod redact;
 mod registry;
 mod rescuer;
+mod retention;
 mod retrier;
 mod runtime;
 mod scope;
@@ -81,6 +86,9 @@ pub use completer::CompleteReport;
 pub use context::Context;
 pub use data::{Data, DataNeed};
 pub use error::{Error, Result};
+pub use health::{
+    BacklogHealth, Health, HealthStatus, PartHealth, StoreHealth, HEALTH_PROBE_TIMEOUT,
+};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
@@ -94,6 +102,7 @@ pub use query::{
 pub use record::{AttemptLog, Request, RequestId, Status};
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};
+pub use retention::{Retention, RetentionReport};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};

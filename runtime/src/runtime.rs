@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     /// Records handed back by workers that were stopping (counted in the shutdown report).
     pub(crate) handed_back: Arc<AtomicU64>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Each background part's last activity, for `health()`.
+    pub(crate) pulses: crate::pulse::Pulses,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
     /// The transactions open now, by the task that began them.
@@ -216,6 +218,7 @@ impl Runtime {
             closed: AtomicBool::new(false),
             handed_back,
             tasks: Mutex::new(Vec::new()),
+            pulses: Default::default(),
             held: Mutex::new(Vec::new()),
             open_txs: Default::default(),
             settings,

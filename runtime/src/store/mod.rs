@@ -454,6 +454,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn request_list(&self, application: &str, filter: &RequestFilter)
         -> Result<Vec<Request>>;
 
+    /// When the oldest record waiting to run (`init` or `failed`, due by `now`) was due
+    /// (unix ms); `None` when none is waiting.
+    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>>;
+
     /// How many records are in each status.
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>>;
 
