@@ -14,7 +14,7 @@
 //! | part | module | holds | does |
 //! |---|---|---|---|
 //! | executor pool | `executor/pool.rs` | permits, body tasks, the records held | bookkeeping the heartbeat, completer and shutdown read |
-//! | completer | `completer/` | its channel, the store, the pool | writes outcomes in batches, forgets their jobs |
+//! | completer | `completer/` | its channel, the store, the pool, listeners | writes outcomes in batches, forgets their jobs, tells the listeners |
 //! | executor | `executor/` | data, clock, completer, store, names, pool, `ExecutorConfig` | runs bodies; builds and hands on their outcomes |
 //! | claimer | `claimer.rs` | store, names, registry, clock, skip list, executor, shutdown, `ClaimerConfig` | claims records and starts them: the producer's and the sweeps' path |
 //! | producer | `dispatcher.rs` | the channel's inbox, claimer, store, completer, names, shutdown, `ProducerConfig` | starts what is dispatched; claims from the store on overflow, wake-up, poll |
@@ -78,6 +78,8 @@ pub(crate) struct Shared {
     /// Stops the producer and the sweeps, and starting bodies.
     pub(crate) shutdown: CancellationToken,
     pub(crate) handed_back: Arc<AtomicU64>,
+    /// The outcome listeners' queue.
+    pub(crate) listeners: Arc<crate::listeners::Notifier>,
 }
 
 /// The parts every runtime has, whether it runs workers or not (a submit-only instance
@@ -96,7 +98,8 @@ impl Core {
     /// Builds the pool, the completer, the executor and the claimer.
     pub(crate) fn assemble(settings: &Settings, shared: &Shared) -> Core {
         let pool = Arc::new(ExecutorPool::new(settings.concurrency));
-        let (completer, completer_task) = Completer::new(shared.store.clone(), pool.clone());
+        let (completer, completer_task) =
+            Completer::new(shared.store.clone(), pool.clone(), shared.listeners.clone());
         let completer = Arc::new(completer);
         let executor = Arc::new(Executor::new(
             ExecutorParts {
@@ -366,6 +369,7 @@ impl Runtime {
             application: inner.app.clone(),
             registry: inner.registry.clone(),
             clock: inner.clock.clone(),
+            listeners: inner.listeners.clone(),
             config: RescuerConfig::from_settings(&inner.settings),
         }
     }

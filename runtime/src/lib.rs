@@ -53,6 +53,7 @@ mod health;
 mod heartbeat;
 mod instances;
 mod keys;
+mod listeners;
 mod metrics;
 mod open_tx;
 mod operations;
@@ -92,6 +93,7 @@ pub use health::{
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
+pub use listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};

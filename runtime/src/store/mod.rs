@@ -141,6 +141,8 @@ pub(crate) struct Completion {
     pub(crate) id: RequestId,
     pub(crate) attempt: i32,
     pub(crate) owner: std::sync::Arc<str>,
+    /// The executor's name, for the outcome listeners.
+    pub(crate) executor: &'static str,
     pub(crate) result: CompletionResult,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
