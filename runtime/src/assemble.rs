@@ -203,13 +203,11 @@ impl Runtime {
             },
             ProducerConfig::from_settings(&inner.settings),
         );
-        let poll = inner
-            .settings
-            .poll_interval
-            .unwrap_or_else(|| inner.store.default_poll_interval());
+        // The producer waits for work and for free workers (a full pool may hold it for
+        // as long as a body runs): like the completer, it has no interval to be late by.
         tasks.push(self.watched(
             "producer",
-            Some(poll),
+            None,
             supervised("producer", producer, |part| async move {
                 part.lock().await.run().await
             }),

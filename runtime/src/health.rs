@@ -86,7 +86,7 @@ pub struct PartHealth {
     /// Milliseconds since it was last active (woke up to do something).
     pub last_active_ms_ago: u64,
     /// How often it is expected to be active, in milliseconds; `None` for a part that
-    /// waits for work (the completer), which may be idle for ever.
+    /// waits for work (the completer, the producer), which may be idle for ever.
     pub interval_ms: Option<u64>,
 }
 

@@ -19,23 +19,23 @@ use std::time::{Duration, Instant};
 /// A part is stale when it was not active for this many of its intervals...
 const STALE_INTERVALS: u32 = 3;
 
-/// ... plus this slack, for a slow scheduler or a statement that takes a moment.
-const STALE_SLACK: Duration = Duration::from_secs(1);
+/// ... plus this slack, for a statement that waits a moment for a connection of a busy
+/// pool, or a slow scheduler.
+const STALE_SLACK: Duration = Duration::from_secs(10);
 
 /// The pulses of a runtime's parts.
 #[derive(Debug)]
 pub(crate) struct Pulses {
     /// The instant every `last` counts from.
     start: Instant,
+    /// Added to a part's intervals before it counts as stale.
+    slack: Duration,
     parts: Mutex<Vec<Arc<PartPulse>>>,
 }
 
 impl Default for Pulses {
     fn default() -> Self {
-        Pulses {
-            start: Instant::now(),
-            parts: Mutex::new(Vec::new()),
-        }
+        Pulses::with_slack(STALE_SLACK)
     }
 }
 
@@ -44,6 +44,7 @@ impl Default for Pulses {
 pub(crate) struct PartPulse {
     name: &'static str,
     start: Instant,
+    slack: Duration,
     /// How long the part may wait between two activities (ms); 0: it waits for work and
     /// may be idle for ever (the completer).
     interval_ms: AtomicU64,
@@ -84,7 +85,7 @@ impl PartPulse {
         };
         let alive = !self.ended.load(Ordering::Acquire);
         let stale =
-            alive && interval.is_some_and(|every| ago > every * STALE_INTERVALS + STALE_SLACK);
+            alive && interval.is_some_and(|every| ago > every * STALE_INTERVALS + self.slack);
         PartState {
             name: self.name,
             alive,
@@ -96,12 +97,22 @@ impl PartPulse {
 }
 
 impl Pulses {
+    /// Pulses whose parts are stale after 3 intervals plus `slack`.
+    fn with_slack(slack: Duration) -> Self {
+        Pulses {
+            start: Instant::now(),
+            slack,
+            parts: Mutex::new(Vec::new()),
+        }
+    }
+
     /// A new part's pulse; `interval` is how long it may wait between two activities
     /// (`None`: it waits for work, and may be idle for ever).
     pub(crate) fn part(&self, name: &'static str, interval: Option<Duration>) -> Arc<PartPulse> {
         let pulse = Arc::new(PartPulse {
             name,
             start: self.start,
+            slack: self.slack,
             interval_ms: AtomicU64::new(interval.map_or(0, |d| d.as_millis().max(1) as u64)),
             last_ms: AtomicU64::new(self.start.elapsed().as_millis() as u64),
             ended: AtomicBool::new(false),
@@ -157,7 +168,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_part_not_polled_for_several_intervals_is_stale_and_an_ended_one_is_not_alive() {
-        let pulses = Pulses::default();
+        let slack = Duration::from_millis(200);
+        let pulses = Pulses::with_slack(slack);
         let every = Duration::from_millis(10);
         let ticker = tokio::spawn(Pulses::watch(
             pulses.part("ticking", Some(every)),
@@ -175,13 +187,13 @@ mod tests {
         ));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(pulses.snapshot().iter().all(|p| p.alive && !p.stale));
-        tokio::time::sleep(STALE_SLACK + every * (STALE_INTERVALS + 5)).await;
+        tokio::time::sleep(slack + every * (STALE_INTERVALS + 5)).await;
         let state = |name| {
             let parts = pulses.snapshot();
             parts.into_iter().find(|p| p.name == name).unwrap()
         };
         assert!(!state("ticking").stale);
-        assert!(state("ticking").last_active_ago < STALE_SLACK);
+        assert!(state("ticking").last_active_ago < slack);
         assert!(state("stuck").stale, "{:?}", state("stuck"));
         assert!(
             !state("idle").stale,
