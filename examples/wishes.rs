@@ -7,7 +7,8 @@
 //!
 //! Routes: `POST /api/wishes` (`{"requestId": "...", "wish": "..."}`, idempotent on the
 //! `requestId`), `GET /api/wishes/{requestId}`, `POST /api/wishes/{requestId}/retry` (only
-//! a `FAILED` wish), `/console` (the operations console), `/metrics` (Prometheus text).
+//! a `FAILED` wish), `/console` (the operations console), `/metrics` (Prometheus text),
+//! `/health` (the runtime's health as JSON: 200 when ready, 503 when not; no login).
 //! Console users come from `ASYNC_EXEC_CONSOLE_USERS`; without them, on a loopback
 //! address, a demo operator `genie` with a fresh random password is made and printed.
 
@@ -72,10 +73,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let app = service
         .router()
-        .nest("/console", console::router(&rt, config)?);
+        .nest("/console", console::router(&rt, config)?)
+        .merge(console::health_router(&rt));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!(
-        "wishes on http://{} (console: /console, metrics: /metrics)",
+        "wishes on http://{} (console: /console, metrics: /metrics, health: /health)",
         listener.local_addr()?
     );
     axum::serve(

@@ -154,4 +154,49 @@ async fn a_run_and_a_failure_are_counted<DB: async_exec::Backend>(db: common::Te
     rt.shutdown().await.unwrap();
 }
 
-backend_suite!(a_run_and_a_failure_are_counted);
+/// What the retention sweep prunes is counted, by table.
+async fn retention_prunes_are_counted<DB: async_exec::Backend>(db: common::TestDb) {
+    let _turn = TURN.lock().await;
+    let counts = counts();
+    let series = [
+        "async_exec_retention_pruned_total{table=async_req}",
+        "async_exec_retention_pruned_total{table=async_log}",
+    ];
+    let before: Vec<f64> = series.iter().map(|s| counts.get(s)).collect();
+    let rt = db
+        .builder()
+        .run_workers(false)
+        .retention(Some(std::time::Duration::from_secs(86_400)))
+        .start()
+        .await
+        .unwrap();
+    let old = common::now_ms() - 2 * 86_400_000;
+    db.exec(&format!(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, priority, run_at, create_time, update_time) \
+         VALUES ('tests', 'metrics::gone', '0', 'SaveAsync', 'success', 1, 5, '{{}}', '', 0, \
+         {old}, {old}, {old})"
+    ))
+    .await;
+    for req in [999_999_101, 999_999_102] {
+        db.exec(&format!(
+            "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+             VALUES ({req}, 1, 'w', {old}, {old}, 'error', 'e')"
+        ))
+        .await;
+    }
+    let report = rt.retention().run_once().await.unwrap();
+    assert_eq!((report.requests, report.attempt_logs), (1, 2));
+    let delta: Vec<f64> = series
+        .iter()
+        .zip(&before)
+        .map(|(s, b)| counts.get(s) - b)
+        .collect();
+    assert_eq!(delta, vec![1.0, 2.0], "series: {series:?}");
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    a_run_and_a_failure_are_counted,
+    retention_prunes_are_counted
+);

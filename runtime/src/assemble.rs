@@ -14,16 +14,20 @@
 //! | part | module | holds | does |
 //! |---|---|---|---|
 //! | executor pool | `executor/pool.rs` | permits, body tasks, the records held | bookkeeping the heartbeat, completer and shutdown read |
-//! | completer | `completer/` | its channel, the store, the pool | writes outcomes in batches, forgets their jobs |
+//! | completer | `completer/` | its channel, the store, the pool, listeners | writes outcomes in batches, forgets their jobs, tells the listeners |
 //! | executor | `executor/` | data, clock, completer, store, names, pool, `ExecutorConfig` | runs bodies; builds and hands on their outcomes |
 //! | claimer | `claimer.rs` | store, names, registry, clock, skip list, executor, shutdown, `ClaimerConfig` | claims records and starts them: the producer's and the sweeps' path |
 //! | producer | `dispatcher.rs` | the channel's inbox, claimer, store, completer, names, shutdown, `ProducerConfig` | starts what is dispatched; claims from the store on overflow, wake-up, poll |
 //! | retrier | `retrier.rs` | claimer, `RetrierConfig` | `run_once`: due retries and delayed records |
 //! | compensator | `compensator.rs` | claimer, store, names, clock, `CompensatorConfig` | `run_once`: expired keys, records never dispatched |
-//! | rescuer | `rescuer.rs` | store, names, registry, clock, `RescuerConfig` | `run_once`: expired leases back to the queue |
+//! | rescuer | `rescuer.rs` | store, names, registry, clock, listeners, `RescuerConfig` | `run_once`: expired leases back to the queue |
+//! | retention | `retention.rs` | store, names, clock, `RetentionConfig` | `run_once`: finished records and old logs past `retention` |
 //! | heartbeat | `heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
 //! | presence | `instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
 //! | clock | `clock.rs` | its reading of the database's time | re-reads it every minute |
+//!
+//! Each part's task is spawned wrapped in a pulse (`pulse.rs`) that records when it was
+//! last active and whether it still runs, for `Runtime::health`.
 //!
 //! Every instance runs the completer, the clock and the presence; an instance that runs
 //! workers runs the producer, the sweeps (the retrier; the rescuer then the compensator)
@@ -48,8 +52,10 @@ use crate::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
 use crate::instances::SkipList;
+use crate::pulse::Pulses;
 use crate::registry::Registry;
 use crate::rescuer::RescuerConfig;
+use crate::retention::RetentionConfig;
 use crate::retrier::RetrierConfig;
 use crate::runtime::Runtime;
 use crate::settings::Settings;
@@ -72,6 +78,8 @@ pub(crate) struct Shared {
     /// Stops the producer and the sweeps, and starting bodies.
     pub(crate) shutdown: CancellationToken,
     pub(crate) handed_back: Arc<AtomicU64>,
+    /// The outcome listeners' queue.
+    pub(crate) listeners: Arc<crate::listeners::Notifier>,
 }
 
 /// The parts every runtime has, whether it runs workers or not (a submit-only instance
@@ -90,7 +98,8 @@ impl Core {
     /// Builds the pool, the completer, the executor and the claimer.
     pub(crate) fn assemble(settings: &Settings, shared: &Shared) -> Core {
         let pool = Arc::new(ExecutorPool::new(settings.concurrency));
-        let (completer, completer_task) = Completer::new(shared.store.clone(), pool.clone());
+        let (completer, completer_task) =
+            Completer::new(shared.store.clone(), pool.clone(), shared.listeners.clone());
         let completer = Arc::new(completer);
         let executor = Arc::new(Executor::new(
             ExecutorParts {
@@ -135,14 +144,14 @@ impl Runtime {
         let inner = &self.inner;
         let mut tasks = inner.tasks.lock().expect("tasks lock");
         let stop = inner.completer_stop.clone();
-        tasks.push(tokio::spawn(supervised(
+        tasks.push(self.watched(
             "completer",
-            completer,
-            move |part| {
+            None,
+            supervised("completer", completer, move |part| {
                 let stop = stop.clone();
                 async move { part.lock().await.run(stop).await }
-            },
-        )));
+            }),
+        ));
         // Every instance writes times (submit-only ones too): keep reading the database's
         // clock.
         let (clock, store, stop) = (
@@ -150,20 +159,24 @@ impl Runtime {
             inner.store.clone(),
             inner.completer_stop.clone(),
         );
-        tasks.push(tokio::spawn(supervised("clock", (), move |_| {
-            let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
-            async move { clock.keep_synced(&*store, stop).await }
-        })));
+        tasks.push(self.watched(
+            "clock",
+            Some(crate::clock::SYNC_INTERVAL),
+            supervised("clock", (), move |_| {
+                let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
+                async move { clock.keep_synced(&*store, stop).await }
+            }),
+        ));
         let presence = self.presence();
         let stop = inner.completer_stop.clone();
-        tasks.push(tokio::spawn(supervised(
+        tasks.push(self.watched(
             "presence",
-            presence,
-            move |part| {
+            Some(inner.settings.heartbeat_interval),
+            supervised("presence", presence, move |part| {
                 let stop = stop.clone();
                 async move { part.lock().await.run(stop).await }
-            },
-        )));
+            }),
+        ));
         let settings = &inner.settings;
         if !settings.enabled || !settings.run_workers || settings.test_mode.is_some() {
             *inner.idle_inbox.lock().expect("inbox lock") = Some(inbox);
@@ -190,47 +203,81 @@ impl Runtime {
             },
             ProducerConfig::from_settings(&inner.settings),
         );
-        tasks.push(tokio::spawn(supervised(
+        // The producer waits for work and for free workers (a full pool may hold it for
+        // as long as a body runs): like the completer, it has no interval to be late by.
+        tasks.push(self.watched(
             "producer",
-            producer,
-            |part| async move { part.lock().await.run().await },
-        )));
+            None,
+            supervised("producer", producer, |part| async move {
+                part.lock().await.run().await
+            }),
+        ));
         let s = &inner.settings;
         let retrier = self.retrier();
-        tasks.push(tokio::spawn(crate::sweep::every(
-            inner.shutdown.clone(),
-            "retrier",
-            s.retry_interval,
-            move || {
-                let retrier = retrier.clone();
-                async move { retrier.run_once().await.map(drop) }
-            },
+        let pulse = inner.pulses.part("retrier", Some(s.retry_interval));
+        tasks.push(tokio::spawn(Pulses::watch(
+            pulse.clone(),
+            crate::sweep::every(
+                inner.shutdown.clone(),
+                "retrier",
+                s.retry_interval,
+                pulse,
+                move || {
+                    let retrier = retrier.clone();
+                    async move { retrier.run_once().await.map(drop) }
+                },
+            ),
         )));
         let (rescuer, compensator) = (self.rescuer(), self.compensator());
-        tasks.push(tokio::spawn(crate::sweep::every(
-            inner.shutdown.clone(),
-            "compensator",
-            s.compensate_interval,
-            move || {
-                let (rescuer, compensator) = (rescuer.clone(), compensator.clone());
-                async move {
-                    rescuer.run_once().await?;
-                    compensator.run_once().await.map(drop)
-                }
-            },
+        let pulse = inner
+            .pulses
+            .part("compensator", Some(s.compensate_interval));
+        tasks.push(tokio::spawn(Pulses::watch(
+            pulse.clone(),
+            crate::sweep::every(
+                inner.shutdown.clone(),
+                "compensator",
+                s.compensate_interval,
+                pulse,
+                move || {
+                    let (rescuer, compensator) = (rescuer.clone(), compensator.clone());
+                    async move {
+                        rescuer.run_once().await?;
+                        compensator.run_once().await.map(drop)
+                    }
+                },
+            ),
         )));
+        if s.retention.is_some() {
+            let retention = self.retention();
+            let every = crate::retention::RETENTION_INTERVAL;
+            let pulse = inner.pulses.part("retention", Some(every));
+            tasks.push(tokio::spawn(Pulses::watch(
+                pulse.clone(),
+                crate::sweep::every(
+                    inner.shutdown.clone(),
+                    "retention",
+                    every,
+                    pulse,
+                    move || {
+                        let retention = retention.clone();
+                        async move { retention.run_once().await.map(drop) }
+                    },
+                ),
+            )));
+        }
         // Leases are kept while bodies run, also during shutdown's grace period: the
         // heartbeat stops with the completer, after the workers.
         let heartbeat = self.heartbeat();
         let stop = inner.completer_stop.clone();
-        tasks.push(tokio::spawn(supervised(
+        tasks.push(self.watched(
             "heartbeat",
-            heartbeat,
-            move |part| {
+            Some(inner.settings.heartbeat_interval),
+            supervised("heartbeat", heartbeat, move |part| {
                 let stop = stop.clone();
                 async move { part.lock().await.clone().run(stop).await }
-            },
-        )));
+            }),
+        ));
     }
 
     /// Starts the control part (pauses, statistics) among the runtime's tasks; it stops
@@ -239,10 +286,14 @@ impl Runtime {
         let inner = &self.inner;
         let part = self.control_part();
         let stop = inner.completer_stop.clone();
-        let task = tokio::spawn(supervised("control", part, move |part| {
-            let stop = stop.clone();
-            async move { part.lock().await.run(stop).await }
-        }));
+        let task = self.watched(
+            "control",
+            Some(crate::control::PAUSE_REFRESH),
+            supervised("control", part, move |part| {
+                let stop = stop.clone();
+                async move { part.lock().await.run(stop).await }
+            }),
+        );
         inner.tasks.lock().expect("tasks lock").push(task);
     }
 
@@ -280,6 +331,34 @@ impl Runtime {
         }
     }
 
+    /// The sweep that deletes finished records and attempt logs older than
+    /// [`Settings::retention`](crate::Settings::retention), to run by hand (tests, or an
+    /// instance that runs no workers). Its `run_once` does nothing when retention is off.
+    pub fn retention(&self) -> crate::Retention {
+        let inner = &self.inner;
+        crate::Retention {
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            clock: inner.clock.clone(),
+            config: RetentionConfig::from_settings(&inner.settings),
+        }
+    }
+
+    /// Spawns a part's task, watched by a pulse of its own (`interval`: how long it may
+    /// wait between two activities; `None` for a part that waits for work).
+    fn watched<F>(
+        &self,
+        name: &'static str,
+        interval: Option<std::time::Duration>,
+        part: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let pulse = self.inner.pulses.part(name, interval);
+        tokio::spawn(Pulses::watch(pulse, part))
+    }
+
     /// The sweep that recovers records whose lease expired.
     pub fn rescuer(&self) -> crate::Rescuer {
         let inner = &self.inner;
@@ -288,6 +367,7 @@ impl Runtime {
             application: inner.app.clone(),
             registry: inner.registry.clone(),
             clock: inner.clock.clone(),
+            listeners: inner.listeners.clone(),
             config: RescuerConfig::from_settings(&inner.settings),
         }
     }

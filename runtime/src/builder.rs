@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::data::DataMap;
 use crate::error::{Error, Result};
+use crate::listeners::{ListenerSet, OutcomeEvent};
 use crate::runtime::Runtime;
 use crate::settings::{Settings, TestMode};
 use crate::store::Store;
@@ -32,6 +33,7 @@ pub struct Builder {
     settings: Settings,
     data: DataMap,
     store: Option<Arc<dyn Store>>,
+    listeners: ListenerSet,
 }
 
 impl std::fmt::Debug for dyn Store {
@@ -107,6 +109,23 @@ impl Builder {
         migrate: bool;
         /// Become the global runtime used by a bare `.await` (default `true`).
         install_global: bool;
+        /// How long finished records and attempt logs are kept (default 7 days; `None`
+        /// keeps them); see [`Settings::retention`].
+        ///
+        /// ```no_run
+        /// # async fn demo() -> async_exec::Result<()> {
+        /// use std::time::Duration;
+        /// let rt = async_exec::Runtime::builder()
+        ///     .delete_on_success(false)
+        ///     .retention(Some(Duration::from_secs(30 * 86_400)))
+        ///     .start()
+        ///     .await?;
+        /// # Ok(()) }
+        /// ```
+        retention: Option<Duration>;
+        /// Age of the oldest due waiting request above which health reports `degraded`
+        /// (default 5 minutes); see [`Settings::health_backlog_threshold`].
+        health_backlog_threshold: Duration;
     }
 
     /// The application whose records this runtime runs (default `"default"`). Set it when
@@ -226,6 +245,75 @@ impl Builder {
         self
     }
 
+    /// Calls `listener` after each successful attempt's outcome is written (the record
+    /// deleted, or marked `success`); never for an attempt whose write was fenced off
+    /// because its lease had expired.
+    ///
+    /// Listeners are plain functions: they run one after the other on a thread of their
+    /// own, fed by a queue of [`LISTENER_QUEUE`](crate::LISTENER_QUEUE) events, so a slow
+    /// one never holds up the runtime's writes; when the queue is full, events are dropped
+    /// and counted ([`Runtime::listener_drops`](crate::Runtime::listener_drops), the
+    /// `async_exec_listener_dropped_total` counter). A listener that panics is logged and
+    /// called again for the next event. To do async work, hand the event to a task of
+    /// your own (a channel, or `tokio::runtime::Handle::spawn`). Delivery is at most once:
+    /// events still queued when the process ends are lost, and when a batch of outcomes
+    /// was not written whole (one fenced off or refused) none of its events is sent.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// use async_exec::{OutcomeEvent, Runtime};
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutcomeEvent>();
+    /// let rt = Runtime::builder()
+    ///     .on_success(|event| tracing::info!(id = event.id, executor = event.executor, "done"))
+    ///     .on_dead(move |event| drop(tx.send(event.clone())))
+    ///     .start()
+    ///     .await?;
+    /// tokio::spawn(async move {
+    ///     while let Some(dead) = rx.recv().await {
+    ///         eprintln!("request {} is dead: {:?}", dead.id, dead.error);
+    ///     }
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn on_success(mut self, listener: impl Fn(&OutcomeEvent) + Send + Sync + 'static) -> Self {
+        self.listeners.success.push(Arc::new(listener));
+        self
+    }
+
+    /// Calls `listener` after a failed attempt is written `failed`, to run again after its
+    /// backoff; the event carries the error. Runs as [`on_success`](Builder::on_success)
+    /// listeners do.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .on_retry(|event| eprintln!("attempt {} of {} failed: {:?}", event.attempt, event.id, event.error))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_retry(mut self, listener: impl Fn(&OutcomeEvent) + Send + Sync + 'static) -> Self {
+        self.listeners.retry.push(Arc::new(listener));
+        self
+    }
+
+    /// Calls `listener` after a request is written `dead`: a final error, a failure on its
+    /// last attempt, or (from the rescuer) a lease that expired on its last attempt. Runs
+    /// as [`on_success`](Builder::on_success) listeners do.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .on_dead(|event| eprintln!("{} gave up on {}: {:?}", event.executor, event.id, event.error))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_dead(mut self, listener: impl Fn(&OutcomeEvent) + Send + Sync + 'static) -> Self {
+        self.listeners.dead.push(Arc::new(listener));
+        self
+    }
+
     /// Replaces all settings at once.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;
@@ -235,7 +323,7 @@ impl Builder {
     /// Connects, migrates, checks the executors (two with one name are an error), starts the
     /// workers and sweeps, and installs the runtime as the global one.
     pub async fn start(self) -> Result<Runtime> {
-        Runtime::start_with(self.settings, self.data, self.store).await
+        Runtime::start_with(self.settings, self.data, self.store, self.listeners).await
     }
 }
 

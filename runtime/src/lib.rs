@@ -18,7 +18,9 @@
 //! - [`Rescuer`]: expired leases (the store, the registry, the clock).
 //! - [`Retrier`]: due retries (the claimer).
 //! - [`Compensator`]: committed but never dispatched, expired keys (the claimer, the store).
+//! - [`Retention`]: finished records and old attempt logs past `retention` (the store).
 //! - `instances`: presence of instances and the skip list of a rolling deploy.
+//! - `pulse`: each part's last activity, for [`Runtime::health`].
 //!
 //! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
 //! `submit`, [`Tx`], [`Backend`]), operations on records (`ops`, `operations`), what an
@@ -49,21 +51,25 @@ mod dispatcher;
 mod error;
 mod executor;
 mod fault;
+mod health;
 mod heartbeat;
 mod instances;
 mod keys;
 mod log;
+mod listeners;
 mod metrics;
 mod open_tx;
 mod operations;
 mod ops;
 mod outcome;
+mod pulse;
 mod purge;
 pub mod query;
 mod record;
 mod redact;
 mod registry;
 mod rescuer;
+mod retention;
 mod retrier;
 mod runtime;
 mod scope;
@@ -87,10 +93,14 @@ pub use data::Data;
 #[doc(hidden)]
 pub use data::DataNeed;
 pub use error::{Error, Result};
+pub use health::{
+    BacklogHealth, Health, HealthStatus, PartHealth, StoreHealth, HEALTH_PROBE_TIMEOUT,
+};
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
 pub use log::LOG_TARGET;
+pub use listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use operations::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
@@ -103,6 +113,7 @@ pub use record::{AttemptLog, Request, RequestId, Status};
 #[doc(hidden)]
 pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use rescuer::{RescueReport, Rescuer};
+pub use retention::{Retention, RetentionReport};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};

@@ -9,6 +9,8 @@
 //! | `async_exec_started_total` | counter | `executor` |
 //! | `async_exec_finished_total` | counter | `executor`, `outcome` (`success`, `failure`) |
 //! | `async_exec_duration_seconds` | histogram | `executor` |
+//! | `async_exec_retention_pruned_total` | counter | `table` (`async_req`, `async_log`) |
+//! | `async_exec_listener_dropped_total` | counter | |
 
 use std::time::Duration;
 
@@ -40,4 +42,16 @@ pub(crate) fn finished(executor: &'static str, succeeded: bool, elapsed: Duratio
     .increment(1);
     metrics::histogram!("async_exec_duration_seconds", "executor" => executor)
         .record(elapsed.as_secs_f64());
+}
+
+/// The retention sweep deleted `requests` records and `logs` attempt logs.
+pub(crate) fn retention_pruned(requests: u64, logs: u64) {
+    metrics::counter!("async_exec_retention_pruned_total", "table" => "async_req")
+        .increment(requests);
+    metrics::counter!("async_exec_retention_pruned_total", "table" => "async_log").increment(logs);
+}
+
+/// An outcome's listeners were not called: their queue was full.
+pub(crate) fn listener_dropped() {
+    metrics::counter!("async_exec_listener_dropped_total").increment(1);
 }

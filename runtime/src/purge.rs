@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::record::Status;
 use crate::runtime::Runtime;
-use crate::store::PurgeBatch;
+use crate::store::{PurgeBatch, Store};
 
 /// The most records or log rows one batch of a purge deletes.
 pub const MAX_PURGE_BATCH: i64 = 1000;
@@ -83,45 +83,60 @@ impl Runtime {
     /// Deletes finished records and old attempt logs, `purge.batch` rows per transaction,
     /// until none is left; see [`Purge`]. The age is measured with the database's clock.
     pub async fn purge(&self, purge: Purge) -> Result<PurgeReport> {
-        if !(1..=MAX_PURGE_BATCH).contains(&purge.batch) {
-            return Err(Error::InvalidFilter(format!(
-                "purge `batch({})`: delete 1 to {MAX_PURGE_BATCH} rows per transaction",
-                purge.batch
-            )));
-        }
-        let age = i64::try_from(purge.older_than.as_millis()).unwrap_or(i64::MAX);
-        let before = self.inner.now_ms().saturating_sub(age);
-        let store = &self.inner.store;
-        let mut report = PurgeReport::default();
-        loop {
-            let batch = PurgeBatch {
-                application: &self.inner.app,
-                before,
-                statuses: purge.statuses(),
-                limit: purge.batch,
-            };
-            let purged = store.request_purge(&batch).await?;
-            report.batches += 1;
-            report.requests += purged.requests;
-            report.attempt_logs += purged.logs;
-            if purged.requests < purge.batch as u64 {
-                break;
-            }
-        }
-        loop {
-            let logs = store.log_purge_orphans(before, purge.batch).await?;
-            report.batches += 1;
-            report.attempt_logs += logs;
-            if logs < purge.batch as u64 {
-                break;
-            }
-        }
+        let inner = &self.inner;
+        let report = purge_all(&*inner.store, &inner.app, inner.now_ms(), purge).await?;
         crate::log::info!(
-            application = %self.inner.app,
+            application = %inner.app,
             requests = report.requests,
             attempt_logs = report.attempt_logs,
             "purged finished requests"
         );
         Ok(report)
     }
+}
+
+/// The one delete path of purges (an operator's [`Runtime::purge`] and the retention
+/// sweep): batches of records of `application` that `purge` names, with their logs, then
+/// batches of old logs whose request is gone, until a batch comes back short. `now` is the
+/// database's time. Each batch skips rows another transaction holds (PostgreSQL,
+/// MySQL/MariaDB `SKIP LOCKED`; SQLite has one writer), so instances may run it at once.
+pub(crate) async fn purge_all(
+    store: &dyn Store,
+    application: &str,
+    now: i64,
+    purge: Purge,
+) -> Result<PurgeReport> {
+    if !(1..=MAX_PURGE_BATCH).contains(&purge.batch) {
+        return Err(Error::InvalidFilter(format!(
+            "purge `batch({})`: delete 1 to {MAX_PURGE_BATCH} rows per transaction",
+            purge.batch
+        )));
+    }
+    let age = i64::try_from(purge.older_than.as_millis()).unwrap_or(i64::MAX);
+    let before = now.saturating_sub(age);
+    let mut report = PurgeReport::default();
+    loop {
+        let batch = PurgeBatch {
+            application,
+            before,
+            statuses: purge.statuses(),
+            limit: purge.batch,
+        };
+        let purged = store.request_purge(&batch).await?;
+        report.batches += 1;
+        report.requests += purged.requests;
+        report.attempt_logs += purged.logs;
+        if purged.requests < purge.batch as u64 {
+            break;
+        }
+    }
+    loop {
+        let logs = store.log_purge_orphans(before, purge.batch).await?;
+        report.batches += 1;
+        report.attempt_logs += logs;
+        if logs < purge.batch as u64 {
+            break;
+        }
+    }
+    Ok(report)
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::record::RequestId;
+use crate::listeners::{Notifier, OutcomeEvent, OutcomeKind};
+use crate::record::{RequestId, Status};
 use crate::registry::Registry;
 use crate::settings::Settings;
 use crate::store::Store;
@@ -45,6 +46,8 @@ pub struct Rescuer {
     pub(crate) application: Arc<str>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) clock: Arc<Clock>,
+    /// The outcome listeners, told of requests that die here.
+    pub(crate) listeners: Arc<Notifier>,
     pub(crate) config: RescuerConfig,
 }
 
@@ -84,6 +87,7 @@ impl Rescuer {
         if !rescued.dead.is_empty() {
             crate::log::error!(dead = ?rescued.dead,
                 "requests whose lease expired on their last attempt are dead; replay them with `retry_now`");
+            self.tell_dead(&rescued.dead).await;
         }
         Ok(RescueReport {
             retried: rescued.retried,
@@ -92,11 +96,41 @@ impl Rescuer {
     }
 }
 
+impl Rescuer {
+    /// Tells the `on_dead` listeners of records this rescue wrote `dead` (read back for
+    /// their executor, attempt and error; one that cannot be read is logged and skipped).
+    async fn tell_dead(&self, dead: &[RequestId]) {
+        if !self.listeners.wants(OutcomeKind::Dead) {
+            return;
+        }
+        for &id in dead {
+            let record = match self.store.request_get(&self.application, id).await {
+                Ok(Some(record)) if record.status == Status::Dead => record,
+                Ok(_) => continue, // replayed or deleted since
+                Err(error) => {
+                    crate::log::warn!(id, %error, "could not read a rescued dead request back for its listeners");
+                    continue;
+                }
+            };
+            let Some(def) = self.registry.get(&record.executor) else {
+                continue;
+            };
+            self.listeners.send(OutcomeEvent {
+                kind: OutcomeKind::Dead,
+                id,
+                executor: def.name,
+                attempt: record.exec_count.max(0) as u32,
+                error: record.last_error,
+            });
+        }
+    }
+}
+
 /// The rescuer on its own: a store, a registry and a clock, no runtime.
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{now_ms, Inserted, NewRequest, Status};
+    use crate::record::{now_ms, Inserted, NewRequest};
     use crate::registry::ExecutorDef;
     use crate::store::ClaimIds;
     use crate::strategy::Strategy;
@@ -183,6 +217,7 @@ mod tests {
             application: application.clone(),
             registry: Arc::new(Registry::from_defs([&KNOWN]).unwrap()),
             clock,
+            listeners: Default::default(),
             config: RescuerConfig { batch: 100 },
         };
         let report = rescuer.run_once().await.unwrap();

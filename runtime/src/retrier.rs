@@ -150,6 +150,7 @@ mod tests {
             control: Default::default(),
             shutdown: CancellationToken::new(),
             handed_back: Arc::new(AtomicU64::new(0)),
+            listeners: Default::default(),
         };
         let core = Core::assemble(&settings, &shared);
         let retrier = Retrier {

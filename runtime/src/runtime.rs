@@ -76,6 +76,10 @@ pub(crate) struct Inner {
     /// Records handed back by workers that were stopping (counted in the shutdown report).
     pub(crate) handed_back: Arc<AtomicU64>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The outcome listeners' queue (completer, rescuer).
+    pub(crate) listeners: Arc<crate::listeners::Notifier>,
+    /// Each background part's last activity, for `health()`.
+    pub(crate) pulses: crate::pulse::Pulses,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
     /// In a test mode, delayed in-memory jobs waiting for their delay, for
@@ -137,6 +141,7 @@ impl Runtime {
         settings: Settings,
         data: DataMap,
         store: Option<Arc<dyn Store>>,
+        listeners: crate::listeners::ListenerSet,
     ) -> Result<Runtime> {
         settings.validate()?;
         let registry = Registry::from_inventory()?;
@@ -158,6 +163,11 @@ impl Runtime {
         if settings.enabled && settings.run_workers {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
+        let listeners =
+            crate::listeners::Notifier::start(listeners).map_err(|e| Error::Config {
+                setting: "on_success",
+                reason: format!("could not start the outcome listeners' thread: {e}"),
+            })?;
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
         let owner: Arc<str> = format!(
             "{}@{}:{:04x}",
@@ -177,6 +187,7 @@ impl Runtime {
             control: Default::default(),
             shutdown: CancellationToken::new(),
             handed_back: Arc::new(AtomicU64::new(0)),
+            listeners: Arc::new(listeners),
         };
         let Core {
             pool,
@@ -196,6 +207,7 @@ impl Runtime {
             control,
             shutdown,
             handed_back,
+            listeners,
         } = shared;
         let inner = Arc::new(Inner {
             app,
@@ -219,6 +231,8 @@ impl Runtime {
             closed: AtomicBool::new(false),
             handed_back,
             tasks: Mutex::new(Vec::new()),
+            listeners,
+            pulses: Default::default(),
             held: Mutex::new(Vec::new()),
             delayed_jobs: Default::default(),
             open_txs: Default::default(),
@@ -269,6 +283,13 @@ impl Runtime {
     /// The names of the executors linked into this binary, sorted.
     pub fn executors(&self) -> &[&'static str] {
         self.inner.registry.names()
+    }
+
+    /// Outcome events dropped because the listeners were behind (their queue of
+    /// [`LISTENER_QUEUE`](crate::LISTENER_QUEUE) events was full); see
+    /// [`Builder::on_success`](crate::Builder::on_success).
+    pub fn listener_drops(&self) -> u64 {
+        self.inner.listeners.dropped()
     }
 
     /// Waits until every dispatched call has run and its outcome is written.

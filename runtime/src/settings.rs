@@ -124,6 +124,15 @@ pub struct Settings {
     pub install_global: bool,
     /// Test mode for applications' own tests (default `None`: normal operation).
     pub test_mode: Option<TestMode>,
+    /// How long finished records (`success`, `cancelled` and `dead`) and attempt logs are
+    /// kept (default 7 days): an instance that runs workers deletes older ones every 5
+    /// minutes ([`Retention`](crate::Retention)). Records that may still run are kept
+    /// whatever their age. `None` keeps everything. At least 1 ms, at most a year.
+    pub retention: Option<Duration>,
+    /// How old the oldest due waiting request of the application may be before
+    /// [`Runtime::health`](crate::Runtime::health) reports the runtime `degraded`
+    /// (default 5 minutes). At least 1 ms, at most a year.
+    pub health_backlog_threshold: Duration,
     /// Fault injection for tests: this process's wall clock is taken to be off by this
     /// many milliseconds (negative: behind; default 0). The runtime takes its times from
     /// the database's clock, so this changes nothing it promises; tests prove that.
@@ -163,6 +172,8 @@ impl Default for Settings {
             migrate: true,
             install_global: true,
             test_mode: None,
+            retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
         }
     }
@@ -204,6 +215,8 @@ impl std::fmt::Debug for Settings {
             .field("migrate", &self.migrate)
             .field("install_global", &self.install_global)
             .field("test_mode", &self.test_mode)
+            .field("retention", &self.retention)
+            .field("health_backlog_threshold", &self.health_backlog_threshold)
             .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
             .finish()
     }
@@ -277,6 +290,11 @@ impl Settings {
             ("key_retention", Some(self.key_retention)),
             ("lease", Some(self.lease)),
             ("heartbeat_interval", Some(self.heartbeat_interval)),
+            ("retention", self.retention),
+            (
+                "health_backlog_threshold",
+                Some(self.health_backlog_threshold),
+            ),
         ];
         for (setting, value) in positive {
             match value {
@@ -458,6 +476,34 @@ mod tests {
                     ..base()
                 },
                 "compensate_batch",
+            ),
+            (
+                Settings {
+                    retention: Some(Duration::ZERO),
+                    ..base()
+                },
+                "retention",
+            ),
+            (
+                Settings {
+                    retention: Some(Duration::MAX),
+                    ..base()
+                },
+                "retention",
+            ),
+            (
+                Settings {
+                    health_backlog_threshold: Duration::ZERO,
+                    ..base()
+                },
+                "health_backlog_threshold",
+            ),
+            (
+                Settings {
+                    health_backlog_threshold: Duration::MAX,
+                    ..base()
+                },
+                "health_backlog_threshold",
             ),
             (
                 Settings {

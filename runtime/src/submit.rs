@@ -430,7 +430,7 @@ impl Inner {
         let ok = attempt.result.is_ok();
         match &job.record {
             Some(record) => {
-                let completion = self.executor.completion_for(record, &attempt);
+                let completion = self.executor.completion_for(job.def.name, record, &attempt);
                 log_if_dead(&completion, job.def.name);
                 self.executor
                     .count(job.def.name, &completion, attempt.finished);

@@ -8,14 +8,17 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
+use crate::pulse::PartPulse;
 use crate::supervise::panic_text;
 
 /// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
-/// minute) and each failure is logged; the first success after failures says so.
+/// minute) and each failure is logged; the first success after failures says so. Each
+/// wait is told to `pulse`, so that a backoff is not taken for a hang.
 pub(crate) async fn every<F, Fut>(
     shutdown: CancellationToken,
     name: &'static str,
     interval: Duration,
+    pulse: std::sync::Arc<PartPulse>,
     mut once: F,
 ) where
     F: FnMut() -> Fut,
@@ -30,6 +33,7 @@ pub(crate) async fn every<F, Fut>(
                 .saturating_mul(1 << failures.min(6))
                 .min(Duration::from_secs(60))
         };
+        pulse.expect_within(wait);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}

@@ -229,6 +229,7 @@ mod tests {
             id,
             attempt: 1,
             owner: Arc::from("test@1"),
+            executor: "test",
             result,
             log: None,
         }

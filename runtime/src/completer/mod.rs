@@ -4,8 +4,8 @@
 //! holds up the others.
 //!
 //! It holds its channel (the receiving end; [`Completer`] is the sending one, held by the
-//! executor), the store it writes to and the executor pool whose jobs it settles (forgets
-//! once their outcomes are written). It has no settings of its own: its batch size and
+//! executor), the store it writes to, the executor pool whose jobs it settles (forgets
+//! once their outcomes are written) and the outcome listeners it tells of them. It has no settings of its own: its batch size and
 //! linger are constants, and how many batches it writes at once is the store's.
 
 mod isolate;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::executor::ExecutorPool;
 use crate::fault::is_transient;
+use crate::listeners::Notifier;
 use crate::record::RequestId;
 use crate::store::{Completion, Store};
 
@@ -56,6 +57,8 @@ pub(crate) struct CompleterTask {
 struct Outcomes {
     store: Arc<dyn Store>,
     pool: Arc<ExecutorPool>,
+    /// The outcome listeners, told of what was written.
+    listeners: Arc<Notifier>,
     /// Notified after every batch written.
     written: Notify,
 }
@@ -82,11 +85,13 @@ impl Completer {
     pub(crate) fn new(
         store: Arc<dyn Store>,
         pool: Arc<ExecutorPool>,
+        listeners: Arc<Notifier>,
     ) -> (Completer, CompleterTask) {
         let (tx, rx) = mpsc::unbounded_channel();
         let outcomes = Arc::new(Outcomes {
             store,
             pool,
+            listeners,
             written: Notify::new(),
         });
         (
@@ -113,16 +118,16 @@ impl Completer {
     /// and written `dead`, as the completer task does.
     pub(crate) async fn write_now(&self, batch: &[Completion]) -> crate::Result<CompleteReport> {
         let outcomes = &self.outcomes;
-        let written = match outcomes.store.request_complete_many(batch).await {
-            Ok(written) => written,
+        let (written, refused) = match outcomes.store.request_complete_many(batch).await {
+            Ok(written) => (written, 0),
             Err(error) if !is_transient(&error) => {
-                write_isolating(&*outcomes.store, batch, Backoff::default())
-                    .await
-                    .rows
+                let written = write_isolating(&*outcomes.store, batch, Backoff::default()).await;
+                (written.rows, written.isolated + written.unwritable)
             }
             Err(error) => return Err(error),
         };
         outcomes.settle(batch);
+        outcomes.listeners.batch_written(batch, written, refused);
         Ok(CompleteReport {
             completions: batch.len(),
             written,
@@ -209,6 +214,8 @@ impl Outcomes {
     async fn write_and_settle(&self, batch: &[Completion]) {
         let written: Written = write_isolating(&*self.store, batch, Backoff::default()).await;
         self.settle(batch);
+        self.listeners
+            .batch_written(batch, written.rows, written.isolated + written.unwritable);
         if written.isolated + written.unwritable > 0 {
             crate::log::warn!(
                 completions = batch.len(),

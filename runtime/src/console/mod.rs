@@ -1,7 +1,8 @@
 //! The operations console (cargo feature `console`): an axum [`Router`] with login,
 //! server-rendered pages (overview with charts, requests, request detail, executors,
 //! instances, audit trail), actions on one request or every request matching a filter,
-//! and a JSON API with its OpenAPI document at `api/openapi.json`.
+//! and a JSON API with its OpenAPI document at `api/openapi.json`; and `health`, the
+//! unauthenticated health report ([`health_router`] serves it alone).
 //!
 //! Mount it under any path; every link and form follows it:
 //!
@@ -33,8 +34,8 @@ mod views;
 
 use std::sync::Arc;
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -92,8 +93,55 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/instances", get(pages::instances))
         .route("/audit", get(pages::audit))
         .route("/assets/console.css", get(css))
+        .route("/health", get(health_of_state))
         .merge(api::routes())
         .with_state(state))
+}
+
+/// The `/health` route alone, without the console, to merge into an application's router
+/// at its root: `GET /health` answers [`Runtime::health`] as JSON, `200 OK` when the
+/// runtime is ready and `503 Service Unavailable` when not. Unauthenticated, as is
+/// `health` under the console's own path: a load balancer or an orchestrator's probe
+/// calls it. The report names the application, the instance and its parts, never
+/// records or secrets.
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
+/// let app = axum::Router::new().merge(async_exec::console::health_router(&rt));
+/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+/// axum::serve(listener, app).await?;
+/// # Ok(()) }
+/// ```
+pub fn health_router(rt: &Runtime) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .with_state(rt.clone())
+}
+
+/// The health report as JSON: 200 when ready, 503 when not.
+async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Response {
+    health_response(&rt).await
+}
+
+async fn health_of_state(
+    axum::extract::State(state): axum::extract::State<Arc<State>>,
+) -> Response {
+    health_response(&state.rt).await
+}
+
+async fn health_response(rt: &Runtime) -> Response {
+    let health = rt.health().await;
+    let status = if health.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(health),
+    )
+        .into_response()
 }
 
 async fn css() -> impl IntoResponse {

@@ -338,7 +338,12 @@ impl Executor {
     }
 
     /// The completion to write for a stored job's attempt.
-    pub(crate) fn completion_for(&self, record: &RecordRef, attempt: &Attempt) -> Completion {
+    pub(crate) fn completion_for(
+        &self,
+        executor: &'static str,
+        record: &RecordRef,
+        attempt: &Attempt,
+    ) -> Completion {
         let settings = &self.config;
         // The log row, built only when it will be written (failures; successes on request).
         let log = |outcome: &str, error: Option<String>| AttemptLog {
@@ -370,6 +375,7 @@ impl Executor {
             id: record.id,
             attempt: record.attempt,
             owner: self.owner.clone(),
+            executor,
             result,
             log,
         }
@@ -447,7 +453,7 @@ impl Executor {
     /// in-memory call is logged, or written for retry (`AsyncSave`, `SyncSave`).
     pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
         if let Some(record) = &job.record {
-            let completion = self.completion_for(record, &attempt);
+            let completion = self.completion_for(job.def.name, record, &attempt);
             log_if_dead(&completion, job.def.name);
             self.count(job.def.name, &completion, attempt.finished);
             if let Err(id) = self.completer.send(completion) {

@@ -143,6 +143,8 @@ pub(crate) struct Completion {
     pub(crate) id: RequestId,
     pub(crate) attempt: i32,
     pub(crate) owner: std::sync::Arc<str>,
+    /// The executor's name, for the outcome listeners.
+    pub(crate) executor: &'static str,
     pub(crate) result: CompletionResult,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
@@ -455,6 +457,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Records, newest first unless paging with `after_id`.
     async fn request_list(&self, application: &str, filter: &RequestFilter)
         -> Result<Vec<Request>>;
+
+    /// When the oldest record waiting to run (`init` or `failed`, due by `now`) was due
+    /// (unix ms); `None` when none is waiting.
+    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>>;
 
     /// How many records are in each status.
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>>;

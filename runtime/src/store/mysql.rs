@@ -898,6 +898,10 @@ impl Store for MySqlStore {
         list::list(&self.pool, application, f).await
     }
 
+    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
+        list::oldest_due(&self.pool, application, now).await
+    }
+
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
         let rows = sqlx::query(
             "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",

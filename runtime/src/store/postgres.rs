@@ -751,6 +751,10 @@ impl Store for PostgresStore {
         list::list(&self.pool, application, f).await
     }
 
+    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
+        list::oldest_due(&self.pool, application, now).await
+    }
+
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT status, COUNT(*) FROM async_req WHERE application_name = $1 GROUP BY status",

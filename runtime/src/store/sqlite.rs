@@ -403,6 +403,10 @@ impl Store for SqliteStore {
         list::list(&self.pool, application, f).await
     }
 
+    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
+        list::oldest_due(&self.pool, application, now).await
+    }
+
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",
@@ -856,7 +860,10 @@ async fn rescue(
     now: i64,
     limit: i64,
 ) -> Result<Rescued> {
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    // It reads, then writes: a deferred transaction would fail with SQLITE_BUSY_SNAPSHOT
+    // (517, "database is locked", no busy wait) when another connection commits between
+    // the two. IMMEDIATE takes the write lock first, waiting as long as busy_timeout.
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
     let sql = format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
          WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \

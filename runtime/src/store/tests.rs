@@ -37,6 +37,7 @@ fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> C
         id,
         attempt,
         owner: Arc::from(owner),
+        executor: "test",
         result,
         log: None,
     }

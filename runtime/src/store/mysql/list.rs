@@ -61,3 +61,21 @@ pub(super) async fn list(
     let rows = q.build().fetch_all(pool).await?;
     rows.iter().map(request_from_row).collect()
 }
+
+/// When the oldest record of `application` waiting to run (`init` or `failed`, due by
+/// `now`) was due: `None` when none is.
+pub(super) async fn oldest_due(
+    pool: &sqlx::Pool<MySql>,
+    application: &str,
+    now: i64,
+) -> Result<Option<i64>> {
+    let oldest: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(run_at) FROM async_req WHERE application_name = ? \
+         AND status IN ('init', 'failed') AND run_at <= ?",
+    )
+    .bind(application)
+    .bind(now)
+    .fetch_one(pool)
+    .await?;
+    Ok(oldest)
+}
