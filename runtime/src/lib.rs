@@ -47,6 +47,7 @@ mod dispatcher;
 mod error;
 mod executor;
 mod fault;
+mod gauges;
 mod heartbeat;
 mod instances;
 mod keys;

@@ -78,8 +78,10 @@ where
             if write_dead_instead(sink, refused, &error, backoff).await {
                 written.rows += 1;
                 written.isolated += 1;
+                crate::metrics::outcome_write_failed("poisoned", 1);
             } else {
                 written.unwritable += 1;
+                crate::metrics::outcome_write_failed("unwritable", 1);
             }
             continue;
         }
@@ -102,6 +104,7 @@ where
     loop {
         match sink.write(part).await {
             Err(error) if is_transient(&error) => {
+                crate::metrics::outcome_write_failed("transient", 1);
                 tracing::warn!(%error, completions = part.len(), retry_in = ?delay,
                     "could not write outcomes (a transient failure); retrying");
                 tokio::time::sleep(delay).await;
