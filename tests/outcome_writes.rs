@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use async_exec::{async_exec, Backend, Context, Data, Outcome, Status, Tx};
-use common::{wait_for, Probe, TestDb};
+use common::{refuse_failed_outcome_of, wait_for, Probe, TestDb};
 use tokio::sync::Semaphore;
 
 /// The most bytes the runtime stores of one text (an error, the trace JSON).
@@ -115,41 +115,6 @@ fn assert_capped(what: &str, stored: &str, original: &str) {
         "{what}: the marker counts the bytes cut"
     );
     assert!(kept.len() > TEXT_CAP / 2, "{what}: most of the cap is used");
-}
-
-/// Makes the database refuse, as a data error, to mark record `id` `failed`: a trigger
-/// that raises SQLSTATE 22021 (PostgreSQL), 22000 (MariaDB), or a constraint (SQLite).
-async fn refuse_failed_outcome_of(db: &TestDb, id: i64) {
-    let statements = match db.kind {
-        common::Kind::Sqlite => vec![format!(
-            "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req \
-             WHEN NEW.id = {id} AND NEW.status = 'failed' \
-             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
-        )],
-        common::Kind::Postgres => vec![
-            "CREATE FUNCTION refuse_outcome() RETURNS trigger AS $$ BEGIN \
-             RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22021'; END $$ \
-             LANGUAGE plpgsql"
-                .to_string(),
-            format!(
-                "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req FOR EACH ROW \
-                 WHEN (NEW.id = {id} AND NEW.status = 'failed') EXECUTE FUNCTION refuse_outcome()"
-            ),
-        ],
-        common::Kind::MySql => vec![format!(
-            "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req FOR EACH ROW BEGIN \
-             IF NEW.id = {id} AND NEW.status = 'failed' THEN \
-             SIGNAL SQLSTATE '22000' SET MESSAGE_TEXT = 'refused by the test'; END IF; END"
-        )],
-    };
-    let pool = sqlx::AnyPool::connect(&db.url).await.expect("connect");
-    for statement in statements {
-        sqlx::raw_sql(&statement)
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-    pool.close().await;
 }
 
 async fn status_of(db: &TestDb, status: &str) -> i64 {

@@ -42,6 +42,7 @@ async fn start(db: &TestDb) -> (Runtime, Router) {
         .retry_interval(Duration::from_millis(100))
         .retry_base_delay(Duration::from_millis(50))
         .retry_max_delay(Duration::from_millis(200))
+        .queue_sample_interval(Duration::from_millis(100))
         .start()
         .await
         .unwrap();
@@ -306,6 +307,35 @@ async fn metrics_are_prometheus_text<DB: Backend>(db: TestDb) {
             "{name} missing: {text}"
         );
     }
+    // The runtime's own, labelled (the queue gauges once sampled, within a second).
+    let runtime_names = [
+        "async_exec_submitted_total",
+        "async_exec_started_total",
+        "async_exec_finished_total",
+        "async_exec_duration_seconds",
+        "async_exec_start_latency_seconds",
+        "async_exec_leases_total",
+        "async_exec_sweep_records_total",
+        "async_exec_queue_depth",
+        "async_exec_oldest_waiting_seconds",
+    ];
+    let mut missing = Vec::new();
+    for _ in 0..50 {
+        let (_, text) = send(&app, "GET", "/metrics", None).await;
+        missing = runtime_names
+            .iter()
+            .filter(|name| {
+                !text
+                    .lines()
+                    .any(|line| line.starts_with(&format!("{name}{{")))
+            })
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(missing.is_empty(), "missing from /metrics: {missing:?}");
     rt.shutdown().await.unwrap();
 }
 

@@ -25,13 +25,15 @@
 //! | heartbeat | `heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
 //! | presence | `instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
 //! | clock | `clock.rs` | its reading of the database's time | re-reads it every minute |
+//! | queue sampler | `gauges.rs` | store, names, registry, clock, the gauges it set | every `queue_sample_interval`: the queue depth gauges |
 //!
 //! Each part's task is spawned wrapped in a pulse (`pulse.rs`) that records when it was
 //! last active and whether it still runs, for `Runtime::health`.
 //!
 //! Every instance runs the completer, the clock and the presence; an instance that runs
-//! workers runs the producer, the sweeps (the retrier; the rescuer then the compensator)
-//! and the heartbeat too (`start_workers` adds them later to a submit-only one). The
+//! workers runs the producer, the sweeps (the retrier; the rescuer then the compensator),
+//! the queue sampler and the heartbeat too (`start_workers` adds them later to a
+//! submit-only one). The
 //! producer and the sweeps stop at shutdown's token; the completer, the heartbeat, the
 //! presence and the clock at the completer's, after the workers have finished.
 
@@ -266,6 +268,27 @@ impl Runtime {
                 ),
             )));
         }
+        let sampler = Arc::new(crate::gauges::QueueSampler::new(
+            inner.store.clone(),
+            inner.app.clone(),
+            inner.registry.clone(),
+            inner.clock.clone(),
+        ));
+        let every = s.queue_sample_interval;
+        let pulse = inner.pulses.part("queue sampler", Some(every));
+        tasks.push(tokio::spawn(Pulses::watch(
+            pulse.clone(),
+            crate::sweep::every(
+                inner.shutdown.clone(),
+                "queue sampler",
+                every,
+                pulse,
+                move || {
+                    let sampler = sampler.clone();
+                    async move { sampler.sample().await }
+                },
+            ),
+        )));
         // Leases are kept while bodies run, also during shutdown's grace period: the
         // heartbeat stops with the completer, after the workers.
         let heartbeat = self.heartbeat();

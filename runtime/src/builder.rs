@@ -97,6 +97,9 @@ impl Builder {
         heartbeat_interval: Duration;
         /// How long shutdown waits for running bodies (default 10 s).
         shutdown_grace: Duration;
+        /// How often the queue gauges are sampled (default 15 s, at least 100 ms); see
+        /// [`Settings::queue_sample_interval`].
+        queue_sample_interval: Duration;
         /// Outside a transaction, run an unkeyed `SaveAsync` call in memory when no database
         /// connection could be had to write its record (default `false`; see
         /// [`Settings::degrade_to_memory`]).

@@ -210,6 +210,7 @@ impl Claimer {
                 max_attempts: claimed.max_attempts,
                 sign: claimed.sign.into(),
             }),
+            due: Some(claimed.run_at),
         })
     }
 

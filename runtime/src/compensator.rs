@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::claimer::Claimer;
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::metrics::Sweep;
 use crate::settings::Settings;
 use crate::store::{DueKind, Store, KEY_SWEEP_BATCH};
 
@@ -73,17 +74,22 @@ impl Compensator {
     /// Deletes idempotency keys whose `key_retention` has passed (at most 1,000), then
     /// claims `init` records whose due time is more than `stale_after` ago (at most
     /// `compensate_batch`, no more than there are free workers) and starts them.
+    ///
+    /// Counted: `async_exec_sweep_records_total{sweep="keys",result="expired"}` and
+    /// `{sweep="compensator",result="claimed"}`, and a failed round of either in
+    /// `async_exec_sweep_failures_total{sweep}`.
     pub async fn run_once(&self) -> Result<CompensateReport> {
-        let keys_expired = self
+        let expired = self
             .store
             .key_expire(&self.application, self.clock.now_ms(), KEY_SWEEP_BATCH)
-            .await?;
+            .await;
+        let keys_expired = crate::metrics::round(Sweep::Keys, expired)?;
+        crate::metrics::swept(Sweep::Keys, "expired", keys_expired);
         let older_than = self.config.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };
-        let started = self
-            .claimer
-            .claim_and_start(kind, self.config.batch)
-            .await?;
+        let claimed = self.claimer.claim_and_start(kind, self.config.batch).await;
+        let started = crate::metrics::round(Sweep::Compensator, claimed)?;
+        crate::metrics::swept(Sweep::Compensator, "claimed", started as u64);
         Ok(CompensateReport {
             started,
             keys_expired,

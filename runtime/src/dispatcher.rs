@@ -124,6 +124,9 @@ impl Dispatcher {
 
     /// Hands a job to the workers without waiting. Returns the job when the channel is full
     /// or closed; a stored job is then left to the store (the producer is told to look).
+    // The job comes back as it went in (the channel's own `TrySendError` does the same):
+    // boxing it would cost an allocation per call to spare a few bytes on a full channel.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn try_dispatch(&self, job: Job) -> Result<(), Job> {
         let signals = &self.signals;
         signals.queued.fetch_add(1, Ordering::AcqRel);

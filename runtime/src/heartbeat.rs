@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::executor::ExecutorPool;
+use crate::metrics::Sweep;
 use crate::store::LeaseKeeper;
 
 /// Renews leases. Get one with [`Runtime::heartbeat`](crate::Runtime::heartbeat).
@@ -49,7 +50,14 @@ impl Heartbeat {
     /// Extends the lease of every running record of this instance by `lease`. (On
     /// PostgreSQL a record locked at that moment, its outcome being written, is skipped.)
     /// Gives up when the earliest of those leases that has not ended yet ends.
+    /// Counted: `async_exec_leases_total{result}` (`renewed`, `lost`), and a failed round
+    /// in `async_exec_sweep_failures_total{sweep="heartbeat"}`.
     pub async fn run_once(&self) -> Result<HeartbeatReport> {
+        crate::metrics::round(Sweep::Heartbeat, self.beat().await)
+    }
+
+    /// [`Heartbeat::run_once`], but for counting a failed round.
+    async fn beat(&self) -> Result<HeartbeatReport> {
         let sent = self.clock.now_ms();
         let mut report = HeartbeatReport {
             lost: self.report_lost(
@@ -77,6 +85,7 @@ impl Heartbeat {
             .renew(&self.owner, &ids, lease_ms, patience)
             .await?;
         report.renewed = renewed.len() as u64;
+        crate::metrics::leases("renewed", report.renewed);
         report.lost += self.report_lost(
             self.pool.renewed(&ids, &renewed, until),
             "are held by another instance now (or the records are gone): their bodies are \
@@ -86,6 +95,7 @@ impl Heartbeat {
     }
 
     fn report_lost(&self, lost: Vec<i64>, why: &str) -> u64 {
+        crate::metrics::leases("lost", lost.len() as u64);
         if !lost.is_empty() {
             crate::log::error!(
                 requests = ?lost,

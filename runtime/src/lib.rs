@@ -51,6 +51,7 @@ mod dispatcher;
 mod error;
 mod executor;
 mod fault;
+mod gauges;
 mod health;
 mod heartbeat;
 mod instances;

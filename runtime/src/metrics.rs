@@ -1,7 +1,9 @@
-//! Counters and histograms through the [`metrics`] facade: whatever recorder the
+//! Counters, histograms and gauges through the [`metrics`] facade: whatever recorder the
 //! application installs (Prometheus exporter, StatsD, ...) receives them; with none
-//! installed they cost a relaxed load. Labels are `&'static str` (executor names,
-//! strategy and outcome names), so a job allocates no label strings.
+//! installed they cost a relaxed load. Labels of what is counted per job are
+//! `&'static str` (executor names, strategy and outcome names), so a job allocates no
+//! label strings; the queue gauges, sampled every `queue_sample_interval`, label
+//! executors this binary does not know with their stored names.
 //!
 //! | name | type | labels |
 //! |---|---|---|
@@ -11,8 +13,17 @@
 //! | `async_exec_duration_seconds` | histogram | `executor` |
 //! | `async_exec_retention_pruned_total` | counter | `table` (`async_req`, `async_log`) |
 //! | `async_exec_listener_dropped_total` | counter | |
+//! | `async_exec_start_latency_seconds` | histogram | `executor` |
+//! | `async_exec_leases_total` | counter | `result` (`renewed`, `lost`) |
+//! | `async_exec_sweep_records_total` | counter | `sweep`, `result` (see [`Sweep`]) |
+//! | `async_exec_sweep_failures_total` | counter | `sweep` |
+//! | `async_exec_outcome_write_failures_total` | counter | `result` (`transient`, `poisoned`, `unwritable`) |
+//! | `async_exec_queue_depth` | gauge | `executor`, `status` (`init`, `running`, `failed`) |
+//! | `async_exec_oldest_waiting_seconds` | gauge | `executor` |
 
 use std::time::Duration;
+
+use metrics::SharedString;
 
 use crate::strategy::Strategy;
 
@@ -29,6 +40,13 @@ pub(crate) fn submitted(executor: &'static str, strategy: Strategy) {
 /// A body is about to run.
 pub(crate) fn started(executor: &'static str) {
     metrics::counter!("async_exec_started_total", "executor" => executor).increment(1);
+}
+
+/// A body started `latency_ms` (database clock) after its request was committed or due;
+/// a negative difference (the clock reading's round trip) counts as 0.
+pub(crate) fn start_latency(executor: &'static str, latency_ms: i64) {
+    metrics::histogram!("async_exec_start_latency_seconds", "executor" => executor)
+        .record(latency_ms.max(0) as f64 / 1000.0);
 }
 
 /// A body returned (or panicked, or timed out) after `elapsed`.
@@ -54,4 +72,80 @@ pub(crate) fn retention_pruned(requests: u64, logs: u64) {
 /// An outcome's listeners were not called: their queue was full.
 pub(crate) fn listener_dropped() {
     metrics::counter!("async_exec_listener_dropped_total").increment(1);
+}
+
+/// `n` leases were `renewed`, or found `lost`, by the heartbeat.
+pub(crate) fn leases(result: &'static str, n: u64) {
+    metrics::counter!("async_exec_leases_total", "result" => result).increment(n);
+}
+
+/// The periodic parts whose rounds are counted, by their `sweep` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sweep {
+    /// The retry sweep: `claimed` (due retries and delayed records started).
+    Retrier,
+    /// The compensation sweep: `claimed` (records never dispatched, started).
+    Compensator,
+    /// The expiry of idempotency keys (in the compensation sweep's round): `expired`.
+    Keys,
+    /// The lease rescue: `rescued` (back to the queue), `dead` (their last attempt).
+    Rescuer,
+    /// Lease renewals (failed rounds only; what they did is `async_exec_leases_total`).
+    Heartbeat,
+    /// The queue gauges' sample (failed rounds only).
+    QueueSampler,
+}
+
+impl Sweep {
+    /// The `sweep` label.
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Sweep::Retrier => "retrier",
+            Sweep::Compensator => "compensator",
+            Sweep::Keys => "keys",
+            Sweep::Rescuer => "rescuer",
+            Sweep::Heartbeat => "heartbeat",
+            Sweep::QueueSampler => "queue_sampler",
+        }
+    }
+}
+
+/// A round of `sweep` did `n` of `result` (counted when 0 too, so that the series exists).
+pub(crate) fn swept(sweep: Sweep, result: &'static str, n: u64) {
+    metrics::counter!(
+        "async_exec_sweep_records_total",
+        "sweep" => sweep.as_str(),
+        "result" => result
+    )
+    .increment(n);
+}
+
+/// A round of `sweep` failed (its error is logged where it is handled).
+pub(crate) fn sweep_failed(sweep: Sweep) {
+    metrics::counter!("async_exec_sweep_failures_total", "sweep" => sweep.as_str()).increment(1);
+}
+
+/// Counts a failed round of `sweep` when `result` is an error; passes it on.
+pub(crate) fn round<T>(sweep: Sweep, result: crate::Result<T>) -> crate::Result<T> {
+    if result.is_err() {
+        sweep_failed(sweep);
+    }
+    result
+}
+
+/// An outcome write failed: `transient` (a write tried again), `poisoned` (an outcome the
+/// database refused, written `dead` instead), `unwritable` (refused even as `dead`).
+pub(crate) fn outcome_write_failed(result: &'static str, n: u64) {
+    metrics::counter!("async_exec_outcome_write_failures_total", "result" => result).increment(n);
+}
+
+/// The sampled number of records of `executor` in `status`.
+pub(crate) fn queue_depth(executor: SharedString, status: &'static str, count: f64) {
+    metrics::gauge!("async_exec_queue_depth", "executor" => executor, "status" => status)
+        .set(count);
+}
+
+/// How long the longest-waiting due record of `executor` has waited (0: none waits).
+pub(crate) fn oldest_waiting(executor: SharedString, seconds: f64) {
+    metrics::gauge!("async_exec_oldest_waiting_seconds", "executor" => executor).set(seconds);
 }

@@ -234,6 +234,18 @@ pub struct DepthSample {
     pub running: i64,
 }
 
+/// Records of one executor in one status, sampled for the queue gauges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueCount {
+    pub(crate) executor: String,
+    /// `init`, `running` or `failed`.
+    pub(crate) status: Status,
+    pub(crate) count: i64,
+    /// The earliest due time (unix ms) among those due by the sample's `now` (`init`,
+    /// `failed`); `None` when none is due.
+    pub(crate) oldest_due: Option<i64>,
+}
+
 /// An executor whose claims are paused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "console", derive(utoipa::ToSchema))]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::listeners::{Notifier, OutcomeEvent, OutcomeKind};
+use crate::metrics::Sweep;
 use crate::record::{RequestId, Status};
 use crate::registry::Registry;
 use crate::settings::Settings;
@@ -71,6 +72,9 @@ pub struct RescueReport {
 
 impl Rescuer {
     /// Rescues up to `compensate_batch` records whose lease has expired.
+    ///
+    /// Counted: `async_exec_sweep_records_total{sweep="rescuer",result}` (`rescued`,
+    /// `dead`), and a failed round in `async_exec_sweep_failures_total{sweep="rescuer"}`.
     pub async fn run_once(&self) -> Result<RescueReport> {
         let rescued = self
             .store
@@ -80,7 +84,10 @@ impl Rescuer {
                 self.clock.now_ms(),
                 self.config.batch,
             )
-            .await?;
+            .await;
+        let rescued = crate::metrics::round(Sweep::Rescuer, rescued)?;
+        crate::metrics::swept(Sweep::Rescuer, "rescued", rescued.retried.len() as u64);
+        crate::metrics::swept(Sweep::Rescuer, "dead", rescued.dead.len() as u64);
         if !rescued.retried.is_empty() {
             crate::log::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
         }

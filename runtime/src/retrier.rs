@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::claimer::Claimer;
 use crate::error::Result;
+use crate::metrics::Sweep;
 use crate::settings::Settings;
 use crate::store::DueKind;
 
@@ -51,11 +52,16 @@ impl Retrier {
     /// Claims due records (at most `retry_batch`, and no more than there are free workers)
     /// and starts them. Does not wait for them to finish: see
     /// [`Runtime::wait_idle`](crate::Runtime::wait_idle).
+    ///
+    /// Counted: `async_exec_sweep_records_total{sweep="retrier",result="claimed"}`, and a
+    /// failed round in `async_exec_sweep_failures_total{sweep="retrier"}`.
     pub async fn run_once(&self) -> Result<RetryReport> {
-        let started = self
+        let claimed = self
             .claimer
             .claim_and_start(DueKind::Scheduled, self.config.batch)
-            .await?;
+            .await;
+        let started = crate::metrics::round(Sweep::Retrier, claimed)?;
+        crate::metrics::swept(Sweep::Retrier, "claimed", started as u64);
         Ok(RetryReport { started })
     }
 }

@@ -103,6 +103,10 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// How long shutdown waits for running bodies before handing them back (default 10 s).
     pub shutdown_grace: Duration,
+    /// How often an instance that runs workers samples the queue into the gauges
+    /// `async_exec_queue_depth` and `async_exec_oldest_waiting_seconds` (default 15 s; at
+    /// least 100 ms: each sample is one query).
+    pub queue_sample_interval: Duration,
     /// Outside a transaction, when a `SaveAsync` record cannot be written because no
     /// database connection could be had (so nothing was written), run the call in memory
     /// and log loudly, as the seed SDK does (default `false`: the caller gets the error).
@@ -166,6 +170,7 @@ impl Default for Settings {
             lease: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            queue_sample_interval: Duration::from_secs(15),
             degrade_to_memory: false,
             sqlite_synchronous: SqliteSynchronous::Full,
             sqlite_busy_timeout: Duration::from_secs(10),
@@ -209,6 +214,7 @@ impl std::fmt::Debug for Settings {
             .field("lease", &self.lease)
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("queue_sample_interval", &self.queue_sample_interval)
             .field("degrade_to_memory", &self.degrade_to_memory)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
             .field("sqlite_busy_timeout", &self.sqlite_busy_timeout)
@@ -225,6 +231,9 @@ impl std::fmt::Debug for Settings {
 /// The longest duration any setting accepts: a year. Longer ones are mistakes (and
 /// `Duration::MAX` would overflow the millisecond times the records hold).
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The shortest `queue_sample_interval`.
+pub(crate) const MIN_QUEUE_SAMPLE: Duration = Duration::from_millis(100);
 
 /// The most rows a sweep claims at once.
 pub(crate) const MAX_BATCH: i64 = 10_000;
@@ -295,6 +304,7 @@ impl Settings {
                 "health_backlog_threshold",
                 Some(self.health_backlog_threshold),
             ),
+            ("queue_sample_interval", Some(self.queue_sample_interval)),
         ];
         for (setting, value) in positive {
             match value {
@@ -324,6 +334,12 @@ impl Settings {
                     format!("must be at most {MAX_DURATION:?} (a year)"),
                 );
             }
+        }
+        if self.queue_sample_interval < MIN_QUEUE_SAMPLE {
+            return fail(
+                "queue_sample_interval",
+                format!("must be at least {MIN_QUEUE_SAMPLE:?}: each sample is a query"),
+            );
         }
         if self.heartbeat_interval >= self.lease {
             return fail(
@@ -427,6 +443,20 @@ mod tests {
                     ..base()
                 },
                 "key_retention",
+            ),
+            (
+                Settings {
+                    queue_sample_interval: Duration::from_millis(99),
+                    ..base()
+                },
+                "queue_sample_interval",
+            ),
+            (
+                Settings {
+                    queue_sample_interval: Duration::MAX,
+                    ..base()
+                },
+                "queue_sample_interval",
             ),
             (
                 Settings {

@@ -22,6 +22,7 @@ impl Submission {
             trace: self.trace.clone(),
             delay: self.delay,
             record: None,
+            due: None,
         }
     }
 
@@ -322,8 +323,17 @@ impl Inner {
     /// Hands committed jobs to the workers: through the channel, directly (`Thread`), or
     /// inline in a test mode.
     pub(crate) async fn after_commit(self: &Arc<Self>, jobs: Vec<Job>) {
+        // Their start latency counts from here (one clock reading per commit).
+        let committed = if jobs.is_empty() {
+            0
+        } else {
+            self.clock.now_ms()
+        };
         for mut job in jobs {
-            match job.delay.take().filter(|_| job.record.is_none()) {
+            let delay = job.delay.take().filter(|_| job.record.is_none());
+            let delay_ms = delay.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            job.due = Some(committed.saturating_add(delay_ms));
+            match delay {
                 Some(delay) => {
                     let inner = self.clone();
                     let slot = self.delayed_jobs.hold(job, self.test_mode().is_some());

@@ -187,6 +187,41 @@ impl Drop for TestDb {
     }
 }
 
+/// Makes the database refuse, as a data error, to mark record `id` `failed`: a trigger
+/// that raises SQLSTATE 22021 (PostgreSQL), 22000 (MariaDB), or a constraint (SQLite).
+pub async fn refuse_failed_outcome_of(db: &TestDb, id: i64) {
+    let statements = match db.kind {
+        Kind::Sqlite => vec![format!(
+            "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req \
+             WHEN NEW.id = {id} AND NEW.status = 'failed' \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )],
+        Kind::Postgres => vec![
+            "CREATE FUNCTION refuse_outcome() RETURNS trigger AS $$ BEGIN \
+             RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22021'; END $$ \
+             LANGUAGE plpgsql"
+                .to_string(),
+            format!(
+                "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req FOR EACH ROW \
+                 WHEN (NEW.id = {id} AND NEW.status = 'failed') EXECUTE FUNCTION refuse_outcome()"
+            ),
+        ],
+        Kind::MySql => vec![format!(
+            "CREATE TRIGGER refuse_outcome BEFORE UPDATE ON async_req FOR EACH ROW BEGIN \
+             IF NEW.id = {id} AND NEW.status = 'failed' THEN \
+             SIGNAL SQLSTATE '22000' SET MESSAGE_TEXT = 'refused by the test'; END IF; END"
+        )],
+    };
+    let pool = sqlx::AnyPool::connect(&db.url).await.expect("connect");
+    for statement in statements {
+        sqlx::raw_sql(&statement)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    pool.close().await;
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

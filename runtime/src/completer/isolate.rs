@@ -78,8 +78,10 @@ where
             if write_dead_instead(sink, refused, &error, backoff).await {
                 written.rows += 1;
                 written.isolated += 1;
+                crate::metrics::outcome_write_failed("poisoned", 1);
             } else {
                 written.unwritable += 1;
+                crate::metrics::outcome_write_failed("unwritable", 1);
             }
             continue;
         }
@@ -102,6 +104,7 @@ where
     loop {
         match sink.write(part).await {
             Err(error) if is_transient(&error) => {
+                crate::metrics::outcome_write_failed("transient", 1);
                 crate::log::warn!(%error, completions = part.len(), retry_in = ?delay,
                     "could not write outcomes (a transient failure); retrying");
                 tokio::time::sleep(delay).await;
@@ -332,6 +335,105 @@ mod tests {
             "three failures, then the whole batch"
         );
         assert_eq!(sink.written.lock().unwrap().len(), 50);
+    }
+
+    /// Counts `async_exec_outcome_write_failures_total` by its `result` label.
+    #[derive(Default)]
+    struct Failures(Arc<Mutex<std::collections::HashMap<String, u64>>>);
+
+    struct Slot(String, Arc<Mutex<std::collections::HashMap<String, u64>>>);
+
+    impl metrics::CounterFn for Slot {
+        fn increment(&self, value: u64) {
+            *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
+        }
+        fn absolute(&self, _: u64) {}
+    }
+
+    impl metrics::Recorder for Failures {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            key: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            if key.name() != "async_exec_outcome_write_failures_total" {
+                return metrics::Counter::noop();
+            }
+            let result = key
+                .labels()
+                .find(|l| l.key() == "result")
+                .map(|l| l.value().to_owned());
+            metrics::Counter::from_arc(Arc::new(Slot(result.unwrap_or_default(), self.0.clone())))
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    /// Every transient write tried again, every outcome written `dead` instead (poisoned),
+    /// and every one refused even so (unwritable) is counted.
+    #[test]
+    fn failed_outcome_writes_are_counted() {
+        let failures = Failures::default();
+        metrics::with_local_recorder(&failures, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let flaky = FakeSink {
+                    transient: Mutex::new(3),
+                    ..FakeSink::default()
+                };
+                write_isolating(&flaky, &batch(10, 0), QUICK).await;
+                let poisoned = FakeSink {
+                    refused: HashSet::from([4]),
+                    ..FakeSink::default()
+                };
+                write_isolating(&poisoned, &batch(10, 4), QUICK).await;
+                let unwritable = FakeSink {
+                    refused: HashSet::from([1, 8]),
+                    refuse_dead_too: true,
+                    ..FakeSink::default()
+                };
+                write_isolating(&unwritable, &batch(8, 0), QUICK).await;
+            });
+        });
+        let counted = failures.0.lock().unwrap().clone();
+        let get = |result: &str| counted.get(result).copied().unwrap_or(0);
+        assert_eq!(
+            (get("transient"), get("poisoned"), get("unwritable")),
+            (3, 1, 2),
+            "{counted:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

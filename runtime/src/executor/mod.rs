@@ -45,6 +45,10 @@ pub(crate) struct Job {
     pub(crate) delay: Option<Duration>,
     /// The record it runs for; `None` for the in-memory strategies.
     pub(crate) record: Option<RecordRef>,
+    /// When it became due to start, by the database's clock (unix ms): its commit, or its
+    /// due time as claimed from the store. `None` for a body that runs in its call
+    /// (`SyncSave`). What `async_exec_start_latency_seconds` counts from.
+    pub(crate) due: Option<i64>,
 }
 
 /// The record behind a stored job, as claimed.
@@ -309,6 +313,9 @@ impl Executor {
         let timeout = self.timeout_of(def);
         let started = self.clock.now_ms();
         crate::metrics::started(def.name);
+        if let Some(due) = job.due {
+            crate::metrics::start_latency(def.name, started - due);
+        }
         let began = std::time::Instant::now();
         let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
         let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))

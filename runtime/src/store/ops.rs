@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
-    RequestQuery, StatDelta,
+    QueueCount, RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
 
@@ -69,6 +69,11 @@ pub(crate) trait OpsStore: Send + Sync {
 
     /// Samples the queue depth of `application` into `async_depth` for `minute`.
     async fn depth_sample(&self, application: &str, minute: i64) -> Result<()>;
+
+    /// Records of `application` that may still run (`init`, `running`, `failed`), by
+    /// executor and status, with the earliest due time of those due by `now`: one
+    /// statement, for the queue gauges.
+    async fn queue_depth(&self, application: &str, now: i64) -> Result<Vec<QueueCount>>;
 
     /// Queue depth samples from `since_minute` (unix ms).
     async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>>;

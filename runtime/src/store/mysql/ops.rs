@@ -8,8 +8,8 @@ use sqlx::{MySql, Row};
 use super::{request_from_row, status_from, MySqlStore, REQUEST_COLUMNS};
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, RequestQuery,
-    StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, QueueCount,
+    RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
 use crate::store::ops::{action_set, push_set, Bind, Marks, OpsStore, Sql};
@@ -212,6 +212,30 @@ impl OpsStore for MySqlStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn queue_depth(&self, application: &str, now: i64) -> Result<Vec<QueueCount>> {
+        let rows = sqlx::query(
+            "SELECT executor, status, COUNT(*), \
+             MIN(CASE WHEN status <> 'running' AND run_at <= ? THEN run_at END) FROM async_req \
+             WHERE application_name = ? AND status IN ('init', 'failed', 'running') \
+             GROUP BY executor, status",
+        )
+        .bind(now)
+        .bind(application)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let status_text: String = row.try_get_unchecked(1)?;
+                Ok(QueueCount {
+                    executor: row.try_get_unchecked(0)?,
+                    status: status_from(&status_text)?,
+                    count: row.try_get(2)?,
+                    oldest_due: row.try_get(3)?,
+                })
+            })
+            .collect()
     }
 
     async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
