@@ -10,8 +10,10 @@ mod common;
 
 use std::time::Duration;
 
+use async_exec::console;
 use async_exec::{async_exec, Backend, Data, RequestQuery, Status};
 use axum::http::StatusCode;
+use axum::Router;
 use common::console::*;
 use common::{wait_for, Probe, TestDb};
 use serde_json::json;
@@ -415,9 +417,100 @@ async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: 
     rt.shutdown().await.unwrap();
 }
 
+/// `dead` in the overview's counts.
+fn dead_count(overview: &serde_json::Value) -> i64 {
+    overview["by_status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["status"] == "dead")
+        .unwrap()["count"]
+        .as_i64()
+        .unwrap()
+}
+
+async fn the_overview_keeps_its_counts_with_their_age_and_recounts_in_the_background<
+    DB: Backend,
+>(
+    db: TestDb,
+) {
+    let rt = db.builder().start().await.unwrap();
+    doomed("one".into()).on(&rt).await.unwrap();
+    wait_status(&rt, Status::Dead, 1).await;
+    let bot = Auth::Bearer(OPERATOR_TOKEN);
+    // Kept for an hour: a second dead request is not counted, and the page says how old
+    // the counts are.
+    let kept = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().counts_max_age(Duration::from_secs(3600))).unwrap(),
+    );
+    let first = get(&kept, "/api/overview", bot).await.json();
+    assert_eq!(dead_count(&first), 1, "{first}");
+    assert_eq!(first["by_executor"][0]["executor"], "console::doomed");
+    doomed("two".into()).on(&rt).await.unwrap();
+    wait_status(&rt, Status::Dead, 2).await;
+    let again = get(&kept, "/api/overview", bot).await.json();
+    assert_eq!(dead_count(&again), 1, "the count kept: {again}");
+    assert_eq!(again["counts_as_of"], first["counts_as_of"]);
+    assert!(again["counts_age_ms"].as_i64().unwrap() >= 0);
+    let (cookie, _) = login(&kept, "victor", "viewer pass").await;
+    let page = get(&kept, "", Auth::Cookie(&cookie)).await;
+    assert!(page.body.contains(r#"id="counts-age""#), "{}", page.body);
+    assert!(page.body.contains("Counts as of"));
+    // Older than its max age: the view shows the count it has and counts again in the
+    // background; a later view shows the new count.
+    let short = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().counts_max_age(Duration::from_millis(300))).unwrap(),
+    );
+    assert_eq!(
+        dead_count(&get(&short, "/api/overview", bot).await.json()),
+        2
+    );
+    doomed("three".into()).on(&rt).await.unwrap();
+    wait_status(&rt, Status::Dead, 3).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stale = get(&short, "/api/overview", bot).await.json();
+    assert_eq!(
+        dead_count(&stale),
+        2,
+        "the old count, shown at once: {stale}"
+    );
+    assert!(stale["counts_age_ms"].as_i64().unwrap() >= 300, "{stale}");
+    wait_for(|| async { dead_count(&get(&short, "/api/overview", bot).await.json()) == 3 }).await;
+    // An operator's action counts again at once, whatever the max age.
+    let deleted = post_json(
+        &kept,
+        "/api/actions",
+        bot,
+        None,
+        json!({"action": "delete", "query": {"status": "dead"}}),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    wait_for(|| async { dead_count(&get(&kept, "/api/overview", bot).await.json()) == 0 }).await;
+    // Counted on every view with a max age of zero.
+    let exact = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().counts_max_age(Duration::ZERO)).unwrap(),
+    );
+    assert_eq!(
+        dead_count(&get(&exact, "/api/overview", bot).await.json()),
+        0
+    );
+    doomed("four".into()).on(&rt).await.unwrap();
+    wait_status(&rt, Status::Dead, 1).await;
+    assert_eq!(
+        dead_count(&get(&exact, "/api/overview", bot).await.json()),
+        1
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
     filters_with_metacharacters_and_odd_unicode_return_normal_results,
     actions_on_a_filter_show_the_count_then_act_and_are_audited,
     pausing_stops_claims_on_other_instances_within_seconds,
     keyset_pages_cover_every_request_once_in_either_order,
+    the_overview_keeps_its_counts_with_their_age_and_recounts_in_the_background,
 );

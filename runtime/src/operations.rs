@@ -241,13 +241,17 @@ impl Runtime {
     /// How long the longest-waiting due request has waited, if any waits.
     pub async fn oldest_waiting(&self) -> Result<Option<Duration>> {
         let now = self.inner.now_ms();
-        let due = self
-            .inner
+        let due = self.oldest_waiting_due().await?;
+        Ok(due.map(|due| Duration::from_millis((now - due).max(0) as u64)))
+    }
+
+    /// When the longest-waiting due request was due (unix ms, the database's clock).
+    pub(crate) async fn oldest_waiting_due(&self) -> Result<Option<i64>> {
+        self.inner
             .store
             .ops()
-            .request_oldest_waiting(&self.inner.app, now)
-            .await?;
-        Ok(due.map(|due| Duration::from_millis((now - due).max(0) as u64)))
+            .request_oldest_waiting(&self.inner.app, self.inner.now_ms())
+            .await
     }
 
     /// The durations of the last `limit` logged attempts of `executor` (ms), newest

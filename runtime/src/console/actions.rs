@@ -251,7 +251,9 @@ pub(crate) async fn action(
         };
         return page(StatusCode::OK, layout(&base, Some(&who), "Confirm", body));
     }
-    let changed = match state.rt.act(action, &query, &who.name).await {
+    let done = state.rt.act(action, &query, &who.name).await;
+    state.counts.recount_soon(&state.rt);
+    let changed = match done {
         Ok(changed) => changed,
         Err(error) => {
             return error_page(

@@ -3,7 +3,6 @@
 //! the OpenAPI document at `api/openapi.json` (generated from these handlers).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::request::Parts;
@@ -19,11 +18,10 @@ use super::auth::{self, ApiWho};
 use super::config::Role;
 use super::filter::{FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
+use super::overview::Overview;
 use super::State;
-use crate::query::{
-    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, RequestQuery,
-};
-use crate::record::{AttemptLog, Request, Status};
+use crate::query::{Action, AuditEntry, Cursor, RequestQuery};
+use crate::record::{AttemptLog, Request};
 
 pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()
@@ -144,64 +142,12 @@ async fn session(caller: ApiWho) -> Json<SessionInfo> {
     })
 }
 
-/// How many requests are in one status.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct StatusCount {
-    status: Status,
-    count: i64,
-}
-
-/// The overview page's numbers.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct Overview {
-    /// Every status, zeros included.
-    by_status: Vec<StatusCount>,
-    by_executor: Vec<ExecutorCount>,
-    /// How long the longest-waiting due request has waited (ms).
-    oldest_waiting_ms: Option<i64>,
-    /// Failed (dead) out of finished in the last hour, 0 to 1; `null` when none finished.
-    failure_rate_last_hour: Option<f64>,
-    /// Finished per minute over the last day (minutes without any left out).
-    finished_per_minute: Vec<MinuteStat>,
-    /// Queue depth samples over the last day, one a minute.
-    queue_depth: Vec<DepthSample>,
-}
-
-/// Counts, the oldest waiting request, the failure rate and the series of the charts.
+/// Counts (as of `counts_as_of`: kept and counted again in the background), the oldest
+/// waiting request, the failure rate and the series of the charts.
 #[utoipa::path(get, path = "/api/overview", responses((status = 200, body = Overview), (status = 401, body = Problem)),
     security(("session" = []), ("bearer" = [])))]
 async fn overview(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
-    let rt = &state.rt;
-    let day = Duration::from_secs(24 * 3600);
-    let result = async {
-        let counts = rt.count_by_status().await?;
-        let by_status = Status::ALL
-            .iter()
-            .map(|&status| StatusCount {
-                status,
-                count: counts
-                    .iter()
-                    .find(|(s, _)| *s == status)
-                    .map_or(0, |(_, n)| *n),
-            })
-            .collect();
-        let finished = rt.finished_per_minute(day).await?;
-        let hour_start = crate::store::ops::minute_of(crate::record::now_ms()) - 59 * 60_000;
-        let (ok, dead) = finished
-            .iter()
-            .filter(|m| m.minute >= hour_start)
-            .fold((0, 0), |(o, d), m| (o + m.succeeded, d + m.failed));
-        Ok::<_, crate::Error>(Overview {
-            by_status,
-            by_executor: rt.counts_by_executor().await?,
-            oldest_waiting_ms: rt.oldest_waiting().await?.map(|d| d.as_millis() as i64),
-            failure_rate_last_hour: (ok + dead > 0).then(|| dead as f64 / (ok + dead) as f64),
-            finished_per_minute: finished,
-            queue_depth: rt.queue_depth(day).await?,
-        })
-    }
-    .await;
-    match result {
+    match super::overview::overview(&state).await {
         Ok(overview) => Json(overview).into_response(),
         Err(error) => failed(error),
     }
@@ -225,25 +171,13 @@ async fn list_requests(
     Query(filter): Query<FilterForm>,
     Query(paging): Query<PageForm>,
 ) -> Response {
-    let (query, page) = match (filter.to_query(), paging.to_page()) {
-        (Ok(q), Ok(p)) => (q, p),
-        (Err(e), _) | (_, Err(e)) => return problem(StatusCode::BAD_REQUEST, &e),
-    };
-    match state.rt.query(&query, &page).await {
-        Ok(requests) => {
-            let next = (requests.len() as i64 == page.limit)
-                .then(|| requests.last())
-                .flatten()
-                .map(|r| {
-                    Cursor {
-                        create_time: r.create_time,
-                        id: r.id,
-                    }
-                    .to_text()
-                });
-            Json(RequestPage { requests, next }).into_response()
-        }
-        Err(error) => failed(error),
+    match super::reads::request_list(&state, &filter, &paging).await {
+        Ok(list) => Json(RequestPage {
+            requests: list.rows,
+            next: list.next.map(Cursor::to_text),
+        })
+        .into_response(),
+        Err(refused) => problem(refused.status, &refused.message),
     }
 }
 
@@ -265,20 +199,15 @@ async fn get_request(
     Shared(state): Shared<Arc<State>>,
     Path(id): Path<i64>,
 ) -> Response {
-    let request = match state.rt.get(id).await {
-        Ok(Some(request)) => request,
-        Ok(None) => return failed(crate::Error::NotFound(id)),
-        Err(error) => return failed(error),
-    };
-    match state.rt.attempts(id).await {
-        Ok(attempts) => Json(RequestDetail {
+    match super::reads::request_with_attempts(&state, id).await {
+        Ok((request, attempts)) => Json(RequestDetail {
             arguments: serde_json::from_str(&request.param_json)
                 .unwrap_or(serde_json::Value::String(request.param_json.clone())),
             request,
             attempts,
         })
         .into_response(),
-        Err(error) => failed(error),
+        Err(refused) => problem(refused.status, &refused.message),
     }
 }
 
@@ -398,11 +327,12 @@ async fn run_action(
     if let Some(refused) = may_act(&caller) {
         return refused;
     }
-    match state
+    let done = state
         .rt
         .act(body.action, &body.query, &caller.who.name)
-        .await
-    {
+        .await;
+    state.counts.recount_soon(&state.rt);
+    match done {
         Ok(changed) => Json(ActionDone {
             action: body.action,
             changed,

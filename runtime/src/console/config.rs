@@ -1,6 +1,7 @@
 //! Who may use the console, and how it is served.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -63,13 +64,30 @@ pub(crate) struct Token {
 ///     .secure_cookie(true); // served over TLS (directly or behind a proxy)
 /// # let _ = config;
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ConsoleConfig {
     pub(crate) users: Vec<User>,
     pub(crate) tokens: Vec<Token>,
     pub(crate) listen: Option<SocketAddr>,
     pub(crate) secure_cookie: bool,
+    pub(crate) counts_max_age: Duration,
     pub(crate) errors: Vec<String>,
+}
+
+/// How old the overview's counts may be before a view counts them again in the background.
+pub const DEFAULT_COUNTS_MAX_AGE: Duration = Duration::from_secs(10);
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            users: Vec::new(),
+            tokens: Vec::new(),
+            listen: None,
+            secure_cookie: false,
+            counts_max_age: DEFAULT_COUNTS_MAX_AGE,
+            errors: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ConsoleConfig {
@@ -93,6 +111,7 @@ impl std::fmt::Debug for ConsoleConfig {
             )
             .field("listen", &self.listen)
             .field("secure_cookie", &self.secure_cookie)
+            .field("counts_max_age", &self.counts_max_age)
             .finish()
     }
 }
@@ -204,6 +223,23 @@ impl ConsoleConfig {
     /// Marks the session cookie `Secure`: set it when the console is served over TLS.
     pub fn secure_cookie(mut self, secure: bool) -> Self {
         self.secure_cookie = secure;
+        self
+    }
+
+    /// How old the overview's counts of requests by status and executor may be (default
+    /// [`DEFAULT_COUNTS_MAX_AGE`], 10 s). They are one `GROUP BY` over every record of the
+    /// application, which takes seconds at a million records: the console keeps the last
+    /// count, shows it with its age, and a view that finds it older than this counts again
+    /// in the background. `Duration::ZERO` counts on every view (exact, and a scan each).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().counts_max_age(Duration::from_secs(30));
+    /// # let _ = config;
+    /// ```
+    pub fn counts_max_age(mut self, max_age: Duration) -> Self {
+        self.counts_max_age = max_age;
         self
     }
 

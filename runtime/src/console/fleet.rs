@@ -93,7 +93,7 @@ fn percentile(sorted: &[i64], pct: usize) -> Option<i64> {
 
 pub(crate) async fn executor_views(state: &State) -> crate::Result<Vec<ExecutorView>> {
     let rt = &state.rt;
-    let counts = rt.counts_by_executor().await?;
+    let counts = state.counts.get(rt).await?;
     let instances = rt.instances().await?;
     let paused = rt.paused().await?;
     let mut views: BTreeMap<String, ExecutorView> = BTreeMap::new();
@@ -125,7 +125,7 @@ pub(crate) async fn executor_views(state: &State) -> crate::Result<Vec<ExecutorV
         view.timeout_ms = Some(info.timeout_ms);
         views.insert(info.name, view);
     }
-    for c in counts {
+    for c in &counts.by_executor {
         let view = views
             .entry(c.executor.clone())
             .or_insert_with(|| blank(&c.executor));

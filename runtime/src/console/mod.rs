@@ -29,7 +29,9 @@ mod charts;
 mod config;
 mod filter;
 mod fleet;
+mod overview;
 mod pages;
+mod reads;
 mod views;
 
 use std::sync::Arc;
@@ -40,7 +42,9 @@ use axum::routing::{get, post};
 use axum::Router;
 
 pub use auth::{hash_password, token_digest};
-pub use config::{ConsoleConfig, Role, SECURE_COOKIE_VAR, TOKENS_VAR, USERS_VAR};
+pub use config::{
+    ConsoleConfig, Role, DEFAULT_COUNTS_MAX_AGE, SECURE_COOKIE_VAR, TOKENS_VAR, USERS_VAR,
+};
 
 use crate::error::Result;
 use crate::runtime::Runtime;
@@ -53,6 +57,8 @@ pub(crate) struct State {
     pub(crate) login_required: bool,
     pub(crate) sessions: auth::Sessions,
     pub(crate) limiter: auth::Limiter,
+    /// The overview's counts, with their age.
+    pub(crate) counts: overview::CountCache,
 }
 
 /// The console's stylesheet, embedded.
@@ -75,6 +81,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
     let login_required = config.check()?;
     let state = Arc::new(State {
         rt: rt.clone(),
+        counts: overview::CountCache::new(config.counts_max_age),
         config,
         login_required,
         sessions: Default::default(),

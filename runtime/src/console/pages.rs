@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::StatusCode;
@@ -16,7 +15,7 @@ use super::charts;
 use super::filter::{FilterForm, PageForm};
 use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el};
 use super::State;
-use crate::query::{Action, Cursor, Order};
+use crate::query::{Action, Order};
 use crate::record::Status;
 use crate::store::ops::minute_of;
 
@@ -90,59 +89,48 @@ pub(crate) async fn overview(
 }
 
 async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
-    let rt = &state.rt;
-    let counts = rt.count_by_status().await?;
-    let by_executor = rt.counts_by_executor().await?;
-    let oldest = rt.oldest_waiting().await?;
-    let day = rt
-        .finished_per_minute(Duration::from_secs(24 * 3600))
-        .await?;
-    let depth = rt.queue_depth(Duration::from_secs(24 * 3600)).await?;
+    let o = super::overview::overview(state).await?;
     let now = crate::record::now_ms();
     let now_minute = minute_of(now);
-    let hour = charts::bucketed(&day, now_minute, 60_000, 60);
-    let quarter_hours = charts::bucketed(&day, now_minute, 15 * 60_000, 96);
-    let (ok, dead): (i64, i64) = hour
-        .iter()
-        .fold((0, 0), |(o, d), b| (o + b.succeeded, d + b.failed));
-    let rate = if ok + dead == 0 {
-        "—".to_string()
-    } else {
-        format!("{:.1} %", 100.0 * dead as f64 / (ok + dead) as f64)
-    };
-    let count_of = |status: Status| {
-        counts
-            .iter()
-            .find(|(s, _)| *s == status)
-            .map_or(0, |(_, n)| *n)
+    let hour = charts::bucketed(&o.finished_per_minute, now_minute, 60_000, 60);
+    let quarter_hours = charts::bucketed(&o.finished_per_minute, now_minute, 15 * 60_000, 96);
+    let rate = match o.failure_rate_last_hour {
+        None => "—".to_string(),
+        Some(rate) => format!("{:.1} %", 100.0 * rate),
     };
     let mut executors: BTreeMap<&str, BTreeMap<&str, i64>> = BTreeMap::new();
-    for c in &by_executor {
+    for c in &o.by_executor {
         executors
             .entry(c.executor.as_str())
             .or_default()
             .insert(c.status.as_str(), c.count);
     }
+    let depth = &o.queue_depth;
     Ok(html! {
         section.cards {
-            @for status in Status::ALL {
-                div.card id={ "count-" (status.as_str()) } data-count=(count_of(status)) {
-                    div.label { (badge(status)) }
-                    div.value { (count_of(status)) }
+            @for c in &o.by_status {
+                div.card id={ "count-" (c.status.as_str()) } data-count=(c.count) {
+                    div.label { (badge(c.status)) }
+                    div.value { (c.count) }
                 }
             }
             div.card id="oldest-waiting" {
                 div.label { "oldest waiting" }
-                div.value { (oldest.map(|d| span(d.as_millis() as i64)).unwrap_or_else(|| "none".into())) }
+                div.value { (o.oldest_waiting_ms.map(span).unwrap_or_else(|| "none".into())) }
             }
             div.card id="failure-rate" {
                 div.label { "failed, last hour" }
                 div.value { (rate) }
             }
         }
+        p.counts-age id="counts-age" data-as-of=(o.counts_as_of) data-age-ms=(o.counts_age_ms) {
+            "Counts as of " (o.counts_age_ms / 1000) " s ago (" (time_el(o.counts_as_of))
+            "): counted again in the background when a view finds them older than "
+            (state.counts.max_age_ms() / 1000) " s."
+        }
         (charts::finished_bars("chart-hour", "Finished per minute, last hour", &hour))
         (charts::finished_bars("chart-day", "Finished per 15 minutes, last day", &quarter_hours))
-        (charts::depth_line("chart-depth", "Queue depth, last day", &depth, now - 24 * 3600 * 1000, now))
+        (charts::depth_line("chart-depth", "Queue depth, last day", depth, now - 24 * 3600 * 1000, now))
         h2 { "By executor" }
         table id="executor-counts" {
             thead { tr { th { "executor" } @for status in Status::ALL { th.num { (status.as_str()) } } } }
@@ -242,43 +230,31 @@ pub(crate) async fn requests(
     Shared(state): Shared<Arc<State>>,
     Query(params): Query<ListParams>,
 ) -> Response {
-    let (query, page_spec) = match (params.filter.to_query(), params.page.to_page()) {
-        (Ok(q), Ok(p)) => (q, p),
-        (Err(e), _) | (_, Err(e)) => {
-            return error_page(&base, &who, StatusCode::BAD_REQUEST, &e);
-        }
+    let list = match super::reads::request_list(&state, &params.filter, &params.page).await {
+        Ok(list) => list,
+        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
     };
-    let rows = match state.rt.query(&query, &page_spec).await {
-        Ok(rows) => rows,
-        Err(error) => return failed(&base, &who, error),
-    };
+    let (rows, page_spec) = (&list.rows, list.page);
     let filter_qs = params.filter.to_query_string();
     let order = match page_spec.order {
         Order::Newest => "newest",
         Order::Oldest => "oldest",
     };
-    let next = (rows.len() as i64 == page_spec.limit)
-        .then(|| rows.last())
-        .flatten()
-        .map(|last| {
-            let cursor = Cursor {
-                create_time: last.create_time,
-                id: last.id,
-            };
-            format!(
-                "{base}/requests?{filter_qs}{sep}order={order}&after={}&limit={}",
-                cursor.to_text(),
-                page_spec.limit,
-                sep = if filter_qs.is_empty() { "" } else { "&" },
-            )
-        });
+    let next = list.next.map(|cursor| {
+        format!(
+            "{base}/requests?{filter_qs}{sep}order={order}&after={}&limit={}",
+            cursor.to_text(),
+            page_spec.limit,
+            sep = if filter_qs.is_empty() { "" } else { "&" },
+        )
+    });
     let body = html! {
         (notice(params.notice.as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
         table id="requests" {
             thead { tr { th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" } } }
             tbody {
-                @for r in &rows {
+                @for r in rows {
                     tr data-request-id=(r.id) data-status=(r.status.as_str()) {
                         td { a.request-link href={ (base) "/requests/" (r.id) } { (r.id) } }
                         td { (badge(r.status)) }
@@ -340,17 +316,9 @@ pub(crate) async fn request_detail(
             "a request id is a whole number",
         );
     };
-    let request = match state.rt.get(id).await {
-        Ok(Some(request)) => request,
-        Ok(None) => {
-            let message = format!("no request {id}: it may have succeeded and been deleted");
-            return error_page(&base, &who, StatusCode::NOT_FOUND, &message);
-        }
-        Err(error) => return failed(&base, &who, error),
-    };
-    let attempts = match state.rt.attempts(id).await {
-        Ok(attempts) => attempts,
-        Err(error) => return failed(&base, &who, error),
+    let (request, attempts) = match super::reads::request_with_attempts(&state, id).await {
+        Ok(found) => found,
+        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
     };
     let r = &request;
     let body = html! {

@@ -243,6 +243,15 @@ impl Sql {
     }
 }
 
+/// Whether `query` leaves a page only the `(application_name, create_time, id)` index
+/// (`async_req_created`) to read in order: no status, executor, key or id to look up.
+/// MariaDB then reads that index by its first column alone from the newest entry (a
+/// `ref` access that ignores the cursor's `create_time` bound: 720,000 rows read for a
+/// page at 90 % depth of 1,000,000, 3.8 s) unless the query names the index.
+pub(crate) fn only_the_time_index(query: &RequestQuery) -> bool {
+    query.status.is_none() && query.executor.is_none() && query.key.is_none() && query.id.is_none()
+}
+
 /// A `LIKE` pattern (escape character `!`) that matches text containing `needle`, each
 /// of its characters standing for itself.
 pub(crate) fn contains_pattern(needle: &str) -> String {
@@ -310,6 +319,22 @@ mod tests {
             "SELECT 1 FROM t WHERE application_name = $1 AND status = $2 AND id = $3"
         );
         assert_eq!(sql.binds.len(), 3);
+    }
+
+    #[test]
+    fn only_unindexed_filters_leave_the_time_index() {
+        assert!(only_the_time_index(&RequestQuery::default()));
+        assert!(only_the_time_index(
+            &RequestQuery::default()
+                .error_contains("x")
+                .created_between(Some(1), None)
+        ));
+        assert!(!only_the_time_index(
+            &RequestQuery::default().status(Status::Dead)
+        ));
+        assert!(!only_the_time_index(&RequestQuery::default().executor("e")));
+        assert!(!only_the_time_index(&RequestQuery::default().key("k")));
+        assert!(!only_the_time_index(&RequestQuery::default().id(1)));
     }
 
     #[test]
