@@ -217,6 +217,50 @@ async fn a_claim_whose_lease_ran_out_while_waiting_is_not_started(db: TestDb) {
     b.shutdown().await.expect("shutdown b");
 }
 
+/// Found by the long chaos run (PostgreSQL): a renewal that found one of its rows locked
+/// by another statement for a moment (PostgreSQL's renewal skips locked rows, so as never
+/// to wait while holding locks) took the lease for lost: the body was told to stop, failed,
+/// and ran again elsewhere. A row this instance still holds is not lost because it was
+/// locked; it is renewed by a later beat.
+async fn a_row_locked_elsewhere_is_not_a_lost_lease(db: TestDb) {
+    logs();
+    let a = instance(&db, &db.url, false).await;
+    let receipt = long_job("locked".into(), 3_000).on(&a).await.expect("call");
+    let id = receipt.id.expect("a stored request");
+    probe(&a).wait_runs("locked started", 1).await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&db.url).await.expect("connect");
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query(
+        "SELECT id FROM async_req WHERE id = $1 FOR UPDATE"
+            .replace(
+                "$1",
+                if db.url.starts_with("mysql") {
+                    "?"
+                } else {
+                    "$1"
+                },
+            )
+            .as_str(),
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await
+    .expect("lock the row");
+    // Two or three beats (every 500 ms) find the row locked.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    tx.commit().await.expect("commit");
+    probe(&a).wait_runs("locked", 1).await;
+    a.wait_idle().await;
+    assert!(
+        !told(&a),
+        "A's body was told its lease was lost while A held it"
+    );
+    assert_eq!(success_workers(&db).await, vec![a.instance().to_string()]);
+    pool.close().await;
+    a.shutdown().await.expect("shutdown a");
+}
+
 async fn wait_for_long<F, Fut>(mut check: F, limit: Duration)
 where
     F: FnMut() -> Fut,
@@ -236,4 +280,5 @@ network_suite!(
     lease_survives_a_short_outage,
     a_lease_that_cannot_be_kept_is_told_and_fenced,
     a_claim_whose_lease_ran_out_while_waiting_is_not_started,
+    a_row_locked_elsewhere_is_not_a_lost_lease,
 );

@@ -80,14 +80,14 @@ impl Heartbeat {
         // This instance's estimate of the new lease end: from before the statement was
         // sent, so never later than the database's.
         let until = sent + lease_ms;
-        let renewed = self
+        let renewal = self
             .keeper
             .renew(&self.owner, &ids, lease_ms, patience)
             .await?;
-        report.renewed = renewed.len() as u64;
+        report.renewed = renewal.renewed.len() as u64;
         crate::metrics::leases("renewed", report.renewed);
         report.lost += self.report_lost(
-            self.pool.renewed(&ids, &renewed, until),
+            self.pool.renewed(&ids, &renewal, until),
             "are held by another instance now (or the records are gone): their bodies are \
              told to stop (`Context::is_cancelled`) and their outcomes will not be written",
         );
@@ -164,12 +164,12 @@ mod tests {
             ids: &[RequestId],
             _lease_ms: i64,
             patience: Duration,
-        ) -> Result<Vec<RequestId>> {
+        ) -> Result<crate::store::Renewal> {
             self.asked.lock().unwrap().push((ids.to_vec(), patience));
             if patience < self.round_trip {
                 return Err(crate::Error::NoAnswer(patience));
             }
-            Ok(ids.to_vec())
+            Ok(crate::store::Renewal::all(ids.to_vec()))
         }
     }
 

@@ -177,16 +177,19 @@ impl ExecutorPool {
         (ids, earliest)
     }
 
-    /// Notes a renewal: the leases of `renewed` now end at `until`; those of `asked` that
-    /// were not renewed and whose body is still running (or waits to) were taken over or
-    /// removed: they are lost, their bodies told. Returns the ids lost.
+    /// Notes a renewal: the leases of `renewal.renewed` now end at `until`; those of
+    /// `renewal.held` are unchanged (still this instance's, not renewed this time); those
+    /// of `asked` that are in neither and whose body is still running (or waits to) were
+    /// taken over or removed: they are lost, their bodies told. Returns the ids lost.
     pub(crate) fn renewed(
         &self,
         asked: &[RequestId],
-        renewed: &[RequestId],
+        renewal: &crate::store::Renewal,
         until: i64,
     ) -> Vec<RequestId> {
-        let renewed: std::collections::HashSet<RequestId> = renewed.iter().copied().collect();
+        let held: std::collections::HashSet<RequestId> = renewal.held.iter().copied().collect();
+        let renewed: std::collections::HashSet<RequestId> =
+            renewal.renewed.iter().copied().collect();
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut lost = Vec::new();
         for id in asked {
@@ -195,7 +198,7 @@ impl ExecutorPool {
             };
             if renewed.contains(id) {
                 flight.lease_until = flight.lease_until.max(until);
-            } else if !flight.done && !flight.lost {
+            } else if !flight.done && !flight.lost && !held.contains(id) {
                 flight.lose();
                 lost.push(*id);
             }

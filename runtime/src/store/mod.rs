@@ -36,7 +36,8 @@ pub mod sqlite;
 #[async_trait]
 pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
     /// Extends by `lease_ms` from the database's clock the leases of those of `ids` that
-    /// `owner` still holds as running; returns the ids renewed. Gives up after
+    /// `owner` still holds as running; returns the ids renewed, and those still held but
+    /// not renewed this time (locked by another statement at that moment). Gives up after
     /// `patience` (connecting included).
     async fn renew(
         &self,
@@ -44,7 +45,27 @@ pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
         ids: &[RequestId],
         lease_ms: i64,
         patience: std::time::Duration,
-    ) -> Result<Vec<RequestId>>;
+    ) -> Result<Renewal>;
+}
+
+/// What a lease renewal found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    /// Leases extended.
+    pub(crate) renewed: Vec<RequestId>,
+    /// Still held by the owner, but not extended: the row was locked by another statement
+    /// (PostgreSQL's renewal skips locked rows). Neither renewed nor lost.
+    pub(crate) held: Vec<RequestId>,
+}
+
+impl Renewal {
+    /// Every id renewed; none merely held.
+    pub(crate) fn all(renewed: Vec<RequestId>) -> Self {
+        Renewal {
+            renewed,
+            held: Vec::new(),
+        }
+    }
 }
 
 /// An idempotency key as `async_key` holds it.

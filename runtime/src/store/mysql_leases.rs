@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::{MySql, MySqlConnection};
 
 use super::dedicated::DedicatedConnection;
-use super::LeaseKeeper;
+use super::{LeaseKeeper, Renewal};
 use crate::error::Result;
 use crate::record::RequestId;
 
@@ -39,9 +39,9 @@ impl LeaseKeeper for MySqlLeases {
         ids: &[RequestId],
         lease_ms: i64,
         patience: Duration,
-    ) -> Result<Vec<RequestId>> {
+    ) -> Result<Renewal> {
         if ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Renewal::default());
         }
         // Owned, for the statement's future (which may outlive this call's borrows).
         let (owner, ids) = (owner.to_owned(), ids.to_vec());
@@ -83,7 +83,8 @@ impl LeaseKeeper for MySqlLeases {
                         }
                         renewed.extend(query.fetch_all(&mut *conn).await?);
                     }
-                    Ok(renewed)
+                    // Locked rows are waited for (within the patience), never skipped.
+                    Ok(Renewal::all(renewed))
                 })
             })
             .await

@@ -816,11 +816,11 @@ impl super::LeaseKeeper for SqliteLeases {
         ids: &[RequestId],
         lease_ms: i64,
         patience: std::time::Duration,
-    ) -> Result<Vec<RequestId>> {
+    ) -> Result<super::Renewal> {
         let work = async {
             let mut writer = self.store.writer().await?;
             let result = renew(writer.conn(), owner, ids, lease_ms).await;
-            writer.check(result)
+            writer.check(result).map(super::Renewal::all)
         };
         tokio::time::timeout(patience, work)
             .await
