@@ -289,6 +289,9 @@ async fn retention_prunes_are_counted<DB: async_exec::Backend>(db: common::TestD
         .map(|(s, b)| counts.get(s) - b)
         .collect();
     assert_eq!(delta, vec![1.0, 2.0], "series: {series:?}");
+    rt.shutdown().await.unwrap();
+}
+
 /// The start latency counts from the commit (a call made now) or from the due time (a
 /// delayed call, which starts after its delay of 1.5 s and is counted well under that).
 async fn start_latency_counts_from_the_commit_or_the_due_time<DB: async_exec::Backend>(
