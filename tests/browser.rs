@@ -137,9 +137,13 @@ mod chromium {
         format!("http://{address}/console")
     }
 
+    /// The text of `#id`, once the page shows it (a form's answer may still be on its way:
+    /// a login checks an argon2 hash first).
     async fn text_of(client: &Client, id: &str) -> String {
         client
-            .find(Locator::Id(id))
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Id(id))
             .await
             .unwrap_or_else(|e| panic!("#{id} missing: {e}"))
             .text()
