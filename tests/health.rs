@@ -25,7 +25,7 @@ async fn waiting(db: &TestDb, application: &str, run_at: i64) {
     .await;
 }
 
-const PARTS: [&str; 9] = [
+const PARTS: [&str; 10] = [
     "completer",
     "clock",
     "presence",
@@ -34,6 +34,7 @@ const PARTS: [&str; 9] = [
     "compensator",
     "retention",
     "heartbeat",
+    "queue sampler",
     "control",
 ];
 
