@@ -323,11 +323,11 @@ struct Case {
 async fn cursor_at(pool: &Pool, filter: &str, rows: i64, fraction: f64) -> Result<String> {
     let offset = ((rows as f64) * 0.8 * fraction) as i64;
     let sql = format!(
-        "SELECT create_time, id FROM async_req WHERE application_name = '{APP}'{filter} \
-         ORDER BY create_time DESC, id DESC LIMIT 1 OFFSET {offset}"
+        "SELECT id, id FROM async_req WHERE application_name = '{APP}'{filter} \
+         ORDER BY id DESC LIMIT 1 OFFSET {offset}"
     );
-    let (time, id) = pool.pair(&sql).await.with_context(|| sql.clone())?;
-    Ok(format!("{time}.{id}"))
+    let (id, _) = pool.pair(&sql).await.with_context(|| sql.clone())?;
+    Ok(id.to_string())
 }
 
 async fn cases(pool: &Pool, rows: i64) -> Result<Vec<Case>> {

@@ -381,8 +381,9 @@ async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: 
                 None => break,
             }
         }
+        // In id order, the order they were written in.
         let mut sorted = seen.clone();
-        sorted.sort();
+        sorted.sort_by_key(|&(_, id)| id);
         if order == "newest" {
             sorted.reverse();
         }

@@ -64,7 +64,7 @@ impl Runtime {
     }
 
     /// A page of the requests that match `query` (of this application unless it names
-    /// another), by creation time. Keyset paging: pass the last request's
+    /// another), newest first by id. Keyset paging: pass the last request's
     /// [`Cursor`](crate::Cursor) as `page.after` for the next page.
     ///
     /// ```no_run
@@ -75,7 +75,7 @@ impl Runtime {
     /// loop {
     ///     let requests = rt.query(&query, &page).await?;
     ///     let Some(last) = requests.last() else { break };
-    ///     page.after = Some(Cursor { create_time: last.create_time, id: last.id });
+    ///     page.after = Some(Cursor { id: last.id });
     /// }
     /// # Ok(()) }
     /// ```

@@ -94,7 +94,7 @@ impl RequestQuery {
     }
 }
 
-/// The order of a page: by creation time, then id.
+/// The order of a page: by id, which is the order requests were written in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
@@ -105,28 +105,28 @@ pub enum Order {
     Oldest,
 }
 
-/// Where a page starts: after the request with this creation time and id (the last one of
-/// the page before). Keyset paging: as fast on the ten-thousandth page as on the first.
+/// Where a page starts: after the request with this id (the last one of the page
+/// before). Keyset paging: as fast on the ten-thousandth page as on the first.
+///
+/// Pages are in id order, the order in which requests were written: the creation time
+/// shown with each follows it, up to how far apart the clocks of the writing instances
+/// were (milliseconds), and a call in a transaction scope is written at its commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
-    /// The creation time of the last request of the page before (unix ms).
-    pub create_time: i64,
-    /// Its id.
+    /// The id of the last request of the page before.
     pub id: RequestId,
 }
 
 impl Cursor {
-    /// The cursor as text, for a link: `create_time.id`.
+    /// The cursor as text, for a link: the id.
     pub fn to_text(self) -> String {
-        format!("{}.{}", self.create_time, self.id)
+        self.id.to_string()
     }
 
     /// Reads [`Cursor::to_text`]'s text; `None` when it is not one.
     pub fn parse(text: &str) -> Option<Cursor> {
-        let (time, id) = text.split_once('.')?;
         Some(Cursor {
-            create_time: time.parse().ok()?,
-            id: id.parse().ok()?,
+            id: text.parse().ok()?,
         })
     }
 }

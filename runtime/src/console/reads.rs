@@ -59,10 +59,7 @@ pub(crate) async fn request_list(
     let next = (rows.len() as i64 == page.limit)
         .then(|| rows.last())
         .flatten()
-        .map(|last| Cursor {
-            create_time: last.create_time,
-            id: last.id,
-        });
+        .map(|last| Cursor { id: last.id });
     Ok(RequestList { rows, page, next })
 }
 

@@ -170,8 +170,14 @@ impl Sql {
         self.push(" application_name = ")
             .bind(Bind::Text(application.into()));
         if let Some(status) = query.status {
-            self.push(" AND status = ")
-                .bind(Bind::Text(status.as_str().into()));
+            // A literal (a status name is one of a few constants), and for a finished
+            // status also the predicate of the partial indexes word for word: SQLite uses
+            // a partial index only when the query names its predicate, PostgreSQL only
+            // when it can prove it at planning, which a bound value does not let it.
+            self.push(&format!(" AND status = '{}'", status.as_str()));
+            if !is_hot(status) {
+                self.push(" AND ").push(FINISHED);
+            }
         }
         if let Some(executor) = &query.executor {
             self.push(" AND executor = ")
@@ -225,31 +231,61 @@ impl Sql {
             Order::Newest => ("<", "DESC"),
             Order::Oldest => (">", "ASC"),
         };
-        if let Some(Cursor { create_time, id }) = page.after {
-            // `create_time <=` (or `>=`) bounds the index range on every backend (a row
-            // comparison or a plain OR would not, on MySQL), so a deep page reads as few
-            // index entries as the first; the rest drops the cursor's own time's rows
-            // up to its id.
-            self.push(&format!(" AND create_time {cmp}= "))
-                .bind(Bind::Int(create_time))
-                .push(&format!(" AND (create_time {cmp} "))
-                .bind(Bind::Int(create_time))
-                .push(&format!(" OR id {cmp} "))
-                .bind(Bind::Int(id))
-                .push(")");
+        if let Some(Cursor { id }) = page.after {
+            self.push(&format!(" AND id {cmp} ")).bind(Bind::Int(id));
         }
-        self.push(&format!(" ORDER BY create_time {dir}, id {dir} LIMIT "))
+        self.push(&format!(" ORDER BY id {dir} LIMIT "))
             .bind(Bind::Int(page.limit.clamp(1, 1000)))
     }
 }
 
-/// Whether `query` leaves a page only the `(application_name, create_time, id)` index
-/// (`async_req_created`) to read in order: no status, executor, key or id to look up.
-/// MariaDB then reads that index by its first column alone from the newest entry (a
-/// `ref` access that ignores the cursor's `create_time` bound: 720,000 rows read for a
-/// page at 90 % depth of 1,000,000, 3.8 s) unless the query names the index.
-pub(crate) fn only_the_time_index(query: &RequestQuery) -> bool {
-    query.status.is_none() && query.executor.is_none() && query.key.is_none() && query.id.is_none()
+/// The predicate of the list indexes (`async_req_done_*`, migration
+/// `20261202000001_async_exec_list_indexes`): records neither waiting for their first
+/// run nor running. A request is written `init`, claimed `running` and (by default)
+/// deleted on success, so on that path nothing touches the indexes the list needs.
+pub(crate) const FINISHED: &str = "status NOT IN ('init', 'running')";
+
+/// Whether `status` is one of the submit-claim-complete path's, which the list indexes
+/// leave out.
+fn is_hot(status: Status) -> bool {
+    matches!(status, Status::Init | Status::Running)
+}
+
+/// `<select_from> WHERE …` for the page of `query` that `page` asks for, newest (or
+/// oldest) id first. Without a status, id or key to narrow it, the page is read in two
+/// parts, each from indexes that hold it in order: the finished records from the partial
+/// list indexes, the waiting and running ones from the primary key (or the claim and
+/// lease indexes), merged by id.
+pub(crate) fn page_select(
+    marks: Marks,
+    select_from: &str,
+    application: &str,
+    query: &RequestQuery,
+    page: &PageSpec,
+) -> Sql {
+    if query.status.is_some() || query.id.is_some() || query.key.is_some() {
+        let mut s = Sql::new(marks, &format!("{select_from} WHERE"));
+        s.filter(application, query).page(page);
+        return s;
+    }
+    let dir = match page.order {
+        Order::Newest => "DESC",
+        Order::Oldest => "ASC",
+    };
+    let mut s = Sql::new(marks, &format!("SELECT * FROM ({select_from} WHERE"));
+    s.filter(application, query)
+        .push(" AND ")
+        .push(FINISHED)
+        .page(page)
+        .push(&format!(
+            ") finished UNION ALL SELECT * FROM ({select_from} WHERE"
+        ))
+        .filter(application, query)
+        .push(" AND status IN ('init', 'running')")
+        .page(page)
+        .push(&format!(") live ORDER BY id {dir} LIMIT "))
+        .bind(Bind::Int(page.limit.clamp(1, 1000)));
+    s
 }
 
 /// A `LIKE` pattern (escape character `!`) that matches text containing `needle`, each
@@ -319,22 +355,6 @@ mod tests {
             "SELECT 1 FROM t WHERE application_name = $1 AND status = $2 AND id = $3"
         );
         assert_eq!(sql.binds.len(), 3);
-    }
-
-    #[test]
-    fn only_unindexed_filters_leave_the_time_index() {
-        assert!(only_the_time_index(&RequestQuery::default()));
-        assert!(only_the_time_index(
-            &RequestQuery::default()
-                .error_contains("x")
-                .created_between(Some(1), None)
-        ));
-        assert!(!only_the_time_index(
-            &RequestQuery::default().status(Status::Dead)
-        ));
-        assert!(!only_the_time_index(&RequestQuery::default().executor("e")));
-        assert!(!only_the_time_index(&RequestQuery::default().key("k")));
-        assert!(!only_the_time_index(&RequestQuery::default().id(1)));
     }
 
     #[test]

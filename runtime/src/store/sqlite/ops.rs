@@ -12,7 +12,7 @@ use crate::query::{
     RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, push_set, Bind, Marks, OpsStore, Sql};
+use crate::store::ops::{action_set, page_select, push_set, Bind, Marks, OpsStore, Sql};
 use crate::store::rows::{request_from_row, status, REQUEST_COLUMNS};
 
 fn bound(sql: &Sql) -> Query<'_, Sqlite, SqliteArguments<'_>> {
@@ -38,8 +38,8 @@ impl OpsStore for SqliteStore {
         query: &RequestQuery,
         page: &PageSpec,
     ) -> Result<Vec<Request>> {
-        let mut s = sql(&format!("SELECT {REQUEST_COLUMNS} FROM async_req WHERE"));
-        s.filter(application, query).page(page);
+        let select = format!("SELECT {REQUEST_COLUMNS} FROM async_req");
+        let s = page_select(Marks::Question, &select, application, query, page);
         let rows = bound(&s).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
     }
