@@ -56,7 +56,29 @@ async fn a_submit_only_runtime_starts_its_workers<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Several instances started at once on an empty database (a deploy of three replicas):
+/// each migrates, and one waits for the other. Found on MariaDB: sqlx's migration lock
+/// (`GET_LOCK(name, -1)`) takes no lock there (MariaDB answers NULL to a negative
+/// timeout), so two instances ran the first migration twice ("Duplicate entry
+/// '20261130000001'") or found it half done (`Dirty`), and did not start.
+async fn instances_started_at_once_on_an_empty_database_all_start<DB: Backend>(db: TestDb) {
+    let mut starts = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let builder = db
+            .builder()
+            .application_name(format!("replica-{i}"))
+            .run_workers(false);
+        starts.spawn(async move { (i, builder.start().await) });
+    }
+    while let Some(joined) = starts.join_next().await {
+        let (i, started) = joined.unwrap();
+        let rt = started.unwrap_or_else(|e| panic!("replica {i} did not start: {e}"));
+        rt.shutdown().await.unwrap();
+    }
+}
+
 backend_suite!(
     a_runtime_on_the_applications_pool,
     a_submit_only_runtime_starts_its_workers,
+    instances_started_at_once_on_an_empty_database_all_start,
 );

@@ -10,4 +10,4 @@ DROP INDEX async_req_status_created ON async_req;
 DROP INDEX async_req_executor_created ON async_req;
 CREATE INDEX async_req_done_status ON async_req (application_name, status, id);
 CREATE INDEX async_req_done_executor ON async_req (application_name, executor, id);
-CREATE INDEX async_req_done_created ON async_req (application_name, create_time);
+CREATE INDEX async_req_done_created ON async_req (create_time);

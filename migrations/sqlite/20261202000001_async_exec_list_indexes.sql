@@ -11,9 +11,11 @@
 DROP INDEX IF EXISTS async_req_created;
 DROP INDEX IF EXISTS async_req_status_created;
 DROP INDEX IF EXISTS async_req_executor_created;
+CREATE INDEX IF NOT EXISTS async_req_done ON async_req (application_name, id)
+    WHERE status NOT IN ('init', 'running');
 CREATE INDEX IF NOT EXISTS async_req_done_status ON async_req (application_name, status, id)
     WHERE status NOT IN ('init', 'running');
 CREATE INDEX IF NOT EXISTS async_req_done_executor ON async_req (application_name, executor, id)
     WHERE status NOT IN ('init', 'running');
-CREATE INDEX IF NOT EXISTS async_req_done_created ON async_req (application_name, create_time)
+CREATE INDEX IF NOT EXISTS async_req_done_created ON async_req (create_time)
     WHERE status NOT IN ('init', 'running');

@@ -9,8 +9,15 @@ pub enum Error {
     Database(#[from] sqlx::Error),
 
     /// The schema migrations could not be applied.
-    #[error("could not migrate the async-exec tables")]
+    #[error(
+        "could not migrate the async-exec tables: {0} (the database user needs to create \
+         tables and indexes; `async-exec migrate --url ...` applies them ahead of a deploy)"
+    )]
     Migrate(#[source] sqlx::migrate::MigrateError),
+
+    /// Another instance held the lock under which the migrations run for too long.
+    #[error("could not migrate the async-exec tables: {0}")]
+    MigrateLock(String),
 
     /// The call's arguments could not be serialized to JSON.
     #[error("executor `{executor}`: the arguments could not be serialized to JSON")]

@@ -228,6 +228,8 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (gate_tx, gate) = mpsc::channel::<()>();
         let gate = Mutex::new(gate);
+        let (holding_tx, holding) = mpsc::channel::<()>();
+        let holding_tx = Mutex::new(holding_tx);
         let recorded = seen.clone();
         let set = ListenerSet {
             success: vec![
@@ -239,6 +241,7 @@ mod tests {
                 Arc::new(move |e: &OutcomeEvent| {
                     if e.id == 2 {
                         // Holds the thread until the test has filled the queue.
+                        holding_tx.lock().unwrap().send(()).unwrap();
                         gate.lock().unwrap().recv().unwrap();
                     }
                     recorded.lock().unwrap().push(e.id);
@@ -251,8 +254,10 @@ mod tests {
         notifier.send(event(1, OutcomeKind::Success));
         notifier.send(event(2, OutcomeKind::Success));
         notifier.send(event(99, OutcomeKind::Dead)); // nobody listens: not queued
-                                                     // Wait until the thread holds event 2, then fill the queue and overflow it.
-        std::thread::sleep(Duration::from_millis(200));
+
+        // Once the thread holds event 2 (a sleep was not enough on a loaded machine: the
+        // panic's backtrace of event 1 can take longer), fill the queue and overflow it.
+        holding.recv_timeout(Duration::from_secs(30)).unwrap();
         for id in 0..LISTENER_QUEUE as i64 + 5 {
             notifier.send(event(1000 + id, OutcomeKind::Success));
         }

@@ -43,6 +43,9 @@ pub struct MySqlStore {
     pool: MySqlPool,
 }
 
+/// How long an instance waits for another one's migrations (seconds).
+const MIGRATE_LOCK_WAIT_S: i64 = 120;
+
 impl MySqlStore {
     /// Connects to the database at `url` (`mysql://user:password@host:3306/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
@@ -780,7 +783,34 @@ impl Store for MySqlStore {
         let mut migrator = sqlx::migrate!("../migrations/mysql");
         // The application may keep its own sqlx migrations in the same database.
         migrator.set_ignore_missing(true);
-        migrator.run(&self.pool).await.map_err(Error::Migrate)
+        // sqlx's own lock (`GET_LOCK(name, -1)`) takes none on MariaDB, which answers NULL
+        // to a negative timeout: instances starting together ran one migration twice. This
+        // lock, on the connection that migrates, holds on MariaDB and MySQL alike.
+        let mut conn = self.pool.acquire().await?;
+        let name: String = sqlx::query_scalar("SELECT CONCAT('async_exec_migrate.', DATABASE())")
+            .fetch_one(&mut *conn)
+            .await?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+            .bind(&name)
+            .bind(MIGRATE_LOCK_WAIT_S)
+            .fetch_one(&mut *conn)
+            .await?;
+        if locked != Some(1) {
+            return Err(Error::MigrateLock(format!(
+                "another instance has held the migration lock `{name}` for \
+                 {MIGRATE_LOCK_WAIT_S} s: see what it is doing, or apply the migrations \
+                 with `async-exec migrate`"
+            )));
+        }
+        let migrated = migrator
+            .run_direct(&mut *conn)
+            .await
+            .map_err(Error::Migrate);
+        let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
+            .bind(&name)
+            .execute(&mut *conn)
+            .await;
+        migrated
     }
 
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {

@@ -352,9 +352,10 @@ mod tests {
         sql.filter("app", &RequestQuery::default().status(Status::Dead).id(4));
         assert_eq!(
             sql.text,
-            "SELECT 1 FROM t WHERE application_name = $1 AND status = $2 AND id = $3"
+            "SELECT 1 FROM t WHERE application_name = $1 AND status = 'dead' \
+             AND status NOT IN ('init', 'running') AND id = $2"
         );
-        assert_eq!(sql.binds.len(), 3);
+        assert_eq!(sql.binds.len(), 2);
     }
 
     #[test]

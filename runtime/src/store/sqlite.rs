@@ -63,6 +63,16 @@ impl Writer<'_> {
     }
 }
 
+/// Whether a migration failed because another runtime recorded the same version first.
+fn applied_by_another(e: &sqlx::migrate::MigrateError) -> bool {
+    match e {
+        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(d)) => {
+            d.is_unique_violation() && d.message().contains("_sqlx_migrations")
+        }
+        _ => false,
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` (`sqlite:path.db`, `sqlite::memory:`)
     /// in WAL mode, committing as durably as `synchronous` says.
@@ -308,7 +318,21 @@ impl Store for SqliteStore {
         let mut migrator = sqlx::migrate!("../migrations/sqlite");
         // The application may keep its own sqlx migrations in the same database.
         migrator.set_ignore_missing(true);
-        migrator.run(&self.pool).await.map_err(Error::Migrate)
+        // sqlx takes no lock on SQLite: runtimes starting together on one file may each
+        // apply a migration, and the second one's record of it fails (the schema itself is
+        // written with `IF NOT EXISTS`, in the migration's transaction). It was applied:
+        // run again, and the migrator finds it done.
+        let mut raced = 0;
+        loop {
+            match migrator.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) if raced < 20 && applied_by_another(&e) => {
+                    raced += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(Error::Migrate(e)),
+            }
+        }
     }
 
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
