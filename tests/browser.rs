@@ -242,7 +242,17 @@ mod chromium {
             .await
             .unwrap();
         assert_eq!(dead_count.as_deref(), Some("1"));
-        client.find(Locator::Id("chart-hour")).await.unwrap();
+        // The charts show what just finished, before it is written to async_stat.
+        let hour = client.find(Locator::Id("chart-hour")).await.unwrap();
+        assert_eq!(
+            hour.attr("data-succeeded").await.unwrap().as_deref(),
+            Some("12")
+        );
+        let depth = client.find(Locator::Id("chart-depth")).await.unwrap();
+        assert_eq!(
+            depth.attr("data-waiting").await.unwrap().as_deref(),
+            Some("0")
+        );
         let overview =
             save_screenshot(&client, &format!("overview-{kind:?}.png").to_lowercase()).await;
 
@@ -346,9 +356,22 @@ mod chromium {
             .unwrap();
         let mut seen = Vec::new();
         for item in &outcomes {
-            seen.push(item.attr("data-outcome").await.unwrap().unwrap_or_default());
+            seen.push((
+                item.attr("data-run").await.unwrap().unwrap_or_default(),
+                item.attr("data-attempt").await.unwrap().unwrap_or_default(),
+                item.attr("data-outcome").await.unwrap().unwrap_or_default(),
+            ));
         }
-        assert!(seen.iter().any(|o| o == "success"), "attempts: {seen:?}");
+        // The retry of the dead request started over: attempt 1 of a second run.
+        let seen: Vec<(&str, &str, &str)> = seen
+            .iter()
+            .map(|(r, a, o)| (r.as_str(), a.as_str(), o.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [("1", "1", "final"), ("2", "1", "success")],
+            "attempts"
+        );
         let detail = save_screenshot(
             &client,
             &format!("request-detail-{kind:?}.png").to_lowercase(),

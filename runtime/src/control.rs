@@ -5,7 +5,9 @@
 //! - Statistics: finished attempts are counted in memory per executor and minute and
 //!   added to `async_stat` every [`STAT_FLUSH`] (they survive `delete_on_success`); the
 //!   queue depth is sampled into `async_depth` once a minute. Rows older than
-//!   [`STAT_KEEP_MS`] are pruned.
+//!   [`STAT_KEEP_MS`] are pruned. [`ControlPart::finished_since`] reads the table and adds
+//!   this instance's counts not written yet, so that the console's charts show the
+//!   current minute.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::dispatcher::StoreWaker;
-use crate::query::StatDelta;
+use crate::query::{MinuteStat, StatDelta};
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
 
@@ -81,6 +83,28 @@ impl Control {
         counts.entry((executor, minute_of(now))).or_default()[slot] += 1;
     }
 
+    /// The counts not written yet of minutes from `since_minute` on, summed over the
+    /// executors, by minute.
+    fn pending_since(&self, since_minute: i64) -> Vec<MinuteStat> {
+        let counts = self.counts.lock().expect("stat lock");
+        let mut by_minute: Vec<MinuteStat> = Vec::new();
+        for (&(_, minute), &[succeeded, failed, retried]) in counts.iter() {
+            if minute < since_minute {
+                continue;
+            }
+            add_to(
+                &mut by_minute,
+                MinuteStat {
+                    minute,
+                    succeeded,
+                    failed,
+                    retried,
+                },
+            );
+        }
+        by_minute
+    }
+
     fn take_counts(&self) -> Vec<StatDelta> {
         let counts = std::mem::take(&mut *self.counts.lock().expect("stat lock"));
         counts
@@ -109,6 +133,19 @@ impl Control {
     }
 }
 
+/// Adds `stat` to the minute of `series` it falls in, or inserts it in minute order.
+fn add_to(series: &mut Vec<MinuteStat>, stat: MinuteStat) {
+    match series.binary_search_by_key(&stat.minute, |s| s.minute) {
+        Ok(i) => {
+            let s = &mut series[i];
+            s.succeeded += stat.succeeded;
+            s.failed += stat.failed;
+            s.retried += stat.retried;
+        }
+        Err(i) => series.insert(i, stat),
+    }
+}
+
 /// The control part: pauses re-read, counts flushed, depth sampled, old statistics
 /// pruned. It holds the shared [`Control`], the store, its application, the clock, whether
 /// this instance runs workers (only workers sample the depth) and the producer's waker.
@@ -134,6 +171,23 @@ impl ControlPart {
             self.waker.look_in_store();
         }
         Ok(())
+    }
+
+    /// Attempts finished per minute from `since_minute` on: every instance's written to
+    /// `async_stat`, plus this instance's counted since its last write (up to
+    /// [`STAT_FLUSH`] old). The table is read first, then the memory: counts that a write
+    /// moves from one to the other in between are left out of this answer (they show in
+    /// the next), never counted twice.
+    pub(crate) async fn finished_since(&self, since_minute: i64) -> crate::Result<Vec<MinuteStat>> {
+        let mut series = self
+            .store
+            .ops()
+            .stat_series(&self.application, since_minute)
+            .await?;
+        for stat in self.control.pending_since(since_minute) {
+            add_to(&mut series, stat);
+        }
+        Ok(series)
     }
 
     /// Adds the counted outcomes to `async_stat`.
@@ -225,5 +279,42 @@ mod tests {
         );
         assert_eq!((deltas[1].minute, deltas[1].retried), (120_000, 1));
         assert!(control.take_counts().is_empty());
+    }
+
+    #[test]
+    fn counts_not_written_yet_are_summed_by_minute_into_the_series() {
+        let control = Control::default();
+        control.count("a", &CompletionResult::Delete, 120_001);
+        control.count("b", &CompletionResult::Succeeded, 120_500);
+        control.count("b", &CompletionResult::Dead { error: "x".into() }, 180_000);
+        control.count("a", &CompletionResult::Delete, 1_000); // before `since`
+        let pending = control.pending_since(60_000);
+        assert_eq!(
+            pending.iter().map(|s| s.minute).collect::<Vec<_>>(),
+            [120_000, 180_000]
+        );
+        assert_eq!((pending[0].succeeded, pending[1].failed), (2, 1));
+        // Not taken: the next write still has them.
+        assert_eq!(control.take_counts().len(), 4);
+        let mut series = vec![
+            MinuteStat {
+                minute: 60_000,
+                succeeded: 1,
+                ..Default::default()
+            },
+            MinuteStat {
+                minute: 180_000,
+                succeeded: 5,
+                ..Default::default()
+            },
+        ];
+        for stat in pending {
+            add_to(&mut series, stat);
+        }
+        let minutes: Vec<(i64, i64, i64)> = series
+            .iter()
+            .map(|s| (s.minute, s.succeeded, s.failed))
+            .collect();
+        assert_eq!(minutes, [(60_000, 1, 0), (120_000, 2, 0), (180_000, 5, 1)]);
     }
 }

@@ -208,15 +208,21 @@ impl Runtime {
             .await
     }
 
-    /// Attempts finished per minute over the last `span` (every instance's; counted in
-    /// memory and written every two seconds). Minutes without any are left out.
+    /// Attempts finished per minute over the last `span`, by the minute they finished
+    /// in: every instance's, counted in memory and written every two seconds, plus this
+    /// instance's not written yet (so the current minute is up to date for what this
+    /// instance ran). Minutes without any are left out.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// let last_hour = rt.finished_per_minute(std::time::Duration::from_secs(3600)).await?;
+    /// let dead: i64 = last_hour.iter().map(|m| m.failed).sum();
+    /// println!("{dead} requests went dead in the last hour");
+    /// # Ok(()) }
+    /// ```
     pub async fn finished_per_minute(&self, span: Duration) -> Result<Vec<MinuteStat>> {
         let since = minute_of(self.inner.now_ms() - span.as_millis() as i64);
-        self.inner
-            .store
-            .ops()
-            .stat_series(&self.inner.app, since)
-            .await
+        self.control_part().finished_since(since).await
     }
 
     /// The queue depth sampled once a minute over the last `span`.

@@ -17,7 +17,7 @@ use super::auth::{self, PageWho, Who};
 use super::config::Role;
 use super::filter::FilterForm;
 use super::pages::{action_label, error_page, hidden_filter, page, urlencode};
-use super::views::{csrf_field, layout, notice};
+use super::views::{count_of, csrf_field, layout, notice};
 use super::State;
 use crate::query::Action;
 
@@ -235,8 +235,8 @@ pub(crate) async fn action(
         let body = html! {
             p id="confirm-text" {
                 (action_label(action)) ": "
-                strong id="confirm-count" data-count=(count) { (count) }
-                " request(s) match the filter and are " (statuses.join(", ")) "."
+                strong id="confirm-count" data-count=(count) { (count_of(count, "request")) }
+                " match" (if count == 1 { "es" } else { "" }) " the filter and " (if count == 1 { "is " } else { "are " }) (statuses.join(", ")) "."
                 @if form.filter.is_empty() { " The filter is empty: this is every such request." }
             }
             form.inline method="post" action={ (base) "/actions" } {
@@ -264,7 +264,11 @@ pub(crate) async fn action(
             )
         }
     };
-    let text = format!("{}: {changed} request(s) changed", action_label(action));
+    let text = format!(
+        "{}: {} changed",
+        action_label(action),
+        count_of(changed as i64, "request")
+    );
     let back = form
         .back
         .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))

@@ -19,9 +19,10 @@ use super::config::Role;
 use super::filter::{FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
+use super::reads::Attempt;
 use super::State;
 use crate::query::{Action, AuditEntry, Cursor, RequestQuery};
-use crate::record::{AttemptLog, Request};
+use crate::record::Request;
 
 pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()
@@ -187,7 +188,8 @@ pub(crate) struct RequestDetail {
     request: Request,
     /// Its arguments, parsed.
     arguments: serde_json::Value,
-    attempts: Vec<AttemptLog>,
+    /// Every attempt logged, oldest first, each with its run (a replay starts one).
+    attempts: Vec<Attempt>,
 }
 
 /// One request, its arguments and every attempt logged.

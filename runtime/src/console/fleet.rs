@@ -327,6 +327,7 @@ pub(crate) async fn audit(
                 }
             }
         }
+        @if entries.is_empty() { p.empty id="no-audit" { "No operator action yet: retries, cancels, deletes, replays and pauses are listed here." } }
     };
     page(
         StatusCode::OK,

@@ -48,6 +48,23 @@ impl Counts {
             })
             .collect()
     }
+
+    /// The queue depth these counts show: `init` and `failed` waiting, `running`, in the
+    /// minute the count started.
+    pub(crate) fn depth(&self) -> DepthSample {
+        let of = |statuses: &[Status]| {
+            self.by_executor
+                .iter()
+                .filter(|c| statuses.contains(&c.status))
+                .map(|c| c.count)
+                .sum()
+        };
+        DepthSample {
+            minute: minute_of(self.as_of),
+            waiting: of(&[Status::Init, Status::Failed]),
+            running: of(&[Status::Running]),
+        }
+    }
 }
 
 /// The last count, recounted in the background when it is older than its max age.
@@ -164,9 +181,12 @@ pub(crate) struct Overview {
     pub(crate) oldest_waiting_ms: Option<i64>,
     /// Failed (dead) out of finished in the last hour, 0 to 1; `null` when none finished.
     pub(crate) failure_rate_last_hour: Option<f64>,
-    /// Finished per minute over the last day (minutes without any left out).
+    /// Finished per minute over the last day (minutes without any left out): every
+    /// instance's written so far (every two seconds) and this instance's not written yet.
     pub(crate) finished_per_minute: Vec<MinuteStat>,
-    /// Queue depth samples over the last day, one a minute.
+    /// Queue depth over the last day: the samples, one a minute, then the counts of
+    /// `by_status` (waiting: `init` and `failed`) in the minute of `counts_as_of`, in place
+    /// of that minute's sample (and any later one).
     pub(crate) queue_depth: Vec<DepthSample>,
 }
 
@@ -192,6 +212,51 @@ pub(crate) async fn overview(state: &State) -> crate::Result<Overview> {
             .map(|due| (rt.inner.now_ms() - due).max(0)),
         failure_rate_last_hour: (ok + dead > 0).then(|| dead as f64 / (ok + dead) as f64),
         finished_per_minute: finished,
-        queue_depth: rt.queue_depth(day).await?,
+        queue_depth: with_live_depth(rt.queue_depth(day).await?, counts.depth()),
     })
+}
+
+/// `samples` ending with `live`: samples of its minute or later are left out (the live
+/// point is what the cards show; a sample of the same minute may be older or newer).
+fn with_live_depth(mut samples: Vec<DepthSample>, live: DepthSample) -> Vec<DepthSample> {
+    samples.retain(|s| s.minute < live.minute);
+    samples.push(live);
+    samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_depth_is_the_cards_counts_in_place_of_the_minutes_sample() {
+        let count = |status, count| ExecutorCount {
+            executor: "e".into(),
+            status,
+            count,
+        };
+        let counts = Counts {
+            as_of: 180_500,
+            by_executor: vec![
+                count(Status::Init, 2),
+                count(Status::Failed, 3),
+                count(Status::Running, 1),
+                count(Status::Dead, 9),
+            ],
+            oldest_due: None,
+        };
+        let live = counts.depth();
+        assert_eq!((live.minute, live.waiting, live.running), (180_000, 5, 1));
+        let sample = |minute, waiting| DepthSample {
+            minute,
+            waiting,
+            running: 0,
+        };
+        let series = with_live_depth(
+            vec![sample(60_000, 7), sample(180_000, 8), sample(240_000, 9)],
+            live,
+        );
+        assert_eq!(series, [sample(60_000, 7), live]);
+        assert_eq!(with_live_depth(Vec::new(), live), [live]);
+    }
 }

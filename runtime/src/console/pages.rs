@@ -119,8 +119,9 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
                 div.value { (o.oldest_waiting_ms.map(span).unwrap_or_else(|| "none".into())) }
             }
             div.card id="failure-rate" {
-                div.label { "failed, last hour" }
+                div.label { "dead of finished, last hour" }
                 div.value { (rate) }
+                @if o.failure_rate_last_hour.is_none() { div.hint { "nothing finished" } }
             }
         }
         p.counts-age id="counts-age" data-as-of=(o.counts_as_of) data-age-ms=(o.counts_age_ms) {
@@ -128,8 +129,8 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
             "): counted again in the background when a view finds them older than "
             (state.counts.max_age_ms() / 1000) " s."
         }
-        (charts::finished_bars("chart-hour", "Finished per minute, last hour", &hour))
-        (charts::finished_bars("chart-day", "Finished per 15 minutes, last day", &quarter_hours))
+        (charts::finished_bars("chart-hour", "Finished per minute, last hour", "minute", &hour, now))
+        (charts::finished_bars("chart-day", "Finished per 15 minutes, last day", "15 minutes", &quarter_hours, now))
         (charts::depth_line("chart-depth", "Queue depth, last day", depth, now - 24 * 3600 * 1000, now))
         h2 { "By executor" }
         table id="executor-counts" {
@@ -145,6 +146,7 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
                 }
             }
         }
+        @if executors.is_empty() { p.empty id="no-executor-counts" { "No request stored yet." } }
     })
 }
 
@@ -321,6 +323,7 @@ pub(crate) async fn request_detail(
         Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
     };
     let r = &request;
+    let runs = attempts.last().map_or(1, |a| a.run);
     let body = html! {
         (notice(params.notice.as_deref(), None))
         dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
@@ -332,10 +335,13 @@ pub(crate) async fn request_detail(
             dt { "remark" } dd { (r.remark) }
             dt { "key" } dd id="request-key" { (r.idempotency_key.as_deref().unwrap_or("—")) }
             dt { "priority" } dd { (r.priority) }
-            dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) }
+            dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) @if runs > 1 { " in run " (runs) } }
             dt { "created" } dd { (time_el(r.create_time)) }
             dt { "updated" } dd { (time_el(r.update_time)) }
-            dt { "runs at" } dd { (time_el(r.run_at)) }
+            @if matches!(r.status, Status::Init | Status::Failed) {
+                // Only a waiting request runs next; a finished one's run_at is history.
+                dt { "runs at" } dd id="request-run-at" { (time_el(r.run_at)) }
+            }
             @if let Some(owner) = &r.lease_owner {
                 dt { "held by" } dd { (owner) " until " (time_el(r.lease_until.unwrap_or(0))) }
             }
@@ -353,13 +359,23 @@ pub(crate) async fn request_detail(
         h2 { "Caller's trace and baggage" }
         pre.json id="request-trace" { (r.trace_json.as_deref().map(pretty).unwrap_or_else(|| "none".into())) }
         h2 { "Attempts" }
-        @if attempts.is_empty() { p id="no-attempts" { "No attempt logged (failures are; successes with `log_success`)." } }
-        ol.timeline id="attempts" {
+        @if attempts.is_empty() {
+            p id="no-attempts" { "No attempt logged yet: failures are logged, successes only with `log_success`." }
+        }
+        ol.timeline id="attempts" data-runs=(runs) {
             @for a in &attempts {
-                li data-attempt=(a.attempt) data-outcome=(a.outcome) {
-                    span class={ "badge " (if a.outcome == "success" { "success" } else { "failed" }) } { (a.outcome) }
-                    " attempt " (a.attempt) " on " (a.worker) ", " (time_el(a.started)) ", took " (span(a.finished - a.started))
-                    @if let Some(error) = &a.error { pre.error-text { (error) } }
+                @let log = &a.log;
+                li class=[a.replayed.then_some("replayed")] data-seq=(a.seq) data-run=(a.run) data-attempt=(log.attempt) data-outcome=(log.outcome) {
+                    @if runs > 1 && (a.seq == 1 || a.replayed) {
+                        div.run-start {
+                            "Run " (a.run)
+                            @if a.replayed { span.hint { " — started over (a retry or replay of a finished request): attempts numbered from 1 again" } }
+                        }
+                    }
+                    span class={ "badge " (if log.outcome == "success" { "success" } else { "failed" }) } { (log.outcome) }
+                    " " strong.attempt-no { @if runs > 1 { "run " (a.run) ", " } "attempt " (log.attempt) }
+                    " on " (log.worker) ", started " (time_el(log.started)) ", took " (span(log.finished - log.started))
+                    @if let Some(error) = &log.error { pre.error-text { (error) } }
                 }
             }
         }

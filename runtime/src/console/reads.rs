@@ -3,6 +3,7 @@
 //! [`Refused`] to their kind of error response.
 
 use axum::http::StatusCode;
+use serde::Serialize;
 
 use super::filter::{FilterForm, PageForm};
 use super::State;
@@ -63,15 +64,92 @@ pub(crate) async fn request_list(
     Ok(RequestList { rows, page, next })
 }
 
-/// A request of the application and every attempt logged for it.
+/// A request of the application and every attempt logged for it, with their runs.
 pub(crate) async fn request_with_attempts(
     state: &State,
     id: RequestId,
-) -> Result<(Request, Vec<AttemptLog>), Refused> {
+) -> Result<(Request, Vec<Attempt>), Refused> {
     let request = state.rt.get(id).await?.ok_or_else(|| Refused {
         status: StatusCode::NOT_FOUND,
         message: format!("no request {id}: it may have succeeded and been deleted"),
     })?;
-    let attempts = state.rt.attempts(id).await?;
+    let attempts = with_runs(state.rt.attempts(id).await?);
     Ok((request, attempts))
+}
+
+/// One logged attempt with its place in the request's history.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub(crate) struct Attempt {
+    /// Its place in the history, from 1, in the order `async_log` keeps.
+    pub(crate) seq: u32,
+    /// The run it belongs to, from 1. A replay (of a `dead`, `cancelled` or succeeded
+    /// request) starts a new run, whose attempts are numbered from 1 again. Told from the
+    /// log: an attempt numbered no higher than the one before starts a run (a run whose
+    /// only attempt succeeded without `log_success` leaves no row, so it is not counted).
+    pub(crate) run: u32,
+    /// Whether it starts a run after the first: a replay.
+    pub(crate) replayed: bool,
+    /// The logged row (`attempt` is the number within the run).
+    #[serde(flatten)]
+    pub(crate) log: AttemptLog,
+}
+
+/// `logs` (in the order they were written) with their runs.
+pub(crate) fn with_runs(logs: Vec<AttemptLog>) -> Vec<Attempt> {
+    let mut run = 1;
+    let mut previous: Option<i32> = None;
+    logs.into_iter()
+        .zip(1..)
+        .map(|(log, seq)| {
+            let replayed = previous.is_some_and(|p| log.attempt <= p);
+            if replayed {
+                run += 1;
+            }
+            previous = Some(log.attempt);
+            Attempt {
+                seq,
+                run,
+                replayed,
+                log,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(attempt: i32) -> AttemptLog {
+        AttemptLog {
+            request_id: 1,
+            attempt,
+            worker: "w".into(),
+            started: 0,
+            finished: 0,
+            outcome: "error".into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_replay_starts_a_run_and_attempts_keep_their_order() {
+        let attempts = with_runs([1, 2, 3, 1, 1, 2].map(log).to_vec());
+        let seen: Vec<(u32, u32, i32, bool)> = attempts
+            .iter()
+            .map(|a| (a.seq, a.run, a.log.attempt, a.replayed))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, 1, 1, false),
+                (2, 1, 2, false),
+                (3, 1, 3, false),
+                (4, 2, 1, true),
+                (5, 3, 1, true),
+                (6, 3, 2, false),
+            ]
+        );
+        assert!(with_runs(Vec::new()).is_empty());
+    }
 }

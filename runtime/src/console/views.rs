@@ -75,9 +75,21 @@ pub(crate) fn time(ms: i64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
 }
 
-/// A unix-ms time as a `<time>` element.
+/// A unix-ms time as a `<time>` element, `2026-12-02 04:17:06 UTC`; `—` for none.
 pub(crate) fn time_el(ms: i64) -> Markup {
-    html! { time datetime=(time(ms)) { (time(ms).replace('T', " ").trim_end_matches('Z')) } }
+    if ms <= 0 {
+        return html! { "—" };
+    }
+    let text = time(ms);
+    html! { time datetime=(text) { (text.replace('T', " ").trim_end_matches('Z')) " UTC" } }
+}
+
+/// `n` and `noun`, plural when `n` is not 1: `1 request`, `3 requests`.
+pub(crate) fn count_of(n: i64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
+    }
 }
 
 /// A span of milliseconds, rounded for people: milliseconds under a second (`<1ms` for
@@ -108,7 +120,23 @@ pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
 
 #[cfg(test)]
 mod tests {
-    use super::span;
+    use super::{count_of, span, time_el};
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count_of(1, "request"), "1 request");
+        assert_eq!(count_of(0, "request"), "0 requests");
+        assert_eq!(count_of(12, "request"), "12 requests");
+    }
+
+    #[test]
+    fn times_say_their_zone() {
+        assert_eq!(
+            time_el(1_764_649_086_000).into_string(),
+            r#"<time datetime="2025-12-02T04:18:06Z">2025-12-02 04:18:06 UTC</time>"#
+        );
+        assert_eq!(time_el(0).into_string(), "—");
+    }
 
     #[test]
     fn spans_under_a_second_show_milliseconds() {
