@@ -54,6 +54,7 @@ use crate::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
 use crate::instances::SkipList;
+use crate::metrics::Sweep;
 use crate::pulse::Pulses;
 use crate::registry::Registry;
 use crate::rescuer::RescuerConfig;
@@ -62,7 +63,7 @@ use crate::retrier::RetrierConfig;
 use crate::runtime::Runtime;
 use crate::settings::Settings;
 use crate::store::Store;
-use crate::supervise::supervised;
+use crate::supervise::{supervised, supervised_sweep};
 
 /// The handles the parts share, made once at start.
 #[derive(Debug)]
@@ -221,7 +222,7 @@ impl Runtime {
             pulse.clone(),
             crate::sweep::every(
                 inner.shutdown.clone(),
-                "retrier",
+                Sweep::Retrier,
                 s.retry_interval,
                 pulse,
                 move || {
@@ -238,13 +239,15 @@ impl Runtime {
             pulse.clone(),
             crate::sweep::every(
                 inner.shutdown.clone(),
-                "compensator",
+                Sweep::Compensator,
                 s.compensate_interval,
                 pulse,
                 move || {
                     let (rescuer, compensator) = (rescuer.clone(), compensator.clone());
                     async move {
-                        rescuer.run_once().await?;
+                        // A panic of the rescue counts as the rescuer's; of the rest, the
+                        // compensator's.
+                        crate::sweep::caught(Sweep::Rescuer, rescuer.run_once()).await?;
                         compensator.run_once().await.map(drop)
                     }
                 },
@@ -258,7 +261,7 @@ impl Runtime {
                 pulse.clone(),
                 crate::sweep::every(
                     inner.shutdown.clone(),
-                    "retention",
+                    Sweep::Retention,
                     every,
                     pulse,
                     move || {
@@ -280,7 +283,7 @@ impl Runtime {
             pulse.clone(),
             crate::sweep::every(
                 inner.shutdown.clone(),
-                "queue sampler",
+                Sweep::QueueSampler,
                 every,
                 pulse,
                 move || {
@@ -296,7 +299,7 @@ impl Runtime {
         tasks.push(self.watched(
             "heartbeat",
             Some(inner.settings.heartbeat_interval),
-            supervised("heartbeat", heartbeat, move |part| {
+            supervised_sweep(Sweep::Heartbeat, heartbeat, move |part| {
                 let stop = stop.clone();
                 async move { part.lock().await.clone().run(stop).await }
             }),

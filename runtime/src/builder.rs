@@ -259,15 +259,20 @@ impl Builder {
     /// `async_exec_listener_dropped_total` counter). A listener that panics is logged and
     /// called again for the next event. To do async work, hand the event to a task of
     /// your own (a channel, or `tokio::runtime::Handle::spawn`). Delivery is at most once:
-    /// events still queued when the process ends are lost, and when a batch of outcomes
-    /// was not written whole (one fenced off or refused) none of its events is sent.
+    /// events still queued when the process ends are lost. The event carries the request's
+    /// key, remark, application and the caller's baggage, so that a listener need not
+    /// read the record back (a success deletes it by default). Only outcomes known to be
+    /// written get an event: an attempt fenced off gets none, the others of its batch get
+    /// theirs (on SQLite, one rare case stays unknown: see `async_exec_runtime::listeners`).
     ///
     /// ```no_run
     /// # async fn demo() -> async_exec::Result<()> {
     /// use async_exec::{OutcomeEvent, Runtime};
     /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutcomeEvent>();
     /// let rt = Runtime::builder()
-    ///     .on_success(|event| tracing::info!(id = event.id, executor = event.executor, "done"))
+    ///     .on_success(|event| {
+    ///         tracing::info!(id = event.id, executor = event.executor, key = ?event.key, "done")
+    ///     })
     ///     .on_dead(move |event| drop(tx.send(event.clone())))
     ///     .start()
     ///     .await?;

@@ -209,6 +209,7 @@ impl Claimer {
                 attempt: claimed.attempt,
                 max_attempts: claimed.max_attempts,
                 sign: claimed.sign.into(),
+                key: claimed.idempotency_key,
             }),
             due: Some(claimed.run_at),
         })

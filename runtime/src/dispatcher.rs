@@ -385,8 +385,8 @@ pub(crate) fn uses_channel(strategy: Strategy) -> bool {
     !matches!(strategy, Strategy::Thread | Strategy::SyncSave)
 }
 
-/// A stored job for a record just written with the caller's arguments.
-pub(crate) fn stored_job(job: Job, id: RequestId) -> Job {
+/// A stored job for a record just written with the caller's arguments (and `key`).
+pub(crate) fn stored_job(job: Job, id: RequestId, key: Option<String>) -> Job {
     let sign = job.def.sign.into();
     Job {
         record: Some(RecordRef {
@@ -394,6 +394,7 @@ pub(crate) fn stored_job(job: Job, id: RequestId) -> Job {
             attempt: 0,
             max_attempts: 0,
             sign,
+            key,
         }),
         ..job
     }

@@ -10,10 +10,21 @@
 //! `async_exec_listener_dropped_total` counter, and logged. A listener that panics is
 //! caught and logged; the next event is delivered as usual.
 //!
-//! Events are sent only for outcomes known to be written: when a batch of outcomes was
-//! not written whole (an attempt was fenced off because its lease had expired and another
-//! instance claimed the record, or the database refused an outcome and it was isolated),
-//! the completer cannot tell which were, and sends none of that batch's (logged at DEBUG).
+//! An event tells what an alerting hook needs without reading the record (which a
+//! success usually deletes): the request's id, executor and remark, the attempt, the
+//! error, the idempotency key, the application, and the caller's baggage and span. All
+//! of it is carried with the outcome from the call or the claim: no statement is added
+//! per event.
+//!
+//! Events are sent only for outcomes known to be written, each one's: an attempt fenced
+//! off (its lease had expired and the record was claimed again, or it left `running`)
+//! gets none, and the others of its batch get theirs. The store finds out which were
+//! not written only when a batch wrote fewer records than it had outcomes. An outcome the
+//! database refused is written `dead` instead, and its `on_dead` event carries the error
+//! written. One case stays unknown: on SQLite, when a batch of successes of one attempt
+//! falls short and a record of it was already gone before the write (another attempt of
+//! it succeeded first, or it was deleted), the one statement's count cannot say which of
+//! the gone records it deleted, and none of them gets an event (logged at DEBUG).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +34,7 @@ use std::sync::Arc;
 use crate::record::RequestId;
 use crate::store::{Completion, CompletionResult};
 use crate::supervise::panic_text;
+use crate::trace::TraceContext;
 
 /// The events waiting for the listeners at most; more are dropped and counted.
 pub const LISTENER_QUEUE: usize = 1024;
@@ -41,21 +53,79 @@ pub enum OutcomeKind {
     Dead,
 }
 
-/// What a listener is told: the request, the attempt, and its error.
+/// What a listener is told: the request, the attempt, and its error; and what an alert
+/// needs to name the request once its record is gone (a success deletes it unless
+/// `delete_on_success(false)`): its idempotency key, remark, application, and the caller's
+/// baggage.
+///
+/// ```
+/// use async_exec::{OutcomeEvent, Runtime};
+///
+/// fn alert(event: &OutcomeEvent) {
+///     eprintln!(
+///         "{} ({}) of {} is dead after {} attempts: {} [key {:?}, tenant {:?}]",
+///         event.executor,
+///         event.remark,
+///         event.application,
+///         event.attempt,
+///         event.error.as_deref().unwrap_or(""),
+///         event.key,
+///         event.baggage("tenant"),
+///     );
+/// }
+///
+/// let builder = Runtime::builder().on_dead(alert);
+/// # drop(builder);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OutcomeEvent {
     /// Which outcome it is.
     pub kind: OutcomeKind,
     /// The request's id (look it up with [`Runtime::get`](crate::Runtime::get) while it
-    /// exists: its key, its arguments).
+    /// exists: its arguments, its attempts' logs).
     pub id: RequestId,
     /// The executor's name.
     pub executor: &'static str,
+    /// The executor's remark (`remark = "..."` on the attribute; empty without one).
+    pub remark: &'static str,
     /// The attempt, from 1.
     pub attempt: u32,
     /// The error as stored in `last_error`; `None` for a success.
     pub error: Option<String>,
+    /// The call's idempotency key (`.key(..)`), if it had one.
+    pub key: Option<String>,
+    /// The application the request belongs to
+    /// ([`Builder::application_name`](crate::Builder::application_name)).
+    pub application: Arc<str>,
+    /// The caller's baggage ([`with_baggage`](crate::with_baggage)), as the body saw it
+    /// (a `traceparent` set there, say): empty when the caller set none.
+    pub baggage: Vec<(String, String)>,
+    /// The id of the `tracing` span the call was made in, if any (the execution's span
+    /// records it as `caller_span`).
+    pub caller_span: Option<u64>,
+}
+
+impl OutcomeEvent {
+    /// A field of the caller's baggage (the `baggage` field), by its key.
+    pub fn baggage(&self, key: &str) -> Option<&str> {
+        self.baggage
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What an outcome's event tells of its request beyond the write: carried with the
+/// outcome (moved from the call or the claim, never read back).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Subject {
+    /// The idempotency key.
+    pub(crate) key: Option<String>,
+    /// The executor's remark.
+    pub(crate) remark: &'static str,
+    /// The caller's span and baggage.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 /// A listener: a plain function of the event, called on the listeners' thread.
@@ -96,6 +166,8 @@ pub(crate) struct Notifier {
     queue: Option<SyncSender<OutcomeEvent>>,
     wanted: [bool; 3],
     dropped: AtomicU64,
+    /// The application named in the events.
+    application: Arc<str>,
 }
 
 fn slot(kind: OutcomeKind) -> usize {
@@ -107,8 +179,12 @@ fn slot(kind: OutcomeKind) -> usize {
 }
 
 impl Notifier {
-    /// A notifier for `listeners`, with their thread started when there are any.
-    pub(crate) fn start(listeners: ListenerSet) -> std::io::Result<Notifier> {
+    /// A notifier for `listeners` of `application`'s outcomes, with their thread started
+    /// when there are any.
+    pub(crate) fn start(
+        listeners: ListenerSet,
+        application: Arc<str>,
+    ) -> std::io::Result<Notifier> {
         let wanted = [
             !listeners.success.is_empty(),
             !listeners.retry.is_empty(),
@@ -130,6 +206,7 @@ impl Notifier {
             queue: Some(queue),
             wanted,
             dropped: AtomicU64::new(0),
+            application,
         })
     }
 
@@ -161,23 +238,60 @@ impl Notifier {
         }
     }
 
-    /// Queues the events of a batch of outcomes, if it was written whole (`written` rows
-    /// for its completions; `refused` of them isolated or left unwritten).
-    pub(crate) fn batch_written(&self, batch: &[Completion], written: u64, refused: usize) {
+    /// The event of an outcome of a request of this runtime's application.
+    pub(crate) fn event(
+        &self,
+        kind: OutcomeKind,
+        id: RequestId,
+        executor: &'static str,
+        attempt: i32,
+        error: Option<String>,
+        subject: Subject,
+    ) -> OutcomeEvent {
+        let trace = subject.trace.unwrap_or_default();
+        OutcomeEvent {
+            kind,
+            id,
+            executor,
+            remark: subject.remark,
+            attempt: attempt.max(0) as u32,
+            error,
+            key: subject.key,
+            application: self.application.clone(),
+            baggage: trace.baggage,
+            caller_span: trace.span,
+        }
+    }
+
+    /// Queues the events of a batch of outcomes that was written but for the outcomes at
+    /// `unwritten` (positions, ascending), and with the outcomes at `replaced` written
+    /// instead of the batch's (refused ones, written `dead`).
+    pub(crate) fn batch_written(
+        &self,
+        batch: Vec<Completion>,
+        unwritten: &[usize],
+        mut replaced: Vec<(usize, Completion)>,
+    ) {
         if self.queue.is_none() {
             return;
         }
-        if written != batch.len() as u64 || refused > 0 {
+        if !unwritten.is_empty() {
             crate::log::debug!(
                 completions = batch.len(),
-                written,
-                refused,
-                "a batch of outcomes was not written whole: its listeners are not called"
+                unwritten = unwritten.len(),
+                "outcomes not written (fenced off): their listeners are not called"
             );
-            return;
         }
-        for completion in batch {
-            let (kind, error) = match &completion.result {
+        let mut unwritten = unwritten.iter().peekable();
+        for (position, completion) in batch.into_iter().enumerate() {
+            if unwritten.next_if_eq(&&position).is_some() {
+                continue;
+            }
+            let completion = match replaced.iter().position(|(p, _)| *p == position) {
+                Some(i) => replaced.swap_remove(i).1,
+                None => completion,
+            };
+            let (kind, error) = match completion.result {
                 CompletionResult::Delete | CompletionResult::Succeeded => {
                     (OutcomeKind::Success, None)
                 }
@@ -185,13 +299,14 @@ impl Notifier {
                 CompletionResult::Dead { error } => (OutcomeKind::Dead, Some(error)),
             };
             if self.wants(kind) {
-                self.send(OutcomeEvent {
+                self.send(self.event(
                     kind,
-                    id: completion.id,
-                    executor: completion.executor,
-                    attempt: completion.attempt.max(0) as u32,
-                    error: error.cloned(),
-                });
+                    completion.id,
+                    completion.executor,
+                    completion.attempt,
+                    error,
+                    completion.subject,
+                ));
             }
         }
     }
@@ -214,13 +329,7 @@ mod tests {
     use std::time::Duration;
 
     fn event(id: RequestId, kind: OutcomeKind) -> OutcomeEvent {
-        OutcomeEvent {
-            kind,
-            id,
-            executor: "x",
-            attempt: 1,
-            error: None,
-        }
+        Notifier::default().event(kind, id, "x", 1, None, Subject::default())
     }
 
     #[test]
@@ -249,7 +358,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let notifier = Notifier::start(set).unwrap();
+        let notifier = Notifier::start(set, Arc::from("test")).unwrap();
         assert!(notifier.wants(OutcomeKind::Success) && !notifier.wants(OutcomeKind::Dead));
         notifier.send(event(1, OutcomeKind::Success));
         notifier.send(event(2, OutcomeKind::Success));

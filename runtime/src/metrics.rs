@@ -94,6 +94,9 @@ pub(crate) enum Sweep {
     Heartbeat,
     /// The queue gauges' sample (failed rounds only).
     QueueSampler,
+    /// The retention sweep (failed rounds only; what it deleted is
+    /// `async_exec_retention_pruned_total`).
+    Retention,
 }
 
 impl Sweep {
@@ -106,6 +109,7 @@ impl Sweep {
             Sweep::Rescuer => "rescuer",
             Sweep::Heartbeat => "heartbeat",
             Sweep::QueueSampler => "queue_sampler",
+            Sweep::Retention => "retention",
         }
     }
 }
@@ -120,7 +124,8 @@ pub(crate) fn swept(sweep: Sweep, result: &'static str, n: u64) {
     .increment(n);
 }
 
-/// A round of `sweep` failed (its error is logged where it is handled).
+/// A round of `sweep` failed, or panicked (its error or panic is logged where it is
+/// handled).
 pub(crate) fn sweep_failed(sweep: Sweep) {
     metrics::counter!("async_exec_sweep_failures_total", "sweep" => sweep.as_str()).increment(1);
 }
@@ -148,4 +153,57 @@ pub(crate) fn queue_depth(executor: SharedString, status: &'static str, count: f
 /// How long the longest-waiting due record of `executor` has waited (0: none waits).
 pub(crate) fn oldest_waiting(executor: SharedString, seconds: f64) {
     metrics::gauge!("async_exec_oldest_waiting_seconds", "executor" => executor).set(seconds);
+}
+
+/// A recorder for unit tests: every counter's total, by `name{label=value,...}` (labels
+/// in their order). Install it with [`metrics::with_local_recorder`] around a
+/// current-thread runtime.
+#[cfg(test)]
+pub(crate) mod counting {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Unit};
+
+    /// The counters seen, by name and labels.
+    #[derive(Debug, Default, Clone)]
+    pub(crate) struct Counting(Arc<Mutex<HashMap<String, u64>>>);
+
+    impl Counting {
+        /// The total of the counter `series` (`name{label=value}`), 0 if never counted.
+        pub(crate) fn get(&self, series: &str) -> u64 {
+            self.0.lock().unwrap().get(series).copied().unwrap_or(0)
+        }
+    }
+
+    struct Slot(String, Arc<Mutex<HashMap<String, u64>>>);
+
+    impl CounterFn for Slot {
+        fn increment(&self, value: u64) {
+            *self.1.lock().unwrap().entry(self.0.clone()).or_default() += value;
+        }
+        fn absolute(&self, value: u64) {
+            self.1.lock().unwrap().insert(self.0.clone(), value);
+        }
+    }
+
+    impl metrics::Recorder for Counting {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: metrics::SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: metrics::SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let series = format!("{}{{{}}}", key.name(), labels.join(","));
+            Counter::from_arc(Arc::new(Slot(series, self.0.clone())))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
 }

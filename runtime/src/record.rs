@@ -284,6 +284,8 @@ pub(crate) struct Claimed {
     pub(crate) trace_json: Option<String>,
     pub(crate) priority: i32,
     pub(crate) run_at: i64,
+    /// For the outcome listeners (`None`, unallocated, for most records).
+    pub(crate) idempotency_key: Option<String>,
 }
 
 impl Claimed {

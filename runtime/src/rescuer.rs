@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::listeners::{Notifier, OutcomeEvent, OutcomeKind};
+use crate::listeners::{Notifier, OutcomeKind, Subject};
 use crate::metrics::Sweep;
 use crate::record::{RequestId, Status};
 use crate::registry::Registry;
 use crate::settings::Settings;
 use crate::store::Store;
+use crate::trace::TraceContext;
 
 /// The settings the rescuer reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,8 +105,9 @@ impl Rescuer {
 }
 
 impl Rescuer {
-    /// Tells the `on_dead` listeners of records this rescue wrote `dead` (read back for
-    /// their executor, attempt and error; one that cannot be read is logged and skipped).
+    /// Tells the `on_dead` listeners of records this rescue wrote `dead` (read back, one
+    /// by one, for their executor, attempt, error, key and caller's trace, only when an
+    /// `on_dead` listener is registered; one that cannot be read is logged and skipped).
     async fn tell_dead(&self, dead: &[RequestId]) {
         if !self.listeners.wants(OutcomeKind::Dead) {
             return;
@@ -122,13 +124,22 @@ impl Rescuer {
             let Some(def) = self.registry.get(&record.executor) else {
                 continue;
             };
-            self.listeners.send(OutcomeEvent {
-                kind: OutcomeKind::Dead,
+            let subject = Subject {
+                key: record.idempotency_key,
+                remark: def.remark,
+                trace: record
+                    .trace_json
+                    .as_deref()
+                    .map(|json| TraceContext::from_json(Some(json))),
+            };
+            self.listeners.send(self.listeners.event(
+                OutcomeKind::Dead,
                 id,
-                executor: def.name,
-                attempt: record.exec_count.max(0) as u32,
-                error: record.last_error,
-            });
+                def.name,
+                record.exec_count,
+                record.last_error,
+                subject,
+            ));
         }
     }
 }

@@ -95,12 +95,14 @@ impl Retention {
 
     /// Deletes, batch by batch, every finished record and old attempt log past the
     /// retention, as the database's clock tells it. Does nothing when `retention` is
-    /// `None`. Counts what it deleted in `async_exec_retention_pruned_total`.
+    /// `None`. Counts what it deleted in `async_exec_retention_pruned_total`, and a failed
+    /// round in `async_exec_sweep_failures_total{sweep="retention"}`.
     pub async fn run_once(&self) -> Result<RetentionReport> {
         let Some(purge) = self.purge() else {
             return Ok(RetentionReport::default());
         };
-        let purged = purge_all(&*self.store, &self.application, self.clock.now_ms(), purge).await?;
+        let purged = purge_all(&*self.store, &self.application, self.clock.now_ms(), purge).await;
+        let purged = crate::metrics::round(crate::metrics::Sweep::Retention, purged)?;
         crate::metrics::retention_pruned(purged.requests, purged.attempt_logs);
         if purged.requests + purged.attempt_logs > 0 {
             crate::log::info!(

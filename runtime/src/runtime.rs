@@ -164,10 +164,11 @@ impl Runtime {
             warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
         }
         let listeners =
-            crate::listeners::Notifier::start(listeners).map_err(|e| Error::Config {
-                setting: "on_success",
-                reason: format!("could not start the outcome listeners' thread: {e}"),
-            })?;
+            crate::listeners::Notifier::start(listeners, settings.application_name.as_str().into())
+                .map_err(|e| Error::Config {
+                    setting: "on_success",
+                    reason: format!("could not start the outcome listeners' thread: {e}"),
+                })?;
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
         let owner: Arc<str> = format!(
             "{}@{}:{:04x}",

@@ -178,7 +178,7 @@ impl Inner {
 
     async fn submit_with(
         self: &Arc<Self>,
-        call: Submission,
+        mut call: Submission,
         writer: &mut impl Writer,
     ) -> Result<Receipt> {
         crate::metrics::submitted(call.def.name, call.def.strategy);
@@ -188,9 +188,8 @@ impl Inner {
                 match writer.insert(self, &request).await {
                     Ok(Inserted::New(id)) => {
                         if call.delay.is_none() {
-                            writer
-                                .after_commit(self, vec![stored_job(call.job(), id)])
-                                .await;
+                            let job = stored_job(call.job(), id, call.key.take());
+                            writer.after_commit(self, vec![job]).await;
                         } else {
                             writer.delayed(id, request.now);
                         }
@@ -295,12 +294,13 @@ impl Inner {
                 stored.iter().map(|(_, call)| call.request(self)).collect();
             let inserted = writer.insert_many(self, &requests).await?;
             let mut jobs = Vec::with_capacity(stored.len());
-            for (((i, call), inserted), request) in stored.into_iter().zip(inserted).zip(&requests)
+            for (((i, mut call), inserted), request) in
+                stored.into_iter().zip(inserted).zip(&requests)
             {
                 receipts[i] = Some(match inserted {
                     Inserted::New(id) => {
                         if call.delay.is_none() {
-                            jobs.push(stored_job(call.job(), id));
+                            jobs.push(stored_job(call.job(), id, call.key.take()));
                         } else {
                             writer.delayed(id, request.now);
                         }
@@ -438,13 +438,12 @@ impl Inner {
         }
         let attempt = self.executor.run_body(&job).await;
         let ok = attempt.result.is_ok();
-        match &job.record {
-            Some(record) => {
-                let completion = self.executor.completion_for(job.def.name, record, &attempt);
+        match self.executor.completion_for(&mut job, &attempt) {
+            Some(completion) => {
                 log_if_dead(&completion, job.def.name);
                 self.executor
                     .count(job.def.name, &completion, attempt.finished);
-                self.completer.write_now(&[completion]).await?;
+                self.completer.write_now(vec![completion]).await?;
             }
             None => self.executor.finish(job, attempt).await,
         }

@@ -1,5 +1,7 @@
 //! Keeps the runtime's background parts alive: a part that panics is logged at ERROR and
-//! started again (after a short, growing pause), never left silently dead.
+//! started again (after a short, growing pause), never left silently dead. A part that is
+//! a sweep (the heartbeat) counts its panic as a failed round
+//! (`async_exec_sweep_failures_total{sweep}`).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -9,10 +11,32 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::Mutex;
 
+use crate::metrics::Sweep;
+
 /// Runs `run` on `state` until it returns; when it panics, logs the panic and runs it
 /// again on the same state. The state (a part's channel receiver, say) outlives the
 /// panic: it is held in a mutex that is not poisoned by unwinding.
-pub(crate) async fn supervised<S, F, Fut>(part: &'static str, state: S, mut run: F)
+pub(crate) async fn supervised<S, F, Fut>(part: &'static str, state: S, run: F)
+where
+    S: Send + 'static,
+    F: FnMut(Arc<Mutex<S>>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    supervise(part, None, state, run).await
+}
+
+/// [`supervised`], for a part that is a sweep: each panic is also a failed round of
+/// `sweep`.
+pub(crate) async fn supervised_sweep<S, F, Fut>(sweep: Sweep, state: S, run: F)
+where
+    S: Send + 'static,
+    F: FnMut(Arc<Mutex<S>>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    supervise(sweep.as_str(), Some(sweep), state, run).await
+}
+
+async fn supervise<S, F, Fut>(part: &'static str, sweep: Option<Sweep>, state: S, mut run: F)
 where
     S: Send + 'static,
     F: FnMut(Arc<Mutex<S>>) -> Fut,
@@ -24,6 +48,9 @@ where
         match AssertUnwindSafe(run(state.clone())).catch_unwind().await {
             Ok(()) => return,
             Err(panic) => {
+                if let Some(sweep) = sweep {
+                    crate::metrics::sweep_failed(sweep);
+                }
                 restarts = restarts.saturating_add(1);
                 let pause = restart_pause(restarts);
                 crate::log::error!(
@@ -81,6 +108,38 @@ mod tests {
         .await
         .expect("the part ends after its panics");
         assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    /// The heartbeat's panic is a failed round of it; another part's is no sweep's.
+    #[test]
+    fn a_sweep_part_that_panics_is_counted_as_a_failed_round() {
+        let counting = crate::metrics::counting::Counting::default();
+        metrics::with_local_recorder(&counting, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let fails_once = |state: Arc<Mutex<u32>>| async move {
+                    let mut runs = state.lock().await;
+                    *runs += 1;
+                    if *runs == 1 {
+                        panic!("the first run fails");
+                    }
+                };
+                supervised_sweep(Sweep::Heartbeat, 0u32, fails_once).await;
+                supervised("producer", 0u32, fails_once).await;
+            });
+        });
+        assert_eq!(
+            counting.get("async_exec_sweep_failures_total{sweep=heartbeat}"),
+            1
+        );
+        assert_eq!(
+            counting.get("async_exec_sweep_failures_total{sweep=producer}"),
+            0
+        );
     }
 
     #[test]

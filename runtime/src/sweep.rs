@@ -1,4 +1,6 @@
-//! What the sweeps share: the periodic loop, with a backoff while the database fails.
+//! What the sweeps share: the periodic loop, with a backoff while the database fails, and
+//! the catching of a round that panics (logged, counted in
+//! `async_exec_sweep_failures_total{sweep}` like a round that failed, and backed off from).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -8,15 +10,18 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
+use crate::metrics::Sweep;
 use crate::pulse::PartPulse;
 use crate::supervise::panic_text;
 
 /// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
 /// minute) and each failure is logged; the first success after failures says so. Each
-/// wait is told to `pulse`, so that a backoff is not taken for a hang.
+/// wait is told to `pulse`, so that a backoff is not taken for a hang. A round that
+/// panics is a failed round of `sweep` (unless a part of it counted its panic under its
+/// own sweep, with [`caught`]).
 pub(crate) async fn every<F, Fut>(
     shutdown: CancellationToken,
-    name: &'static str,
+    sweep: Sweep,
     interval: Duration,
     pulse: std::sync::Arc<PartPulse>,
     mut once: F,
@@ -24,6 +29,7 @@ pub(crate) async fn every<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    let name = sweep.as_str();
     let mut failures = 0u32;
     loop {
         let wait = if failures == 0 {
@@ -38,14 +44,7 @@ pub(crate) async fn every<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        let outcome = AssertUnwindSafe(once())
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| {
-                crate::log::error!(sweep = name, panic = %panic_text(&*panic), "sweep panicked");
-                Err(crate::Error::Panicked(name))
-            });
-        match outcome {
+        match caught(sweep, once()).await {
             Ok(()) => {
                 if failures > 0 {
                     crate::log::info!(sweep = name, after_failures = failures, "sweep recovered");
@@ -57,5 +56,86 @@ pub(crate) async fn every<F, Fut>(
                 crate::log::error!(sweep = name, %error, failures, "sweep failed; backing off");
             }
         }
+    }
+}
+
+/// Runs one round of `sweep`; a panic in it is logged, counted as a failed round of
+/// `sweep`, and returned as [`Error::Panicked`](crate::Error::Panicked).
+pub(crate) async fn caught<T>(sweep: Sweep, round: impl Future<Output = Result<T>>) -> Result<T> {
+    AssertUnwindSafe(round)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            crate::metrics::sweep_failed(sweep);
+            crate::log::error!(sweep = sweep.as_str(), panic = %panic_text(&*panic), "sweep panicked");
+            Err(crate::Error::Panicked(sweep.as_str()))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::metrics::counting::Counting;
+    use crate::pulse::Pulses;
+
+    /// A round that panics counts as a failed round of its sweep, as a round that fails
+    /// does (`round`, in the sweeps); the loop goes on; a panic caught inside a round under
+    /// another sweep counts once, there.
+    #[test]
+    fn a_round_that_panics_is_counted_as_failed() {
+        let counting = Counting::default();
+        metrics::with_local_recorder(&counting, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let shutdown = CancellationToken::new();
+                let rounds = Arc::new(AtomicU32::new(0));
+                let (stop, counted) = (shutdown.clone(), rounds.clone());
+                let pulses = Pulses::default();
+                let pulse = pulses.part("retrier", Some(Duration::from_millis(10)));
+                every(
+                    shutdown,
+                    Sweep::Retrier,
+                    Duration::from_millis(10),
+                    pulse,
+                    move || {
+                        let (stop, rounds) = (stop.clone(), counted.clone());
+                        async move {
+                            match rounds.fetch_add(1, Ordering::SeqCst) {
+                                0 => panic!("a sweep round fails"),
+                                1 => {
+                                    caught(Sweep::Rescuer, async { panic!("the rescue fails") })
+                                        .await
+                                }
+                                2 => crate::metrics::round(
+                                    Sweep::Retrier,
+                                    Err(crate::Error::Panicked("a failure")),
+                                ),
+                                _ => {
+                                    stop.cancel();
+                                    Ok(())
+                                }
+                            }
+                        }
+                    },
+                )
+                .await;
+                assert_eq!(rounds.load(Ordering::SeqCst), 4, "the loop went on");
+            });
+        });
+        let failures = |sweep: &str| {
+            counting.get(&format!("async_exec_sweep_failures_total{{sweep={sweep}}}"))
+        };
+        assert_eq!(
+            (failures("retrier"), failures("rescuer")),
+            (2, 1),
+            "the panic and the failure of the retrier, the rescuer's caught panic"
+        );
     }
 }

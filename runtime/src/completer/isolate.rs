@@ -4,8 +4,11 @@
 //! backoff, each retry logged. A permanent one (the database refuses the data) splits the
 //! batch in halves, recursively, until the outcome that causes it is alone; the others are
 //! written, and that one is written `dead` with a message saying why. If even that fails,
-//! it is logged and left: its lease expires and the rescuer counts the attempt.
+//! it is logged and left: its lease expires and the rescuer counts the attempt. It keeps
+//! track of which outcomes were not written (fenced off, or left), by their positions in
+//! the batch, so that each written one, and only those, gets its listeners' event.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,19 +16,19 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::fault::is_transient;
 use crate::record::AttemptLog;
-use crate::store::{Completion, CompletionResult, Store};
+use crate::store::{Completion, CompletionResult, Store, Wrote};
 use crate::text;
 
 /// Where outcomes are written: the store, or a fake in tests.
 #[async_trait]
 pub(crate) trait OutcomeSink: Send + Sync {
-    /// Writes `completions` in one transaction, all or none; returns the records written.
-    async fn write(&self, completions: &[Completion]) -> Result<u64>;
+    /// Writes `completions` in one transaction, all or none; says which were not written.
+    async fn write(&self, completions: &[Completion]) -> Result<Wrote>;
 }
 
 #[async_trait]
 impl OutcomeSink for dyn Store {
-    async fn write(&self, completions: &[Completion]) -> Result<u64> {
+    async fn write(&self, completions: &[Completion]) -> Result<Wrote> {
         self.request_complete_many(completions).await
     }
 }
@@ -47,7 +50,7 @@ impl Default for Backoff {
 }
 
 /// What became of a batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Written {
     /// Records written (others had been claimed again by someone else: fenced off).
     pub(crate) rows: u64,
@@ -55,6 +58,21 @@ pub(crate) struct Written {
     pub(crate) isolated: usize,
     /// Outcomes refused that could not be written even as `dead`: left to lease expiry.
     pub(crate) unwritable: usize,
+    /// The positions in the batch of the outcomes not written (fenced off, unwritable, or
+    /// not told apart: see [`Wrote::unwritten`]), ascending. Empty when all were.
+    pub(crate) unwritten: Vec<usize>,
+    /// The `dead` outcomes written in place of refused ones, with their positions.
+    pub(crate) replaced: Vec<(usize, Completion)>,
+}
+
+impl From<Wrote> for Written {
+    fn from(wrote: Wrote) -> Self {
+        Written {
+            rows: wrote.rows,
+            unwritten: wrote.unwritten,
+            ..Written::default()
+        }
+    }
 }
 
 /// Writes `batch`, isolating the outcomes the database refuses. Returns once every outcome
@@ -64,39 +82,67 @@ where
     S: OutcomeSink + ?Sized,
 {
     let mut written = Written::default();
-    // Parts still to write, the next one last; halves keep the batch's order.
-    let mut parts: Vec<&[Completion]> = vec![batch];
+    // Parts still to write (positions in the batch), the next one last; halves keep the
+    // batch's order.
+    let mut parts: Vec<Range<usize>> = Vec::with_capacity(1);
+    parts.push(0..batch.len());
     while let Some(part) = parts.pop() {
-        let error = match write_retrying(sink, part, backoff).await {
-            Ok(rows) => {
-                written.rows += rows;
+        let error = match write_retrying(sink, &batch[part.clone()], backoff).await {
+            Ok(wrote) => {
+                written.rows += wrote.rows;
+                let start = part.start;
+                written
+                    .unwritten
+                    .extend(wrote.unwritten.into_iter().map(|i| start + i));
                 continue;
             }
             Err(error) => error,
         };
-        if let [refused] = part {
-            if write_dead_instead(sink, refused, &error, backoff).await {
-                written.rows += 1;
-                written.isolated += 1;
-                crate::metrics::outcome_write_failed("poisoned", 1);
-            } else {
-                written.unwritable += 1;
-                crate::metrics::outcome_write_failed("unwritable", 1);
+        if part.len() == 1 {
+            let position = part.start;
+            match write_dead_instead(sink, &batch[position], &error, backoff).await {
+                Instead::Written(dead) => {
+                    written.rows += 1;
+                    written.isolated += 1;
+                    written.replaced.push((position, *dead));
+                    crate::metrics::outcome_write_failed("poisoned", 1);
+                }
+                Instead::FencedOff => {
+                    written.isolated += 1;
+                    written.unwritten.push(position);
+                    crate::metrics::outcome_write_failed("poisoned", 1);
+                }
+                Instead::Refused => {
+                    written.unwritable += 1;
+                    written.unwritten.push(position);
+                    crate::metrics::outcome_write_failed("unwritable", 1);
+                }
             }
             continue;
         }
         crate::log::warn!(%error, completions = part.len(),
             "the database refused a batch of outcomes; splitting it to isolate the refused one");
-        let (first, second) = part.split_at(part.len() / 2);
-        parts.push(second);
-        parts.push(first);
+        let middle = part.start + part.len() / 2;
+        parts.push(middle..part.end);
+        parts.push(part.start..middle);
     }
+    written.unwritten.sort_unstable();
     written
+}
+
+/// What became of an outcome the database refused.
+enum Instead {
+    /// Written `dead` instead, as this.
+    Written(Box<Completion>),
+    /// Not written `dead` either: its record was claimed again meanwhile.
+    FencedOff,
+    /// Refused even as `dead`: left.
+    Refused,
 }
 
 /// Writes `part`, retrying transient failures for as long as they last. Returns the
 /// permanent failure, if one comes.
-async fn write_retrying<S>(sink: &S, part: &[Completion], backoff: Backoff) -> Result<u64>
+async fn write_retrying<S>(sink: &S, part: &[Completion], backoff: Backoff) -> Result<Wrote>
 where
     S: OutcomeSink + ?Sized,
 {
@@ -115,28 +161,34 @@ where
     }
 }
 
-/// Writes `refused` as `dead`, with the database's reason; returns whether it was written.
+/// Writes `refused` as `dead`, with the database's reason.
 async fn write_dead_instead<S>(
     sink: &S,
     refused: &Completion,
     error: &Error,
     backoff: Backoff,
-) -> bool
+) -> Instead
 where
     S: OutcomeSink + ?Sized,
 {
     let dead = dead_instead(refused, error);
     match write_retrying(sink, std::slice::from_ref(&dead), backoff).await {
-        Ok(_) => {
+        Ok(wrote) if wrote.unwritten.is_empty() => {
             crate::log::error!(id = refused.id, attempt = refused.attempt, %error,
                 "the database refused an outcome; the request is written `dead` instead");
-            true
+            Instead::Written(Box::new(dead))
+        }
+        Ok(_) => {
+            crate::log::warn!(id = refused.id, attempt = refused.attempt, %error,
+                "the database refused an outcome, and its record was claimed again meanwhile: \
+                 neither is written");
+            Instead::FencedOff
         }
         Err(dead_error) => {
             crate::log::error!(id = refused.id, attempt = refused.attempt, %error, %dead_error,
                 "the database refused an outcome, and refused it as `dead` too; leaving it: \
                  its lease will expire and the rescuer will count the attempt");
-            false
+            Instead::Refused
         }
     }
 }
@@ -187,10 +239,12 @@ mod tests {
     use crate::record::RequestId;
 
     /// A sink that refuses any batch holding a refused id (unless it is written `dead`),
-    /// fails the first `transient` writes with a reset connection, and records what it wrote.
+    /// fails the first `transient` writes with a reset connection, leaves the fenced ids
+    /// unwritten, and records what it wrote.
     #[derive(Default)]
     struct FakeSink {
         refused: HashSet<RequestId>,
+        fenced: HashSet<RequestId>,
         refuse_dead_too: bool,
         transient: Mutex<usize>,
         calls: Mutex<usize>,
@@ -199,7 +253,7 @@ mod tests {
 
     #[async_trait]
     impl OutcomeSink for FakeSink {
-        async fn write(&self, completions: &[Completion]) -> Result<u64> {
+        async fn write(&self, completions: &[Completion]) -> Result<Wrote> {
             *self.calls.lock().unwrap() += 1;
             {
                 let mut transient = self.transient.lock().unwrap();
@@ -219,11 +273,19 @@ mod tests {
                 )));
             }
             let mut written = self.written.lock().unwrap();
-            for c in completions {
+            let mut unwritten = Vec::new();
+            for (position, c) in completions.iter().enumerate() {
+                if self.fenced.contains(&c.id) {
+                    unwritten.push(position);
+                    continue;
+                }
                 let (status, error, _) = c.result.update().unwrap_or(("delete", None, None));
                 written.push((c.id, status, error.map(str::to_owned)));
             }
-            Ok(completions.len() as u64)
+            Ok(Wrote {
+                rows: (completions.len() - unwritten.len()) as u64,
+                unwritten,
+            })
         }
     }
 
@@ -235,7 +297,13 @@ mod tests {
             executor: "test",
             result,
             log: None,
+            subject: Default::default(),
         }
+    }
+
+    /// Rows, isolated, unwritable.
+    fn counts(written: &Written) -> (u64, usize, usize) {
+        (written.rows, written.isolated, written.unwritable)
     }
 
     fn batch(n: i64, failing: RequestId) -> Vec<Completion> {
@@ -266,14 +334,14 @@ mod tests {
         };
         let batch = batch(100, 37);
         let written = write_isolating(&sink, &batch, QUICK).await;
-        assert_eq!(
-            written,
-            Written {
-                rows: 100,
-                isolated: 1,
-                unwritable: 0
-            }
-        );
+        assert_eq!(counts(&written), (100, 1, 0));
+        assert!(written.unwritten.is_empty());
+        assert_eq!(written.replaced.len(), 1);
+        assert_eq!(written.replaced[0].0, 36, "id 37's position");
+        assert!(matches!(
+            written.replaced[0].1.result,
+            CompletionResult::Dead { .. }
+        ));
         let rows = sink.written.lock().unwrap().clone();
         let mut ids: Vec<RequestId> = rows.iter().map(|r| r.0).collect();
         ids.sort_unstable();
@@ -308,16 +376,35 @@ mod tests {
             ..FakeSink::default()
         };
         let written = write_isolating(&sink, &batch(8, 0), QUICK).await;
-        assert_eq!(
-            written,
-            Written {
-                rows: 6,
-                isolated: 0,
-                unwritable: 2
-            }
-        );
+        assert_eq!(counts(&written), (6, 0, 2));
+        assert_eq!(written.unwritten, [0, 7], "ids 1 and 8");
         let ids: HashSet<RequestId> = sink.written.lock().unwrap().iter().map(|r| r.0).collect();
         assert_eq!(ids, (2..=7).collect());
+    }
+
+    /// Outcomes fenced off in the parts of a split batch are named by their positions in
+    /// the batch, with the refused one that was written `dead` instead.
+    #[tokio::test]
+    async fn fenced_outcomes_are_named_by_their_position_in_the_batch() {
+        let sink = FakeSink {
+            refused: HashSet::from([6]),
+            fenced: HashSet::from([3, 7, 6]),
+            ..FakeSink::default()
+        };
+        let written = write_isolating(&sink, &batch(8, 0), QUICK).await;
+        assert_eq!(counts(&written), (5, 1, 0));
+        assert_eq!(
+            written.unwritten,
+            [2, 5, 6],
+            "ids 3 and 7 fenced off; 6, refused, fenced off as `dead` too"
+        );
+        assert!(written.replaced.is_empty());
+        let sink = FakeSink {
+            fenced: HashSet::from([2]),
+            ..FakeSink::default()
+        };
+        let written = write_isolating(&sink, &batch(4, 0), QUICK).await;
+        assert_eq!((counts(&written), written.unwritten), ((3, 0, 0), vec![1]));
     }
 
     #[tokio::test]

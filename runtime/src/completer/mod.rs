@@ -116,22 +116,22 @@ impl Completer {
     /// Writes one batch now and forgets its jobs: inline execution (test modes, `drain`).
     /// A transient failure goes to the caller; an outcome the database refuses is isolated
     /// and written `dead`, as the completer task does.
-    pub(crate) async fn write_now(&self, batch: &[Completion]) -> crate::Result<CompleteReport> {
+    pub(crate) async fn write_now(&self, batch: Vec<Completion>) -> crate::Result<CompleteReport> {
         let outcomes = &self.outcomes;
-        let (written, refused) = match outcomes.store.request_complete_many(batch).await {
-            Ok(written) => (written, 0),
+        let written: Written = match outcomes.store.request_complete_many(&batch).await {
+            Ok(wrote) => wrote.into(),
             Err(error) if !is_transient(&error) => {
-                let written = write_isolating(&*outcomes.store, batch, Backoff::default()).await;
-                (written.rows, written.isolated + written.unwritable)
+                write_isolating(&*outcomes.store, &batch, Backoff::default()).await
             }
             Err(error) => return Err(error),
         };
-        outcomes.settle(batch);
-        outcomes.listeners.batch_written(batch, written, refused);
-        Ok(CompleteReport {
+        outcomes.settle(&batch);
+        let report = CompleteReport {
             completions: batch.len(),
-            written,
-        })
+            written: written.rows,
+        };
+        outcomes.tell(batch, written);
+        Ok(report)
     }
 }
 
@@ -158,7 +158,7 @@ impl CompleterTask {
                     }
                     if !batch.is_empty() {
                         let outcomes = self.outcomes.clone();
-                        writes.spawn(async move { outcomes.write_and_settle(&batch).await });
+                        writes.spawn(async move { outcomes.write_and_settle(batch).await });
                     }
                     finish_writes(writes, SHUTDOWN_PATIENCE).await;
                     return;
@@ -180,7 +180,7 @@ impl CompleterTask {
             top_up(&mut self.rx, &mut batch);
             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
             let outcomes = self.outcomes.clone();
-            writes.spawn(async move { outcomes.write_and_settle(&full).await });
+            writes.spawn(async move { outcomes.write_and_settle(full).await });
         }
     }
 }
@@ -210,12 +210,11 @@ async fn finish_writes(mut writes: JoinSet<()>, patience: Duration) {
 }
 
 impl Outcomes {
-    /// Writes a batch, isolating what the database refuses, and forgets its jobs.
-    async fn write_and_settle(&self, batch: &[Completion]) {
-        let written: Written = write_isolating(&*self.store, batch, Backoff::default()).await;
-        self.settle(batch);
-        self.listeners
-            .batch_written(batch, written.rows, written.isolated + written.unwritable);
+    /// Writes a batch, isolating what the database refuses, forgets its jobs, and tells
+    /// the listeners of the outcomes written.
+    async fn write_and_settle(&self, batch: Vec<Completion>) {
+        let written: Written = write_isolating(&*self.store, &batch, Backoff::default()).await;
+        self.settle(&batch);
         if written.isolated + written.unwritable > 0 {
             crate::log::warn!(
                 completions = batch.len(),
@@ -225,6 +224,13 @@ impl Outcomes {
                 "a batch of outcomes written with the refused ones isolated"
             );
         }
+        self.tell(batch, written);
+    }
+
+    /// Queues the listeners' events of the outcomes of `batch` that were written.
+    fn tell(&self, batch: Vec<Completion>, written: Written) {
+        self.listeners
+            .batch_written(batch, &written.unwritten, written.replaced);
     }
 
     /// Forgets the jobs of a batch whose outcomes are settled, and wakes those waiting for

@@ -24,6 +24,7 @@ use crate::completer::Completer;
 use crate::context::Context;
 use crate::control::Control;
 use crate::data::DataMap;
+use crate::listeners::Subject;
 use crate::outcome::{Failure, FailureKind};
 use crate::record::{AttemptLog, NewRequest, RequestId, Status};
 use crate::registry::{ExecutorDef, Invocation};
@@ -59,6 +60,8 @@ pub(crate) struct RecordRef {
     pub(crate) max_attempts: i32,
     /// The sign the arguments were written with.
     pub(crate) sign: Arc<str>,
+    /// The call's idempotency key, for the outcome listeners.
+    pub(crate) key: Option<String>,
 }
 
 /// What one run of a body did.
@@ -344,13 +347,10 @@ impl Executor {
         }
     }
 
-    /// The completion to write for a stored job's attempt.
-    pub(crate) fn completion_for(
-        &self,
-        executor: &'static str,
-        record: &RecordRef,
-        attempt: &Attempt,
-    ) -> Completion {
+    /// The completion to write for a stored job's attempt (`None` for an in-memory job),
+    /// with what the listeners are told moved out of the job.
+    pub(crate) fn completion_for(&self, job: &mut Job, attempt: &Attempt) -> Option<Completion> {
+        let record = job.record.as_mut()?;
         let settings = &self.config;
         // The log row, built only when it will be written (failures; successes on request).
         let log = |outcome: &str, error: Option<String>| AttemptLog {
@@ -378,14 +378,19 @@ impl Executor {
                 )),
             ),
         };
-        Completion {
+        Some(Completion {
             id: record.id,
             attempt: record.attempt,
             owner: self.owner.clone(),
-            executor,
+            executor: job.def.name,
             result,
             log,
-        }
+            subject: Subject {
+                key: record.key.take(),
+                remark: job.def.remark,
+                trace: job.trace.take(),
+            },
+        })
     }
 
     /// `failed` with a backoff while attempts remain and the failure is retryable, else `dead`;
@@ -458,9 +463,8 @@ impl Executor {
 
     /// Records the outcome of an attempt: a stored job's goes to the completer; a failed
     /// in-memory call is logged, or written for retry (`AsyncSave`, `SyncSave`).
-    pub(crate) async fn finish(&self, job: Job, attempt: Attempt) {
-        if let Some(record) = &job.record {
-            let completion = self.completion_for(job.def.name, record, &attempt);
+    pub(crate) async fn finish(&self, mut job: Job, attempt: Attempt) {
+        if let Some(completion) = self.completion_for(&mut job, &attempt) {
             log_if_dead(&completion, job.def.name);
             self.count(job.def.name, &completion, attempt.finished);
             if let Err(id) = self.completer.send(completion) {

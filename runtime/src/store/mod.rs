@@ -169,6 +169,50 @@ pub(crate) struct Completion {
     pub(crate) result: CompletionResult,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
+    /// What the outcome listeners are told of the request (not written).
+    pub(crate) subject: crate::listeners::Subject,
+}
+
+/// Completions with their positions in the batch they came in.
+pub(crate) type Positioned<'a> = Vec<(usize, &'a Completion)>;
+
+/// What a write of outcomes did ([`Store::request_complete_many`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Wrote {
+    /// Records written.
+    pub(crate) rows: u64,
+    /// The positions, among the completions given, of those not known to be written, in
+    /// ascending order: fenced off (their record was claimed again, or left `running`,
+    /// since), or a repeat of an earlier one. Empty, and nothing allocated, when every one
+    /// was written. On SQLite it may name written ones too (see `sqlite::complete_many`).
+    pub(crate) unwritten: Vec<usize>,
+}
+
+impl Wrote {
+    /// Every one of `n` completions written.
+    pub(crate) fn all(n: usize) -> Wrote {
+        Wrote {
+            rows: n as u64,
+            unwritten: Vec::new(),
+        }
+    }
+
+    /// The write of `completions` of which those in `written` (id, owner, attempt) were
+    /// written, each once: a repeat of a written one is not. For a write that fell short,
+    /// once it has found out which were written.
+    pub(crate) fn of<'a>(
+        completions: impl IntoIterator<Item = &'a Completion>,
+        mut written: std::collections::HashSet<(RequestId, &'a str, i32)>,
+    ) -> Wrote {
+        let rows = written.len() as u64;
+        let unwritten = completions
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| !written.remove(&(c.id, &*c.owner, c.attempt)))
+            .map(|(i, _)| i)
+            .collect();
+        Wrote { rows, unwritten }
+    }
 }
 
 impl Completion {
@@ -414,8 +458,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn request_claim_due(&self, params: ClaimDue<'_>) -> Result<Vec<Claimed>>;
 
     /// Writes attempts' outcomes, in one transaction. Each write is fenced by owner and
-    /// attempt: a record claimed again by someone else since is left alone.
-    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64>;
+    /// attempt: a record claimed again by someone else since is left alone. Says which
+    /// were not written, finding out only when fewer records were written than outcomes
+    /// given (no statement more when all were).
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote>;
 
     /// How many due records one claim takes: the dispatcher claims the next batch while
     /// the current one starts, so an instance holds up to two batches beyond its workers.

@@ -22,8 +22,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, PurgeBatch,
-    Purged, RequestFilter, Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
+    RequestFilter, Rescued, Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -31,6 +31,7 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod complete;
 mod instances;
 mod keys;
 mod list;
@@ -90,7 +91,8 @@ const REQUEST_COLUMNS: &str =
     last_error, trace_json, create_time, update_time";
 
 const CLAIMED_COLUMNS: &str =
-    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at";
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
+    idempotency_key";
 
 /// The most binds in one `IN (...)` list; longer lists are split.
 const MAX_IN: usize = 1024;
@@ -183,6 +185,7 @@ fn claimed_from_row(row: &MySqlRow) -> Result<Claimed> {
         trace_json: opt_text(row, "trace_json")?,
         priority: row.try_get("priority")?,
         run_at: row.try_get("run_at")?,
+        idempotency_key: opt_text(row, "idempotency_key")?,
     })
 }
 
@@ -249,23 +252,6 @@ async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> 
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// Deletes running records by id, if still held by the fence's owner at its attempt.
-async fn delete_fenced(
-    conn: &mut MySqlConnection,
-    fence: Fence<'_>,
-    ids: &[RequestId],
-) -> Result<u64> {
-    let sql = format!(
-        "DELETE FROM async_req WHERE id IN ({}) AND status = 'running' AND lease_owner = ? \
-         AND exec_count = ?",
-        marks(ids.len())
-    );
-    let query = bind_list(sqlx::query(&sql), ids)
-        .bind(fence.owner)
-        .bind(fence.attempt);
-    Ok(query.execute(conn).await?.rows_affected())
 }
 
 /// Inserts a request on `conn`, in its transaction if it is in one; a request with a key
@@ -550,68 +536,6 @@ impl MySqlStore {
         Ok(claimed)
     }
 
-    async fn complete_once(&self, completions: &[&Completion]) -> Result<u64> {
-        // The common case, successes with nothing to log: one DELETE per owner and chunk,
-        // each row still fenced by owner and attempt.
-        let (quick, rest): (Vec<&Completion>, Vec<&Completion>) = completions
-            .iter()
-            .copied()
-            .partition(|c| c.is_plain_delete());
-        let mut tx = self.begin().await?;
-        let mut written = 0;
-        for (fence, ids) in super::fence_groups(&quick) {
-            // In id order, as every statement locks them.
-            for chunk in ids.chunks(MAX_IN) {
-                written += delete_fenced(&mut tx, fence, chunk).await?;
-            }
-        }
-        for c in rest {
-            let now = c
-                .log
-                .as_ref()
-                .map(|l| l.finished)
-                .unwrap_or_else(crate::record::now_ms);
-            let result = match c.result.update() {
-                None => {
-                    sqlx::query("DELETE FROM async_req WHERE id = ? AND status = 'running' \
-                         AND lease_owner = ? AND exec_count = ?")
-                    .bind(c.id)
-                    .bind(&*c.owner)
-                    .bind(c.attempt)
-                    .execute(&mut *tx)
-                    .await?
-                }
-                Some((status, error, run_at)) => {
-                    sqlx::query(
-                        "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
-                         last_error = COALESCE(?, last_error), lease_owner = NULL, lease_until = NULL, \
-                         update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
-                         AND exec_count = ?",
-                    )
-                    .bind(status)
-                    .bind(run_at)
-                    .bind(error)
-                    .bind(now)
-                    .bind(c.id)
-                    .bind(&*c.owner)
-                    .bind(c.attempt)
-                    .execute(&mut *tx)
-                    .await?
-                }
-            };
-            // The connection reports matched rows (CLIENT_FOUND_ROWS): 0 means fenced off.
-            if result.rows_affected() == 0 {
-                continue;
-            }
-            written += 1;
-            if let Some(log) = &c.log {
-                insert_log(&mut tx, log).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(written)
-    }
-
     /// Running records whose lease expired: back to `failed`, or `dead`.
     async fn rescue_once(
         &self,
@@ -850,14 +774,8 @@ impl Store for MySqlStore {
         with_retry(|| self.claim_due_once(&p)).await
     }
 
-    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
-        if completions.is_empty() {
-            return Ok(0);
-        }
-        // In id order, as the rescuer locks them: fewer deadlocks.
-        let mut sorted: Vec<&Completion> = completions.iter().collect();
-        sorted.sort_by_key(|c| c.id);
-        with_retry(|| self.complete_once(&sorted)).await
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote> {
+        complete::complete_many(self, completions).await
     }
 
     fn lease_keeper(&self) -> std::sync::Arc<dyn super::LeaseKeeper> {

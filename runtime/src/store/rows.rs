@@ -15,7 +15,8 @@ pub(crate) const REQUEST_COLUMNS: &str =
 
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =
-    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at";
+    "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
+    idempotency_key";
 
 pub(crate) fn status(text: &str) -> Result<Status> {
     Status::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
@@ -70,6 +71,7 @@ where
         trace_json: row.try_get("trace_json")?,
         priority: row.try_get("priority")?,
         run_at: row.try_get("run_at")?,
+        idempotency_key: row.try_get("idempotency_key")?,
     })
 }
 

@@ -15,7 +15,7 @@ use super::rows::{
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    RequestFilter, Rescued, Store, StoredKey,
+    RequestFilter, Rescued, Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -23,6 +23,7 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod complete;
 mod instances;
 mod keys;
 mod list;
@@ -361,9 +362,9 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn request_complete_many(&self, completions: &[Completion]) -> Result<u64> {
+    async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote> {
         let mut writer = self.writer().await?;
-        let result = complete_many(writer.conn(), completions).await;
+        let result = complete::complete_many(writer.conn(), completions).await;
         writer.check(result)
     }
 
@@ -738,71 +739,6 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
     rows.iter().map(claimed_from_row).collect()
 }
 
-/// Writes outcomes, each fenced by owner and attempt.
-async fn complete_many(conn: &mut SqliteConnection, completions: &[Completion]) -> Result<u64> {
-    // The common case, successes with nothing to log: one DELETE per owner and
-    // attempt (mostly one), each row still fenced by both.
-    let (quick, rest): (Vec<&Completion>, Vec<&Completion>) =
-        completions.iter().partition(|c| c.is_plain_delete());
-    let groups = super::fence_groups(&quick);
-    if rest.is_empty() && groups.len() == 1 {
-        // One statement: its own transaction.
-        let (fence, ids) = &groups[0];
-        return delete_fenced(&mut *conn, fence.owner, fence.attempt, ids).await;
-    }
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    let mut written = 0;
-    for (fence, ids) in &groups {
-        written += delete_fenced(&mut *tx, fence.owner, fence.attempt, ids).await?;
-    }
-    for c in rest {
-        let now = c
-            .log
-            .as_ref()
-            .map(|l| l.finished)
-            .unwrap_or_else(crate::record::now_ms);
-        let result = match c.result.update() {
-            None => {
-                sqlx::query(
-                    "DELETE FROM async_req WHERE id = ? AND status = 'running' \
-                     AND lease_owner = ? AND exec_count = ?",
-                )
-                .bind(c.id)
-                .bind(&*c.owner)
-                .bind(c.attempt)
-                .execute(&mut *tx)
-                .await?
-            }
-            Some((status, error, run_at)) => {
-                sqlx::query(
-                    "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
-                     last_error = COALESCE(?, last_error), lease_owner = NULL, lease_until = NULL, \
-                     update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
-                     AND exec_count = ?",
-                )
-                .bind(status)
-                .bind(run_at)
-                .bind(error)
-                .bind(now)
-                .bind(c.id)
-                .bind(&*c.owner)
-                .bind(c.attempt)
-                .execute(&mut *tx)
-                .await?
-            }
-        };
-        if result.rows_affected() == 0 {
-            continue;
-        }
-        written += 1;
-        if let Some(log) = &c.log {
-            insert_log(&mut tx, log).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(written)
-}
-
 /// Extends the leases of these records while `owner` holds them.
 async fn renew(
     conn: &mut SqliteConnection,
@@ -941,25 +877,6 @@ async fn rescue(
     }
     tx.commit().await?;
     Ok(rescued)
-}
-
-/// Deletes running records by id, if still held by `owner` at `attempt`.
-async fn delete_fenced<'e>(
-    conn: impl sqlx::Executor<'e, Database = Sqlite>,
-    owner: &str,
-    attempt: i32,
-    ids: &[RequestId],
-) -> Result<u64> {
-    let done = sqlx::query(
-        "DELETE FROM async_req WHERE id IN (SELECT value FROM json_each(?1)) \
-         AND status = 'running' AND lease_owner = ?2 AND exec_count = ?3",
-    )
-    .bind(json_list(ids))
-    .bind(owner)
-    .bind(attempt)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
 }
 
 /// Placeholders `?7, ?8, ...` for the executors of a claim, padded to a power of two.

@@ -2,11 +2,11 @@
 //! while its record is still `running` under the owner and attempt that produced it.
 //! PostgreSQL and MySQL run when `ASYNC_EXEC_TEST_POSTGRES_URL` /
 //! `ASYNC_EXEC_TEST_MYSQL_URL` name a database (and fail when it is unreachable); without
-//! them they are reported as ignored.
+//! them they are reported as ignored. Each write says which outcomes it did not write.
 
 use std::sync::Arc;
 
-use super::{ClaimIds, Completion, CompletionResult, Store};
+use super::{ClaimIds, Completion, CompletionResult, Store, Wrote};
 use crate::record::{now_ms, Inserted, NewRequest, RequestId, Status};
 
 fn new_request(application: &Arc<str>) -> NewRequest {
@@ -40,6 +40,7 @@ fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> C
         executor: "test",
         result,
         log: None,
+        subject: Default::default(),
     }
 }
 
@@ -54,7 +55,7 @@ async fn status(store: &dyn Store, application: &str, id: RequestId) -> Option<S
 async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
     store.migrate().await.unwrap();
     let application: Arc<str> = Arc::from(format!("fence-test-{}", now_ms()).as_str());
-    let requests: Vec<NewRequest> = (0..6).map(|_| new_request(&application)).collect();
+    let requests: Vec<NewRequest> = (0..8).map(|_| new_request(&application)).collect();
     let ids: Vec<RequestId> = store
         .request_insert_many(&requests)
         .await
@@ -75,9 +76,9 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         })
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 6);
+    assert_eq!(claimed.len(), 8);
     assert!(claimed.iter().all(|c| c.attempt == 1));
-    let [a, b, c, d, e, f] = ids[..] else {
+    let [a, b, c, d, e, f, g, h] = ids[..] else {
         unreachable!()
     };
 
@@ -91,7 +92,11 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         ])
         .await
         .unwrap();
-    assert_eq!(written, 2, "a and d deleted; c is at attempt 1, not 2");
+    assert_eq!(written.rows, 2, "a and d deleted; c is at attempt 1, not 2");
+    assert!(
+        [vec![1, 3], vec![0, 1]].contains(&written.unwritten),
+        "c, and one of the two outcomes of a: {written:?}"
+    );
     assert_eq!(status(store, &application, a).await, None);
     assert_eq!(status(store, &application, d).await, None);
     assert_eq!(status(store, &application, c).await, Some(Status::Running));
@@ -123,7 +128,11 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(
-        written, 3,
+        written,
+        Wrote {
+            rows: 3,
+            unwritten: vec![0, 2]
+        },
         "c failed, e deleted, f dead; b and e are not owner-b's"
     );
     assert_eq!(status(store, &application, b).await, Some(Status::Running));
@@ -140,8 +149,47 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
         .request_complete_many(&[done(c, "owner-a", 1, CompletionResult::Delete)])
         .await
         .unwrap();
-    assert_eq!(written, 0);
+    assert_eq!(
+        written,
+        Wrote {
+            rows: 0,
+            unwritten: vec![0]
+        }
+    );
     assert_eq!(status(store, &application, c).await, Some(Status::Failed));
+
+    // Successes of one attempt (one statement on every backend) falling short: a record
+    // still there is told apart from the one deleted...
+    let written = store
+        .request_complete_many(&[
+            done(g, "owner-a", 1, CompletionResult::Delete),
+            done(c, "owner-a", 1, CompletionResult::Delete),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        Wrote {
+            rows: 1,
+            unwritten: vec![1]
+        },
+        "g deleted, c is not running"
+    );
+    // ... and a record gone before the write (another attempt succeeded first) is not
+    // reported written; SQLite cannot tell it from the one it deleted, and reports neither.
+    let written = store
+        .request_complete_many(&[
+            done(h, "owner-a", 1, CompletionResult::Delete),
+            done(a, "owner-a", 1, CompletionResult::Delete),
+        ])
+        .await
+        .unwrap();
+    let unwritten = match store.backend_name() {
+        "Sqlite" => vec![0, 1],
+        _ => vec![1],
+    };
+    assert_eq!(written, Wrote { rows: 1, unwritten });
+    assert_eq!(status(store, &application, h).await, None);
     for id in [b, c, f] {
         // Leave the shared test database as found (b is running: release it first).
         store

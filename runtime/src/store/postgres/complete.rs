@@ -1,0 +1,166 @@
+//! The PostgreSQL SQL of outcomes: one statement per batch, each write fenced by owner and
+//! attempt. Each statement answers with one row: the positions of the outcomes it did not
+//! write (`NULL` when it wrote them all), from its own `RETURNING`, so telling the written
+//! ones apart costs no statement and no row per record.
+
+use sqlx::PgPool;
+
+use crate::error::Result;
+use crate::record::{AttemptLog, RequestId};
+use crate::store::{Completion, Wrote};
+
+/// Writes outcomes, each fenced by owner and attempt; says which were not written.
+pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> Result<Wrote> {
+    if completions.is_empty() {
+        return Ok(Wrote::default());
+    }
+    let single_owner = completions.windows(2).all(|w| w[0].owner == w[1].owner);
+    if single_owner && completions.iter().all(Completion::is_plain_delete) {
+        return delete_fenced(pool, &completions[0].owner, completions).await;
+    }
+    // One statement, so one round trip and one commit for the whole batch. Rows are
+    // locked in id order (no deadlock with a heartbeat renewing the same leases), and
+    // each write is fenced by owner and attempt like a single UPDATE would be.
+    let mut seen = std::collections::HashSet::with_capacity(completions.len());
+    let n = completions.len();
+    let (mut ids, mut owners, mut attempts, mut statuses) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut errors, mut run_ats, mut nows) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    // The position of each completion sent; those not sent (repeats) are not written.
+    let mut sent = Vec::with_capacity(n);
+    let mut repeats = Vec::new();
+    let mut log_for = Vec::new();
+    let mut logs: Vec<&AttemptLog> = Vec::new();
+    for (position, c) in completions.iter().enumerate() {
+        // Of completions with the same fence, the first wins, as it would written one
+        // by one: it takes the record out of `running`, which fences the others off.
+        // (Completions with another owner or attempt cannot match the same row.)
+        if !seen.insert((c.id, &*c.owner, c.attempt)) {
+            repeats.push(position);
+            continue;
+        }
+        let (status, error, run_at) = c.result.update().unwrap_or(("delete", None, None));
+        sent.push(position);
+        ids.push(c.id);
+        owners.push(&*c.owner);
+        attempts.push(c.attempt);
+        statuses.push(status);
+        errors.push(error);
+        run_ats.push(run_at);
+        nows.push(
+            c.log
+                .as_ref()
+                .map(|l| l.finished)
+                .unwrap_or_else(crate::record::now_ms),
+        );
+        if let Some(log) = &c.log {
+            // The 1-based position of this completion among those sent.
+            log_for.push(ids.len() as i64);
+            logs.push(log);
+        }
+    }
+    let missed: Option<Vec<i64>> = sqlx::query_scalar(
+        "WITH c AS ( \
+           SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::INTEGER[], $4::TEXT[], \
+             $5::TEXT[], $6::BIGINT[], $7::BIGINT[]) \
+             WITH ORDINALITY AS c(id, owner, attempt, status, error, run_at, now, n) \
+         ), locked AS ( \
+           SELECT r.id FROM async_req r JOIN c ON r.id = c.id \
+           WHERE r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+           ORDER BY r.id FOR UPDATE OF r \
+         ), updated AS ( \
+           UPDATE async_req r SET status = c.status, run_at = COALESCE(c.run_at, r.run_at), \
+             last_error = COALESCE(c.error, r.last_error), lease_owner = NULL, \
+             lease_until = NULL, update_time = c.now \
+           FROM c WHERE r.id = c.id AND c.status <> 'delete' \
+             AND r.id IN (SELECT id FROM locked) \
+             AND r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+           RETURNING r.id, c.n \
+         ), deleted AS ( \
+           DELETE FROM async_req r USING c WHERE r.id = c.id AND c.status = 'delete' \
+             AND r.id IN (SELECT id FROM locked) \
+             AND r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
+           RETURNING r.id, c.n \
+         ), written AS ( \
+           SELECT id, n FROM updated UNION ALL SELECT id, n FROM deleted \
+         ), logged AS ( \
+           INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+           SELECT l.req_id, l.attempt, l.worker, l.started, l.finished, l.outcome, l.error \
+           FROM UNNEST($8::BIGINT[], $9::BIGINT[], $10::INTEGER[], $11::TEXT[], $12::BIGINT[], \
+             $13::BIGINT[], $14::TEXT[], $15::TEXT[]) \
+             WITH ORDINALITY AS l(completion, req_id, attempt, worker, started, finished, \
+               outcome, error, n) \
+           WHERE l.completion IN (SELECT n FROM written) \
+           ORDER BY l.n \
+         ) \
+         SELECT array_agg(c.n ORDER BY c.n) FROM c WHERE c.n NOT IN (SELECT n FROM written)",
+    )
+    .bind(&ids)
+    .bind(&owners)
+    .bind(&attempts)
+    .bind(&statuses)
+    .bind(&errors)
+    .bind(&run_ats)
+    .bind(&nows)
+    .bind(&log_for)
+    .bind(logs.iter().map(|l| l.request_id).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.attempt).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.worker.as_str()).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.started).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.finished).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.outcome.as_str()).collect::<Vec<_>>())
+    .bind(logs.iter().map(|l| l.error.as_deref()).collect::<Vec<_>>())
+    .fetch_one(pool)
+    .await?;
+    let missed = missed.unwrap_or_default();
+    let rows = (sent.len() - missed.len()) as u64;
+    if repeats.is_empty() && missed.is_empty() {
+        return Ok(Wrote::all(n));
+    }
+    let mut unwritten = repeats;
+    unwritten.extend(missed.iter().map(|&n| sent[n as usize - 1]));
+    unwritten.sort_unstable();
+    Ok(Wrote { rows, unwritten })
+}
+
+/// The common case, successes with nothing to log: deletes running records of `owner`,
+/// each only at its attempt, in one statement. Its rows are locked in no particular order
+/// (ordering them cost 15% of the drain rate): no other statement waits for a lock on
+/// them while holding another (the heartbeat skips locked rows; hand-backs at shutdown
+/// touch records that never ran; other batches hold other records). A repeat of an
+/// outcome is not written twice: one of the two is among those not written.
+async fn delete_fenced(pool: &PgPool, owner: &str, completions: &[Completion]) -> Result<Wrote> {
+    let ids: Vec<RequestId> = completions.iter().map(|c| c.id).collect();
+    let attempts: Vec<i32> = completions.iter().map(|c| c.attempt).collect();
+    let missed: Option<Vec<i64>> = sqlx::query_scalar(
+        "WITH c AS ( \
+           SELECT * FROM UNNEST($1::BIGINT[], $3::INTEGER[]) WITH ORDINALITY AS c(id, attempt, n) \
+         ), deleted AS ( \
+           DELETE FROM async_req r USING c \
+           WHERE r.id = c.id AND r.exec_count = c.attempt AND r.status = 'running' \
+             AND r.lease_owner = $2 \
+           RETURNING c.n \
+         ) \
+         SELECT array_agg(c.n ORDER BY c.n) FROM c WHERE c.n NOT IN (SELECT n FROM deleted)",
+    )
+    .bind(&ids)
+    .bind(owner)
+    .bind(&attempts)
+    .fetch_one(pool)
+    .await?;
+    let Some(missed) = missed else {
+        return Ok(Wrote::all(completions.len()));
+    };
+    Ok(Wrote {
+        rows: (completions.len() - missed.len()) as u64,
+        unwritten: missed.iter().map(|&n| n as usize - 1).collect(),
+    })
+}
