@@ -130,7 +130,7 @@ impl Claimer {
         self.executor.max_attempts_of(def)
     }
 
-    fn lease_ms(&self) -> i64 {
+    pub(crate) fn lease_ms(&self) -> i64 {
         self.config.lease.as_millis() as i64
     }
 

@@ -284,11 +284,19 @@ impl Producer {
         } else {
             // Every claimed record is reserved before any starts: at shutdown, those not
             // started are handed back with the rest.
-            match self.claimer.claim_ids(&ids).await {
-                Ok(claimed) => claimed,
-                Err(error) => {
+            match tokio::time::timeout(self.claim_patience(), self.claimer.claim_ids(&ids)).await {
+                Ok(Ok(claimed)) => claimed,
+                Ok(Err(error)) => {
                     // The records stay `init`: the compensation sweep finds them.
                     crate::log::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
+                    Vec::new()
+                }
+                Err(_) => {
+                    crate::log::error!(
+                        requests = ids.len(),
+                        patience = ?self.claim_patience(),
+                        "a claim of dispatched requests got no answer within a lease; given up, the sweeps will find them"
+                    );
                     Vec::new()
                 }
             }
@@ -335,14 +343,26 @@ impl Producer {
         drop(permit);
         let mut next = claim(self.claimer.clone());
         loop {
-            let claimed = match next.await {
-                Ok(Ok(claimed)) => claimed,
-                Ok(Err(error)) => {
+            // A claim that gets no answer within a lease is given up (its records, if it
+            // took them, are rescued when the lease ends): the producer never waits
+            // forever, and fresh requests keep being started.
+            let answer = tokio::time::timeout(self.claim_patience(), &mut next).await;
+            let claimed = match answer {
+                Ok(Ok(Ok(claimed))) => claimed,
+                Ok(Ok(Err(error))) => {
                     crate::log::error!(%error, "could not claim requests from the store; the sweep will");
                     return;
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     crate::log::error!(%error, "the claim task failed");
+                    return;
+                }
+                Err(_) => {
+                    next.abort();
+                    crate::log::error!(
+                        patience = ?self.claim_patience(),
+                        "a claim from the store got no answer within a lease; given up"
+                    );
                     return;
                 }
             };
@@ -360,6 +380,12 @@ impl Producer {
                 }
             }
         }
+    }
+
+    /// How long a claim may take: a lease (an answer later than that is of no use: the
+    /// lease it sets may have run out).
+    fn claim_patience(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.claimer.lease_ms().max(1) as u64)
     }
 
     /// Back-pressure: bodies can finish faster than their outcomes are written when the
