@@ -428,38 +428,39 @@ async fn filters_with_metacharacters_and_odd_unicode<DB: Backend>(db: TestDb) {
         .ok()
         .json();
     assert_eq!(ids(&first), everything[..4]);
-    let before = first["next"]["before"].as_i64().expect("a next page");
-    assert_eq!(before, everything[3]);
-    let second = tool(
-        &db,
-        &[
-            "--json",
-            "list",
-            "--limit",
-            "4",
-            "--before",
-            &before.to_string(),
-        ],
-    )
-    .await
-    .ok()
-    .json();
+    let after = first["next"].as_str().expect("a next page").to_string();
+    assert!(
+        after.ends_with(&format!(".{}", everything[3])),
+        "the cursor of the last request: {after}"
+    );
+    let second = tool(&db, &["--json", "list", "--limit", "4", "--after", &after])
+        .await
+        .ok()
+        .json();
     assert_eq!(ids(&second), everything[4..]);
     assert_eq!(second["next"], Value::Null);
     let human = tool(&db, &["list", "--limit", "4"]).await.ok().stdout;
     assert!(
-        human.ends_with(&format!("next page: --before {before}\n")),
+        human.ends_with(&format!("next page: --after {after}\n")),
         "{human}"
     );
-    // Oldest first with --after.
+    // Oldest first with --oldest, and its next page.
     everything.reverse();
-    let up = tool(&db, &["--json", "list", "--limit", "3", "--after", "0"])
+    let up = tool(&db, &["--json", "list", "--limit", "3", "--oldest"])
         .await
         .ok()
         .json();
     assert_eq!(ids(&up), everything[..3]);
-    let after = up["next"]["after"].as_i64().unwrap();
-    let rest = list(vec!["--after".into(), after.to_string()]).await;
+    let after = up["next"].as_str().unwrap().to_string();
+    let human = tool(&db, &["list", "--limit", "3", "--oldest"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        human.ends_with(&format!("next page: --oldest --after {after}\n")),
+        "{human}"
+    );
+    let rest = list(vec!["--oldest".into(), "--after".into(), after]).await;
     assert_eq!(rest, everything[3..]);
 }
 
@@ -640,7 +641,9 @@ async fn usage_errors_exit_with_2_and_help_with_0() {
         &["retry"],
         &["list", "--limit", "0"],
         &["list", "--since", "yesterday"],
-        &["list", "--after", "1", "--before", "2"],
+        &["list", "--limit", "1001"],
+        &["list", "--after", "4711"],
+        &["list", "--before", "2"],
         &["purge", "--older-than", "7"],
         &["purge", "--batch", "5000"],
     ] {

@@ -178,7 +178,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     // Replayed: fresh attempts, so each ran once more and is dead again.
     wait_for(|| async {
         let batch = RequestQuery::default().error_contains("batch");
-        let page = rt.query(&batch, &Default::default()).await.unwrap();
+        let page = rt.list(&batch, &Default::default()).await.unwrap().requests;
         let mut replayed = page.len() == 3;
         for r in &page {
             replayed &= r.status == Status::Dead && rt.attempts(r.id).await.unwrap().len() == 2;

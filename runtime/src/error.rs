@@ -136,7 +136,8 @@ pub enum Error {
     #[error("the async-exec console cannot start: {0}")]
     Console(String),
 
-    /// A [`RequestFilter`](crate::RequestFilter) asks for something out of range.
+    /// A [`RequestQuery`](crate::RequestQuery) or [`PageSpec`](crate::PageSpec) (or a purge)
+    /// asks for something out of range; the message says what to ask for instead.
     #[error("invalid request filter: {0}")]
     InvalidFilter(String),
 

@@ -55,15 +55,12 @@ pub(crate) async fn request_list(
 ) -> Result<RequestList, Refused> {
     let query = filter.to_query().map_err(bad_request)?;
     let page = paging.to_page().map_err(bad_request)?;
-    let rows = state.rt.query(&query, &page).await?;
-    let next = (rows.len() as i64 == page.limit)
-        .then(|| rows.last())
-        .flatten()
-        .map(|last| Cursor {
-            create_time: last.create_time,
-            id: last.id,
-        });
-    Ok(RequestList { rows, page, next })
+    let found = state.rt.list(&query, &page).await?;
+    Ok(RequestList {
+        rows: found.requests,
+        page,
+        next: found.next,
+    })
 }
 
 /// A request of the application and every attempt logged for it.

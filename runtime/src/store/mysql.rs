@@ -23,7 +23,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, Fence, KeyClaim, PurgeBatch,
-    Purged, RequestFilter, Rescued, Store, StoredKey,
+    Purged, Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -33,7 +33,6 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod list;
 mod ops;
 mod purge;
 
@@ -81,10 +80,7 @@ impl MySqlStore {
     }
 }
 
-const REQUEST_COLUMNS: &str =
-    "id, application_name, executor, sign, strategy, status, exec_count, \
-    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time";
+pub(crate) use super::REQUEST_COLUMNS;
 
 const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at";
@@ -892,14 +888,6 @@ impl Store for MySqlStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(request_from_row).transpose()
-    }
-
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {

@@ -15,8 +15,8 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, RequestFilter,
-    Rescued, Store, StoredKey,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, Rescued, Store,
+    StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -26,7 +26,6 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod list;
 mod ops;
 mod purge;
 
@@ -745,14 +744,6 @@ impl Store for PostgresStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(request_from_row).transpose()
-    }
-
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {

@@ -15,7 +15,7 @@ use super::rows::{
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    RequestFilter, Rescued, Store, StoredKey,
+    Rescued, Store, StoredKey,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -25,7 +25,6 @@ use crate::registry::BoxFuture;
 
 mod instances;
 mod keys;
-mod list;
 mod ops;
 mod purge;
 
@@ -397,14 +396,6 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(request_from_row).transpose()
-    }
-
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {

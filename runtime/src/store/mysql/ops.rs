@@ -5,14 +5,14 @@ use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
-use super::{request_from_row, status_from, MySqlStore, REQUEST_COLUMNS};
+use super::{request_from_row, status_from, MySqlStore};
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, QueueCount,
-    RequestQuery, StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
+    StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, only_the_time_index, push_set, Bind, Marks, OpsStore, Sql};
+use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
 
 fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
     let mut query = sqlx::query(&sql.text);
@@ -26,31 +26,17 @@ fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
 }
 
 fn sql(text: &str) -> Sql {
-    Sql::new(Marks::Question, text)
+    Sql::new(Dialect::MySql, text)
 }
 
 #[async_trait]
 impl OpsStore for MySqlStore {
-    async fn request_page(
-        &self,
-        application: &str,
-        query: &RequestQuery,
-        page: &PageSpec,
-    ) -> Result<Vec<Request>> {
-        // Unfiltered (but for text and time), MariaDB reads `async_req_created` from its
-        // newest entry by the application alone, ignoring the cursor's bound, unless told
-        // to use the index: a `range` of 51 rows instead of 720,000 at 90 % depth of
-        // 1,000,000 (EXPLAIN ANALYZE `r_rows`). The filtered pages pick their index well.
-        let hint = if only_the_time_index(query) {
-            " FORCE INDEX (async_req_created)"
-        } else {
-            ""
-        };
-        let mut s = sql(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req{hint} WHERE"
-        ));
-        s.filter(application, query).page(page);
-        let rows = bound(&s).fetch_all(&self.pool).await?;
+    fn dialect(&self) -> Dialect {
+        Dialect::MySql
+    }
+
+    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
     }
 

@@ -8,12 +8,12 @@ use sqlx::{Row, Sqlite};
 use super::SqliteStore;
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, QueueCount,
-    RequestQuery, StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
+    StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, push_set, Bind, Marks, OpsStore, Sql};
-use crate::store::rows::{request_from_row, status, REQUEST_COLUMNS};
+use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
+use crate::store::rows::{request_from_row, status};
 
 fn bound(sql: &Sql) -> Query<'_, Sqlite, SqliteArguments<'_>> {
     let mut query = sqlx::query(&sql.text);
@@ -27,20 +27,17 @@ fn bound(sql: &Sql) -> Query<'_, Sqlite, SqliteArguments<'_>> {
 }
 
 fn sql(text: &str) -> Sql {
-    Sql::new(Marks::Question, text)
+    Sql::new(Dialect::Sqlite, text)
 }
 
 #[async_trait]
 impl OpsStore for SqliteStore {
-    async fn request_page(
-        &self,
-        application: &str,
-        query: &RequestQuery,
-        page: &PageSpec,
-    ) -> Result<Vec<Request>> {
-        let mut s = sql(&format!("SELECT {REQUEST_COLUMNS} FROM async_req WHERE"));
-        s.filter(application, query).page(page);
-        let rows = bound(&s).fetch_all(&self.pool).await?;
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
     }
 
