@@ -15,7 +15,8 @@
 //! one attempt log for one in four of those. Then `ANALYZE`, a login, and `--requests`
 //! rounds, each sending every case once through the router (`tower::ServiceExt::oneshot`).
 //! Output: one JSON line per case and backend on stdout, then a table of p50/p95/p99 (ms).
-//! Error-text search (a substring of every row it looks at) is reported apart, as
+//! Error-text search (a substring of every row it looks at, 20,000 rows a page at most:
+//! `ConsoleConfig::search_window`) is reported apart, as
 //! `search_*` (from the newest, with a status, and from a cursor at 90 % depth); it and
 //! the overview (counts over every record) are timed in the first `--slow-requests`
 //! rounds only.

@@ -462,6 +462,48 @@ async fn filters_with_metacharacters_and_odd_unicode<DB: Backend>(db: TestDb) {
     );
     let rest = list(vec!["--oldest".into(), "--after".into(), after]).await;
     assert_eq!(rest, everything[3..]);
+    // A text search looks at --search-window requests a page, and says where it stopped.
+    let newest: Vec<i64> = everything.iter().rev().copied().collect();
+    let searched = tool(
+        &db,
+        &["--json", "list", "--error", "flaky", "--search-window", "1"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        ids(&searched),
+        Vec::<i64>::new(),
+        "the newest is not the flaky one"
+    );
+    assert_eq!(searched["searched"], 1, "{searched}");
+    let after = searched["next"].as_str().unwrap().to_string();
+    assert!(after.ends_with(&format!(".{}", newest[0])), "{after}");
+    let human = tool(&db, &["list", "--error", "flaky", "--search-window", "1"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        human.ends_with(&format!(
+            "searched 1 requests without filling the page\nnext page: --after {after}\n"
+        )),
+        "{human}"
+    );
+    let mut found = Vec::new();
+    let mut after = None::<String>;
+    loop {
+        let mut args = vec!["--json", "list", "--error", "flaky", "--search-window", "2"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let page = tool(&db, &args).await.ok().json();
+        found.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(found, vec![f.failed]);
 }
 
 async fn purge_counts<DB: Backend>(db: TestDb) {

@@ -91,18 +91,44 @@ fn expected(rows: &[Request], q: &RequestQuery) -> Vec<i64> {
 
 /// Every page of `q` in `order`, `limit` at a time, following `next`.
 async fn pages(rt: &Runtime, q: &RequestQuery, order: Order, limit: i64) -> Vec<i64> {
-    let mut spec = PageSpec::default().order(order).limit(limit);
+    let spec = PageSpec::default().order(order).limit(limit);
+    windowed_pages(rt, q, spec).await.0
+}
+
+/// Every page of `q` as `spec` asks, following `next`: the ids, and each page's cursor
+/// before, its `next` and its `searched`.
+async fn windowed_pages(
+    rt: &Runtime,
+    q: &RequestQuery,
+    mut spec: PageSpec,
+) -> (Vec<i64>, Vec<PageSeen>) {
     let mut ids = Vec::new();
+    let mut seen = Vec::new();
     for _ in 0..1000 {
         let page = rt.list(q, &spec).await.unwrap();
-        assert!(page.requests.len() as i64 <= limit);
+        assert!(page.requests.len() as i64 <= spec.limit);
         ids.extend(page.requests.iter().map(|r| r.id));
+        seen.push(PageSeen {
+            after: spec.after,
+            found: page.requests.len(),
+            next: page.next,
+            searched: page.searched,
+        });
         match page.next {
             Some(next) => spec = spec.after(next),
-            None => return ids,
+            None => return (ids, seen),
         }
     }
     panic!("more than 1,000 pages of {q:?}");
+}
+
+/// What one page said.
+#[derive(Debug)]
+struct PageSeen {
+    after: Option<Cursor>,
+    found: usize,
+    next: Option<Cursor>,
+    searched: Option<i64>,
 }
 
 /// The rows, one in a few milliseconds (so that time ranges cut between them) but some
@@ -327,4 +353,97 @@ async fn the_same_rows_match_the_same_filters_on_every_backend<DB: Backend>(db: 
     rt.shutdown().await.unwrap();
 }
 
-backend_suite!(the_same_rows_match_the_same_filters_on_every_backend);
+/// A page with a text filter looks at no more than its search window of the requests
+/// that match the other fields; one that ends there before it fills says so, and its
+/// `next` continues from the last request it looked at: following the pages finds every
+/// match once, in order, in either direction.
+async fn a_text_search_page_looks_at_its_window_and_continues<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let rows = fill(&db, &rt).await;
+    let q = RequestQuery::default;
+    for query in [
+        q().error_contains("o"),
+        q().error_contains("\u{e9}"),
+        q().error_contains("BOOM"),
+        q().status(Status::Dead).error_contains("boom"),
+        q().remark_contains("Plain"),
+        q().remark_contains("🎉").error_contains("50%"),
+    ] {
+        let mut others = query.clone();
+        (others.remark, others.error) = (None, None);
+        for order in [Order::Newest, Order::Oldest] {
+            let mut want = expected(&rows, &query);
+            let mut scanned = expected(&rows, &others);
+            if order == Order::Oldest {
+                want.reverse();
+                scanned.reverse();
+            }
+            let key = |id: i64| {
+                let r = rows.iter().find(|r| r.id == id).unwrap();
+                Cursor::of(r)
+            };
+            let position = |cursor: Option<Cursor>| {
+                cursor.map_or(0, |c| {
+                    scanned.iter().position(|id| key(*id) == c).unwrap() + 1
+                })
+            };
+            for window in [1, 2, 5, 100] {
+                for limit in [1, 3] {
+                    let spec = PageSpec::default()
+                        .order(order)
+                        .limit(limit)
+                        .search_window(window);
+                    let (ids, seen) = windowed_pages(&rt, &query, spec).await;
+                    let label = format!("{query:?} {order:?} window {window} limit {limit}");
+                    assert_eq!(ids, want, "{label}: {seen:?}");
+                    for page in &seen {
+                        let (from, to) = (position(page.after), position(page.next));
+                        if page.next.is_some() {
+                            assert!(
+                                to - from <= window as usize,
+                                "{label}: a page looked at {} requests: {page:?}",
+                                to - from
+                            );
+                        }
+                        match page.searched {
+                            Some(n) => {
+                                assert_eq!(n, window, "{label}");
+                                assert!(page.found < limit as usize, "{label}: {page:?}");
+                                assert_eq!(to - from, window as usize, "{label}: {page:?}");
+                            }
+                            None if page.next.is_some() => {
+                                assert_eq!(page.found, limit as usize, "{label}: {page:?}")
+                            }
+                            None => {}
+                        }
+                    }
+                    if want.len() < scanned.len() && window == 1 {
+                        assert!(
+                            seen.iter().any(|p| p.searched.is_some()),
+                            "{label}: some page ends at its window: {seen:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Without a text filter there is no window: full pages.
+    let spec = PageSpec::default().limit(4).search_window(1);
+    let page = rt.list(&q(), &spec).await.unwrap();
+    assert_eq!((page.requests.len(), page.searched), (4, None));
+    for window in [0, -1, PageSpec::MAX_SEARCH_WINDOW + 1] {
+        let refused = rt
+            .list(&q().error_contains("o"), &spec.search_window(window))
+            .await;
+        assert!(
+            matches!(&refused, Err(async_exec::Error::InvalidFilter(m)) if m.contains("search window")),
+            "{window}: {refused:?}"
+        );
+    }
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    the_same_rows_match_the_same_filters_on_every_backend,
+    a_text_search_page_looks_at_its_window_and_continues,
+);

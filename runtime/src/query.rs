@@ -172,7 +172,8 @@ impl std::str::FromStr for Cursor {
     }
 }
 
-/// One page of a listing: its order, where it starts, and its size.
+/// One page of a listing: its order, where it starts, its size, and how far a text filter
+/// searches for it.
 ///
 /// ```
 /// use async_exec::{Cursor, Order, PageSpec};
@@ -193,6 +194,13 @@ pub struct PageSpec {
     pub after: Option<Cursor>,
     /// At most this many (1 to [`PageSpec::MAX_LIMIT`]).
     pub limit: i64,
+    /// With a text filter (`remark`, `error`), how many requests in page order (of those
+    /// matching the other fields) the page looks at, at most (1 to
+    /// [`PageSpec::MAX_SEARCH_WINDOW`]): a substring search reads every row it looks at,
+    /// so a page of a rare text would otherwise read the whole table. A page that ends at
+    /// its window before it fills says so ([`Page::searched`]) and continues, with
+    /// [`Page::next`], from the last request looked at.
+    pub search_window: i64,
 }
 
 impl Default for PageSpec {
@@ -201,6 +209,7 @@ impl Default for PageSpec {
             order: Order::Newest,
             after: None,
             limit: PageSpec::DEFAULT_LIMIT,
+            search_window: PageSpec::DEFAULT_SEARCH_WINDOW,
         }
     }
 }
@@ -211,6 +220,14 @@ impl PageSpec {
 
     /// The requests of a page unless [`PageSpec::limit`] says otherwise.
     pub const DEFAULT_LIMIT: i64 = 50;
+
+    /// The rows a text filter looks at for one page unless
+    /// [`PageSpec::search_window`] says otherwise (what a page costs with it at 1,000,000
+    /// rows: README, "Console").
+    pub const DEFAULT_SEARCH_WINDOW: i64 = 20_000;
+
+    /// The most rows a text filter may look at for one page.
+    pub const MAX_SEARCH_WINDOW: i64 = 100_000;
 
     /// The first page, newest first (the default).
     pub fn newest_first() -> Self {
@@ -240,8 +257,22 @@ impl PageSpec {
         self
     }
 
+    /// With a text filter, looking at at most `rows` requests (1 to
+    /// [`PageSpec::MAX_SEARCH_WINDOW`]).
+    pub fn search_window(mut self, rows: i64) -> Self {
+        self.search_window = rows;
+        self
+    }
+
     /// Refuses a page out of range, saying what to ask for instead.
     pub(crate) fn check(&self) -> Result<()> {
+        if !(1..=PageSpec::MAX_SEARCH_WINDOW).contains(&self.search_window) {
+            return Err(Error::InvalidFilter(format!(
+                "search window {}: look at 1 to {} requests a page, and continue with the `next` cursor",
+                self.search_window,
+                PageSpec::MAX_SEARCH_WINDOW
+            )));
+        }
         if !(1..=PageSpec::MAX_LIMIT).contains(&self.limit) {
             return Err(Error::InvalidFilter(format!(
                 "page limit {}: ask for 1 to {} requests a page, and page on with the `next` cursor",
@@ -253,7 +284,10 @@ impl PageSpec {
     }
 }
 
-/// A page of requests and where the next one starts.
+/// A page of requests and where the next one starts. With a text filter, a page may end
+/// at its [search window](PageSpec::search_window) before it fills ([`Page::searched`]
+/// says how many requests it looked at): fewer requests, or none, and `next` to continue
+/// the search from where it stopped.
 ///
 /// ```no_run
 /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
@@ -280,6 +314,9 @@ pub struct Page {
     /// Where the next page starts (its [`PageSpec::after`]); `None` when nothing
     /// follows.
     pub next: Option<Cursor>,
+    /// `Some(rows)` when a text filter ended the page at its search window before it
+    /// filled: the requests it looked at; `next` is the last of them. `None` otherwise.
+    pub searched: Option<i64>,
 }
 
 impl IntoIterator for Page {

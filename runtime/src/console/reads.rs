@@ -45,6 +45,9 @@ pub(crate) struct RequestList {
     pub(crate) page: PageSpec,
     /// Where the next page starts; `None` on the last.
     pub(crate) next: Option<Cursor>,
+    /// The requests looked at, when a text filter's search window ended the page before
+    /// it filled (`next` continues the search).
+    pub(crate) searched: Option<i64>,
 }
 
 /// The page of requests that `filter` and `paging` ask for.
@@ -54,12 +57,16 @@ pub(crate) async fn request_list(
     paging: &PageForm,
 ) -> Result<RequestList, Refused> {
     let query = filter.to_query().map_err(bad_request)?;
-    let page = paging.to_page().map_err(bad_request)?;
+    let page = paging
+        .to_page()
+        .map_err(bad_request)?
+        .search_window(state.config.search_window);
     let found = state.rt.list(&query, &page).await?;
     Ok(RequestList {
         rows: found.requests,
         page,
         next: found.next,
+        searched: found.searched,
     })
 }
 

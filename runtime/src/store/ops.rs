@@ -24,21 +24,59 @@ pub(crate) trait OpsStore: Send + Sync {
     /// The requests that `sql` (begun by [`Sql::requests`]) selects, in its order.
     async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>>;
 
-    /// A page of the requests of `application` that match `query`.
+    /// The `(create_time, id)` of the one row that `sql` (begun by [`Sql::keys`])
+    /// selects, if any.
+    async fn fetch_cursor(&self, sql: &Sql) -> Result<Option<Cursor>>;
+
+    /// A page of the requests of `application` that match `query`. With a text filter,
+    /// it looks at no more than `page.search_window` requests (of those matching the
+    /// other fields, in page order): first the last of them is found in an index (no row
+    /// is read), then the page is read up to it.
     async fn request_page(
         &self,
         application: &str,
         query: &RequestQuery,
         page: &PageSpec,
     ) -> Result<Page> {
-        let mut sql = Sql::requests(self.dialect(), query);
-        sql.filter(application, query).page(page);
-        let requests = self.fetch_requests(&sql).await?;
-        let next = match requests.last() {
-            Some(last) if requests.len() as i64 >= page.limit => Some(Cursor::of(last)),
-            _ => None,
+        let dialect = self.dialect();
+        let edge = if query.remark.is_some() || query.error.is_some() {
+            let mut others = query.clone();
+            (others.remark, others.error) = (None, None);
+            let mut sql = Sql::keys(dialect, &others);
+            sql.filter(application, &others)
+                .after(page)
+                .order_by(page.order)
+                .window_end(page.search_window);
+            self.fetch_cursor(&sql).await?
+        } else {
+            None
         };
-        Ok(Page { requests, next })
+        let mut sql = Sql::requests(dialect, query);
+        sql.filter(application, query).after(page);
+        if let Some(edge) = edge {
+            sql.up_to(edge, page.order);
+        }
+        sql.order_by(page.order).limit(page.limit);
+        let requests = self.fetch_requests(&sql).await?;
+        let full = requests.len() as i64 >= page.limit;
+        Ok(match (requests.last(), edge) {
+            (Some(last), _) if full => Page {
+                next: Some(Cursor::of(last)),
+                requests,
+                searched: None,
+            },
+            // The window ended first: on from its last request, matched or not.
+            (_, Some(edge)) => Page {
+                requests,
+                next: Some(edge),
+                searched: Some(page.search_window),
+            },
+            _ => Page {
+                requests,
+                next: None,
+                searched: None,
+            },
+        })
     }
 
     /// How many requests of `application` match `query` and are in one of `statuses`
@@ -151,7 +189,8 @@ impl Sql {
     }
 
     /// `SELECT <the request's columns> FROM async_req WHERE`, for a page of `query`'s
-    /// requests: go on with [`Sql::filter`] and [`Sql::page`].
+    /// requests: go on with [`Sql::filter`], [`Sql::after`], [`Sql::order_by`] and
+    /// [`Sql::limit`].
     pub(crate) fn requests(dialect: Dialect, query: &RequestQuery) -> Sql {
         // Unfiltered (but for text and time), MariaDB reads `async_req_created` from its
         // newest entry by the application alone, ignoring the cursor's bound, unless told
@@ -185,6 +224,14 @@ impl Sql {
             }
         }
         self
+    }
+
+    /// `SELECT create_time, id FROM async_req WHERE`, for the keys of `query`'s requests
+    /// (from the index that a page of them reads): go on as after [`Sql::requests`].
+    pub(crate) fn keys(dialect: Dialect, query: &RequestQuery) -> Sql {
+        let mut sql = Sql::requests(dialect, query);
+        sql.text = sql.text.replacen(REQUEST_COLUMNS, "create_time, id", 1);
+        sql
     }
 
     /// Appends the condition that a request of `application` matches `query`, the same
@@ -274,27 +321,61 @@ impl Sql {
         self.push(")")
     }
 
-    /// Appends the keyset condition, order and limit of `page`.
-    pub(crate) fn page(&mut self, page: &PageSpec) -> &mut Self {
-        let (cmp, dir) = match page.order {
-            Order::Newest => ("<", "DESC"),
-            Order::Oldest => (">", "ASC"),
-        };
-        if let Some(Cursor { create_time, id }) = page.after {
-            // `create_time <=` (or `>=`) bounds the index range on every backend (a row
-            // comparison or a plain OR would not, on MySQL), so a deep page reads as few
-            // index entries as the first; the rest drops the cursor's own time's rows
-            // up to its id.
-            self.push(&format!(" AND create_time {cmp}= "))
-                .bind(Bind::Int(create_time))
-                .push(&format!(" AND (create_time {cmp} "))
-                .bind(Bind::Int(create_time))
-                .push(&format!(" OR id {cmp} "))
-                .bind(Bind::Int(id))
-                .push(")");
+    /// Appends the keyset condition of `page`: after its cursor, in its order.
+    pub(crate) fn after(&mut self, page: &PageSpec) -> &mut Self {
+        match (page.after, page.order) {
+            (None, _) => self,
+            (Some(cursor), Order::Newest) => self.keyset("<", ">=", cursor),
+            (Some(cursor), Order::Oldest) => self.keyset(">", "<=", cursor),
         }
-        self.push(&format!(" ORDER BY create_time {dir}, id {dir} LIMIT "))
-            .bind(Bind::Int(page.limit.clamp(1, PageSpec::MAX_LIMIT)))
+    }
+
+    /// Appends the condition that a request comes no later than `edge` (included) in
+    /// `order`: the end of a search window.
+    pub(crate) fn up_to(&mut self, edge: Cursor, order: Order) -> &mut Self {
+        match order {
+            Order::Newest => self.keyset(">", "<", edge),
+            Order::Oldest => self.keyset("<", ">", edge),
+        }
+    }
+
+    /// ` AND create_time {time}= t AND NOT (create_time = t AND id {not_id} i)`: the
+    /// `create_time` bound limits the index range on every backend (a row comparison
+    /// would not, on MySQL), so a deep page reads as few index entries as the first; the
+    /// rest settles the rows of the cursor's own time by id. Written as `NOT (...)`
+    /// rather than `(create_time < t OR id < i)`, which PostgreSQL estimates to keep a
+    /// fifth of the range: it then sorted the whole rest of the table for a search
+    /// window's edge (41 ms at 90 % depth of 1,000,000) instead of reading 20,000 index
+    /// entries backwards (28 ms; 3 ms once vacuumed).
+    fn keyset(&mut self, time: &str, not_id: &str, at: Cursor) -> &mut Self {
+        self.push(&format!(" AND create_time {time}= "))
+            .bind(Bind::Int(at.create_time))
+            .push(" AND NOT (create_time = ")
+            .bind(Bind::Int(at.create_time))
+            .push(&format!(" AND id {not_id} "))
+            .bind(Bind::Int(at.id))
+            .push(")")
+    }
+
+    /// Appends ` ORDER BY` creation time and id, in `order`.
+    pub(crate) fn order_by(&mut self, order: Order) -> &mut Self {
+        let dir = match order {
+            Order::Newest => "DESC",
+            Order::Oldest => "ASC",
+        };
+        self.push(&format!(" ORDER BY create_time {dir}, id {dir}"))
+    }
+
+    /// Appends ` LIMIT n` (1 to a page's most).
+    pub(crate) fn limit(&mut self, n: i64) -> &mut Self {
+        self.push(" LIMIT ")
+            .bind(Bind::Int(n.clamp(1, PageSpec::MAX_LIMIT)))
+    }
+
+    /// Appends the limit that selects the `window`-th row: the last of a search window.
+    pub(crate) fn window_end(&mut self, window: i64) -> &mut Self {
+        let window = window.clamp(1, PageSpec::MAX_SEARCH_WINDOW);
+        self.push(" LIMIT 1 OFFSET ").bind(Bind::Int(window - 1))
     }
 }
 
@@ -386,6 +467,33 @@ mod tests {
                 Bind::Text("a\u{FFFD}pp".into()),
                 Bind::Text("a\u{FFFD}b".into())
             ]
+        );
+    }
+
+    #[test]
+    fn a_search_window_ends_at_a_key_of_the_index() {
+        let query = RequestQuery::default().error_contains("x");
+        let mut sql = Sql::keys(Dialect::Sqlite, &query);
+        assert_eq!(sql.text, "SELECT create_time, id FROM async_req WHERE");
+        sql.filter("a", &RequestQuery::default())
+            .order_by(Order::Newest)
+            .window_end(20_000);
+        assert!(
+            sql.text
+                .ends_with(" ORDER BY create_time DESC, id DESC LIMIT 1 OFFSET ?"),
+            "{}",
+            sql.text
+        );
+        assert_eq!(sql.binds.last(), Some(&Bind::Int(19_999)));
+        let mut sql = Sql::new(Dialect::Postgres, "WHERE id > 0");
+        let edge = Cursor {
+            create_time: 7,
+            id: 3,
+        };
+        sql.up_to(edge, Order::Newest);
+        assert_eq!(
+            sql.text,
+            "WHERE id > 0 AND create_time >= $1 AND NOT (create_time = $2 AND id < $3)"
         );
     }
 

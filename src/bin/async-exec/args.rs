@@ -108,6 +108,10 @@ pub(crate) struct ListArgs {
     /// The page after this cursor (`create_time.id`): what `list` prints as the next page.
     #[arg(long)]
     pub(crate) after: Option<Cursor>,
+    /// With --remark or --error, look at this many requests at most (1 to 100000); a
+    /// page that ends there before it fills says so and where to continue.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub(crate) search_window: i64,
 }
 
 /// What `purge` deletes.

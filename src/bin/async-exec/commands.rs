@@ -76,10 +76,13 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
     } else {
         Order::Newest
     };
-    let mut spec = PageSpec::default().order(order).limit(a.limit);
+    let mut spec = PageSpec::default()
+        .order(order)
+        .limit(a.limit)
+        .search_window(a.search_window);
     spec.after = a.after;
     let page = rt.list(&query, &spec).await?;
-    let (requests, next) = (page.requests, page.next);
+    let (requests, next, searched) = (page.requests, page.next, page.searched);
     let rows: Vec<Vec<String>> = requests.iter().map(list_row).collect();
     let mut human = if rows.is_empty() {
         "no requests match\n".to_string()
@@ -98,6 +101,11 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
             &rows,
         )
     };
+    if let Some(searched) = searched {
+        human.push_str(&format!(
+            "searched {searched} requests without filling the page\n"
+        ));
+    }
     if let Some(next) = next {
         let oldest = if a.oldest { "--oldest " } else { "" };
         human.push_str(&format!("next page: {oldest}--after {next}\n"));
@@ -106,6 +114,7 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
         json!({
             "requests": requests,
             "next": next.map(|cursor| cursor.to_text()),
+            "searched": searched,
         }),
         human,
     ))

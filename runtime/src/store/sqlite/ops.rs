@@ -8,8 +8,8 @@ use sqlx::{Row, Sqlite};
 use super::SqliteStore;
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
-    StatDelta,
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount,
+    RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
 use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
@@ -39,6 +39,17 @@ impl OpsStore for SqliteStore {
     async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
         let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
+    }
+
+    async fn fetch_cursor(&self, sql: &Sql) -> Result<Option<Cursor>> {
+        let row = bound(sql).fetch_optional(&self.pool).await?;
+        match row {
+            Some(row) => Ok(Some(Cursor {
+                create_time: row.try_get(0)?,
+                id: row.try_get(1)?,
+            })),
+            None => Ok(None),
+        }
     }
 
     async fn request_count_matching(
