@@ -245,6 +245,9 @@ impl Sql {
 /// deleted on success, so on that path nothing touches the indexes the list needs.
 pub(crate) const FINISHED: &str = "status NOT IN ('init', 'running')";
 
+/// The records [`FINISHED`] leaves out: waiting for their first run, or running.
+const LIVE: &str = "status IN ('init', 'running')";
+
 /// Whether `status` is one of the submit-claim-complete path's, which the list indexes
 /// leave out.
 fn is_hot(status: Status) -> bool {
@@ -281,7 +284,8 @@ pub(crate) fn page_select(
             ") finished UNION ALL SELECT * FROM ({select_from} WHERE"
         ))
         .filter(application, query)
-        .push(" AND status IN ('init', 'running')")
+        .push(" AND ")
+        .push(LIVE)
         .page(page)
         .push(&format!(") live ORDER BY id {dir} LIMIT "))
         .bind(Bind::Int(page.limit.clamp(1, 1000)));
