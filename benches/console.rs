@@ -15,8 +15,11 @@
 //! one attempt log for one in four of those. Then `ANALYZE`, a login, and `--requests`
 //! rounds, each sending every case once through the router (`tower::ServiceExt::oneshot`).
 //! Output: one JSON line per case and backend on stdout, then a table of p50/p95/p99 (ms).
-//! Error-text search (`LIKE '%...%'`, a scan) is reported apart, as `search_*`; it and the
-//! overview (counts over every record) are timed in the first `--slow-requests` rounds only.
+//! Error-text search (a substring of every row it looks at, 20,000 rows a page at most:
+//! `ConsoleConfig::search_window`) is reported apart, as
+//! `search_*` (from the newest, with a status, and from a cursor at 90 % depth); it and
+//! the overview (counts over every record) are timed in the first `--slow-requests`
+//! rounds only.
 
 use std::time::{Duration, Instant};
 
@@ -319,7 +322,7 @@ struct Case {
     slow: bool,
 }
 
-/// A cursor (`create_time.id`) at the `fraction` of the application's records, newest first.
+/// A cursor (an id) at the `fraction` of the application's records, newest first.
 async fn cursor_at(pool: &Pool, filter: &str, rows: i64, fraction: f64) -> Result<String> {
     let offset = ((rows as f64) * 0.8 * fraction) as i64;
     let sql = format!(
@@ -372,6 +375,11 @@ async fn cases(pool: &Pool, rows: i64) -> Result<Vec<Case>> {
     add(
         "search_error_dead",
         "status=dead&error=order+4265)".into(),
+        true,
+    );
+    add(
+        "search_error_deep",
+        format!("error=order+4265)&after={deep}"),
         true,
     );
     list.push(Case {

@@ -122,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
         crm_attempts[0].error.as_deref().unwrap_or("-")
     );
     println!("  succeeded requests are deleted (delete_on_success); what is left:");
-    for request in rt.list(Default::default()).await? {
+    for request in rt.list(&Default::default(), &Default::default()).await? {
         println!(
             "  request {} {} is {} after {} attempts: {}",
             request.id,

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_exec::{
-    async_exec, Backend, Context, Data, Final, Outcome, RequestFilter, Status, TestMode, Tx,
+    async_exec, Backend, Context, Data, Final, Outcome, PageSpec, RequestQuery, Status, TestMode,
+    Tx,
 };
 use common::{now_ms, wait_for, Probe, TestDb};
 
@@ -940,9 +941,13 @@ async fn operations_get_list_retry_cancel_delete<DB: Backend>(db: TestDb) {
     let b = ok_job("ops-b".into()).on(&rt).await.unwrap().id.unwrap();
     let c = gives_up("ops-c".into()).on(&rt).await.unwrap().id.unwrap();
     let listed = rt
-        .list(RequestFilter::default().status(Status::Init))
+        .list(
+            &RequestQuery::default().status(Status::Init),
+            &PageSpec::default(),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .requests;
     assert_eq!(
         listed.iter().map(|r| r.id).collect::<Vec<_>>(),
         vec![c, b, a]
@@ -957,14 +962,22 @@ async fn operations_get_list_retry_cancel_delete<DB: Backend>(db: TestDb) {
     assert_eq!(rt.get(b).await.unwrap().unwrap().status, Status::Cancelled);
     assert_eq!(rt.get(c).await.unwrap().unwrap().status, Status::Dead);
     let dead = rt
-        .list(RequestFilter::default().status(Status::Dead))
+        .list(
+            &RequestQuery::default().status(Status::Dead),
+            &PageSpec::default(),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .requests;
     assert_eq!(dead.len(), 1);
     let by_executor = rt
-        .list(RequestFilter::default().executor(executor_name("ok_job")))
+        .list(
+            &RequestQuery::default().executor(executor_name("ok_job")),
+            &PageSpec::default(),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .requests;
     assert_eq!(by_executor.len(), 2);
     // Replays: a dead request runs again with fresh attempts, a cancelled one too.
     rt.retry_now(c).await.unwrap();
@@ -1038,7 +1051,11 @@ async fn caller_baggage_travels_with_the_record<DB: Backend>(db: TestDb) {
     })
     .await;
     reads_baggage("nobag".into()).on(&rt).await.unwrap();
-    let stored = rt.list(RequestFilter::default()).await.unwrap();
+    let stored = rt
+        .list(&RequestQuery::default(), &PageSpec::default())
+        .await
+        .unwrap()
+        .requests;
     assert!(stored
         .iter()
         .any(|r| r.trace_json.as_deref() == Some(r#"{"baggage":[["tenant","acme"]]}"#)));

@@ -78,7 +78,7 @@ async fn outstanding(pool: &AnyPool) -> (i64, i64) {
 
 /// Waits until every committed request ran and the queue is empty; `false` after `limit`
 /// (the checker then names what is missing).
-async fn drain(pool: &AnyPool, limit: Duration) -> bool {
+async fn drain(pool: &AnyPool, kind: Kind, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         let (unrun, left) = outstanding(pool).await;
@@ -87,9 +87,74 @@ async fn drain(pool: &AnyPool, limit: Duration) -> bool {
         }
         if Instant::now() > deadline {
             println!("not drained after {limit:?}: {unrun} committed requests not run, {left} records left");
+            print_stuck(pool, kind).await;
             return false;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Prints what holds the records left after a drain timed out: each record's state against
+/// the database's clock and, on MariaDB, the open transactions and who waits for whom, so
+/// that a failed run in CI says why without its database.
+async fn print_stuck(pool: &AnyPool, kind: Kind) {
+    let now = match kind {
+        Kind::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+        Kind::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        Kind::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+    };
+    let sql = format!(
+        "SELECT CONCAT('id=', id, ' executor=', executor, ' status=', status, ' exec_count=', exec_count, \
+         ' owner=', COALESCE(lease_owner, '-'), ' lease_left_ms=', COALESCE(lease_until - {now}, 0), \
+         ' due_in_ms=', run_at - {now}, ' created_ago_ms=', {now} - create_time, \
+         ' updated_ago_ms=', {now} - update_time) FROM async_req ORDER BY id LIMIT 20"
+    );
+    print_rows(pool, "left", &sql).await;
+    if kind == Kind::MySql {
+        print_rows(
+            pool,
+            "open transaction",
+            "SELECT CONCAT('trx ', trx_id, ' thread ', trx_mysql_thread_id, ' state ', trx_state, \
+             ' since ', trx_started, ' rows locked ', trx_rows_locked, ' query ', \
+             COALESCE(trx_query, '-')) FROM information_schema.innodb_trx",
+        )
+        .await;
+        print_rows(
+            pool,
+            "lock wait",
+            "SELECT CONCAT('trx ', requesting_trx_id, ' waits for ', blocking_trx_id) \
+             FROM information_schema.innodb_lock_waits",
+        )
+        .await;
+        print_rows(
+            pool,
+            "connection",
+            "SELECT CONCAT('thread ', id, ' ', COALESCE(command, '-'), ' ', time, ' s ', \
+             COALESCE(state, '-'), ' ', COALESCE(LEFT(info, 200), '-')) \
+             FROM information_schema.processlist WHERE command <> 'Sleep' OR time > 10",
+        )
+        .await;
+    }
+}
+
+/// Prints each row of a one-text-column query: text, or bytes where MariaDB answers a
+/// binary-collated text so (its information_schema answers text).
+async fn print_rows(pool: &AnyPool, label: &str, sql: &str) {
+    use sqlx::Row as _;
+    match sqlx::query(sql).fetch_all(pool).await {
+        Ok(rows) => {
+            for row in rows {
+                let text = row.try_get::<String, _>(0).or_else(|_| {
+                    row.try_get::<Vec<u8>, _>(0)
+                        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                });
+                match text {
+                    Ok(text) => println!("{label}: {text}"),
+                    Err(error) => println!("{label}: could not read ({error})"),
+                }
+            }
+        }
+        Err(error) => println!("{label}: could not read ({error})"),
     }
 }
 
@@ -107,7 +172,7 @@ async fn each_ran_since(pool: &AnyPool, processes: &[String], since: i64, limit:
     }
 }
 
-async fn read_run(pool: &AnyPool, run: &mut Run) {
+async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
     type HistoryRow = (
         String,
         i64,
@@ -155,10 +220,27 @@ async fn read_run(pool: &AnyPool, run: &mut Run) {
             source,
         })
         .collect();
-    run.left_in_queue = sqlx::query_as("SELECT id, status, last_error FROM async_req")
-        .fetch_all(pool)
-        .await
-        .expect("read async_req");
+    // MariaDB answers `last_error` (utf8mb4_bin, so flagged binary) as a BLOB to the Any
+    // driver, whatever it is converted to: read its bytes there and decode them here.
+    run.left_in_queue = match kind {
+        Kind::MySql => {
+            let rows: Vec<(i64, String, Option<Vec<u8>>)> =
+                sqlx::query_as("SELECT id, status, last_error FROM async_req")
+                    .fetch_all(pool)
+                    .await
+                    .expect("read async_req");
+            rows.into_iter()
+                .map(|(id, status, error)| {
+                    let error = error.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+                    (id, status, error)
+                })
+                .collect()
+        }
+        _ => sqlx::query_as("SELECT id, status, last_error FROM async_req")
+            .fetch_all(pool)
+            .await
+            .expect("read async_req"),
+    };
 }
 
 async fn chaos(kind: Kind) {
@@ -228,12 +310,12 @@ async fn chaos(kind: Kind) {
         "submitter: {}",
         cluster::read(&submitter.log)
     );
-    let drained = drain(&pool, Duration::from_secs(120)).await;
+    let drained = drain(&pool, kind, Duration::from_secs(120)).await;
     let final_phase_start = now_ms();
     let current = cluster.current().await;
     cluster.probe_all().await;
     each_ran_since(&pool, &current, final_phase_start, Duration::from_secs(60)).await;
-    let drained = drain(&pool, Duration::from_secs(60)).await && drained;
+    let drained = drain(&pool, kind, Duration::from_secs(60)).await && drained;
     cluster.stop_all().await;
     let db_stalls = probe.stop().await;
 
@@ -245,7 +327,7 @@ async fn chaos(kind: Kind) {
         db_stalls,
         ..Run::default()
     };
-    read_run(&pool, &mut run).await;
+    read_run(&pool, kind, &mut run).await;
     {
         let log = cluster.log.lock().unwrap();
         run.faults = log.faults.clone();

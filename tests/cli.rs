@@ -428,39 +428,83 @@ async fn filters_with_metacharacters_and_odd_unicode<DB: Backend>(db: TestDb) {
         .ok()
         .json();
     assert_eq!(ids(&first), everything[..4]);
-    let before = first["next"]["before"].as_i64().expect("a next page");
-    assert_eq!(before, everything[3]);
-    let second = tool(
-        &db,
-        &[
-            "--json",
-            "list",
-            "--limit",
-            "4",
-            "--before",
-            &before.to_string(),
-        ],
-    )
-    .await
-    .ok()
-    .json();
+    let after = first["next"].as_str().expect("a next page").to_string();
+    assert_eq!(
+        after,
+        everything[3].to_string(),
+        "the cursor of the last request"
+    );
+    let second = tool(&db, &["--json", "list", "--limit", "4", "--after", &after])
+        .await
+        .ok()
+        .json();
     assert_eq!(ids(&second), everything[4..]);
     assert_eq!(second["next"], Value::Null);
     let human = tool(&db, &["list", "--limit", "4"]).await.ok().stdout;
     assert!(
-        human.ends_with(&format!("next page: --before {before}\n")),
+        human.ends_with(&format!("next page: --after {after}\n")),
         "{human}"
     );
-    // Oldest first with --after.
+    // Oldest first with --oldest, and its next page.
     everything.reverse();
-    let up = tool(&db, &["--json", "list", "--limit", "3", "--after", "0"])
+    let up = tool(&db, &["--json", "list", "--limit", "3", "--oldest"])
         .await
         .ok()
         .json();
     assert_eq!(ids(&up), everything[..3]);
-    let after = up["next"]["after"].as_i64().unwrap();
-    let rest = list(vec!["--after".into(), after.to_string()]).await;
+    let after = up["next"].as_str().unwrap().to_string();
+    let human = tool(&db, &["list", "--limit", "3", "--oldest"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        human.ends_with(&format!("next page: --oldest --after {after}\n")),
+        "{human}"
+    );
+    let rest = list(vec!["--oldest".into(), "--after".into(), after]).await;
     assert_eq!(rest, everything[3..]);
+    // A text search looks at --search-window requests a page, and says where it stopped.
+    let newest: Vec<i64> = everything.iter().rev().copied().collect();
+    let searched = tool(
+        &db,
+        &["--json", "list", "--error", "flaky", "--search-window", "1"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        ids(&searched),
+        Vec::<i64>::new(),
+        "the newest is not the flaky one"
+    );
+    assert_eq!(searched["searched"], 1, "{searched}");
+    let after = searched["next"].as_str().unwrap().to_string();
+    assert_eq!(after, newest[0].to_string(), "the request looked at");
+    let human = tool(&db, &["list", "--error", "flaky", "--search-window", "1"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        human.ends_with(&format!(
+            "searched 1 requests without filling the page\nnext page: --after {after}\n"
+        )),
+        "{human}"
+    );
+    let mut found = Vec::new();
+    let mut after = None::<String>;
+    loop {
+        let mut args = vec!["--json", "list", "--error", "flaky", "--search-window", "2"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let page = tool(&db, &args).await.ok().json();
+        found.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(found, vec![f.failed]);
 }
 
 async fn purge_counts<DB: Backend>(db: TestDb) {
@@ -640,7 +684,10 @@ async fn usage_errors_exit_with_2_and_help_with_0() {
         &["retry"],
         &["list", "--limit", "0"],
         &["list", "--since", "yesterday"],
-        &["list", "--after", "1", "--before", "2"],
+        &["list", "--limit", "1001"],
+        &["list", "--after", "1764547200000.4711"],
+        &["list", "--after", "x"],
+        &["list", "--before", "2"],
         &["purge", "--older-than", "7"],
         &["purge", "--batch", "5000"],
     ] {

@@ -178,7 +178,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     // Replayed: fresh attempts, so each ran once more and is dead again.
     wait_for(|| async {
         let batch = RequestQuery::default().error_contains("batch");
-        let page = rt.query(&batch, &Default::default()).await.unwrap();
+        let page = rt.list(&batch, &Default::default()).await.unwrap().requests;
         let mut replayed = page.len() == 3;
         for r in &page {
             replayed &= r.status == Status::Dead && rt.attempts(r.id).await.unwrap().len() == 2;
@@ -418,6 +418,99 @@ async fn keyset_pages_cover_every_request_once_in_either_order<DB: Backend>(db: 
     rt.shutdown().await.unwrap();
 }
 
+/// A search by error text looks at the console's search window of requests a page
+/// (`ConsoleConfig::search_window`): a page that ends there says how many it searched, in
+/// the JSON (`searched`) and on the page (`search-window`), and continues from there.
+async fn a_text_search_says_how_far_it_looked_and_continues<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    for (i, created) in [1000, 2000, 3000, 4000, 5000].iter().enumerate() {
+        let error = if i == 1 { "a needle here" } else { "hay" };
+        db.exec(&format!(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, last_error, create_time, update_time) \
+             VALUES ('tests', 'console::hay', 's', 'SaveAsync', 'dead', 1, 1, '{{}}', '', 0, \
+             {created}, '{error}', {created}, {created})"
+        ))
+        .await;
+    }
+    let app = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().search_window(2)).unwrap(),
+    );
+    let auth = Auth::Bearer(VIEWER_TOKEN);
+    let path = "/api/requests?executor=console::hay&error=needle";
+    // Newest first: 5000 and 4000 hold no needle; 3000 none, 2000 one; 1000 is the end.
+    let first = get(&app, path, auth).await.json();
+    assert_eq!(first["requests"].as_array().unwrap().len(), 0, "{first}");
+    assert_eq!(first["searched"], 2, "{first}");
+    let after = first["next"]
+        .as_str()
+        .expect("a cursor to continue")
+        .to_string();
+    let everything = rt
+        .list(
+            &async_exec::RequestQuery::default().executor("console::hay"),
+            &async_exec::PageSpec::default(),
+        )
+        .await
+        .unwrap();
+    let fourth = everything.requests.iter().find(|r| r.create_time == 4000);
+    assert_eq!(
+        Some(after.as_str()),
+        fourth.map(|r| r.id.to_string()).as_deref(),
+        "the last request looked at"
+    );
+    let second = get(&app, &format!("{path}&after={after}"), auth)
+        .await
+        .json();
+    let found = second["requests"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{second}");
+    assert_eq!(found[0]["create_time"], 2000);
+    assert_eq!(second["searched"], 2, "{second}");
+    let after = second["next"].as_str().unwrap().to_string();
+    let last = get(&app, &format!("{path}&after={after}"), auth)
+        .await
+        .json();
+    assert_eq!(last["requests"].as_array().unwrap().len(), 0, "{last}");
+    assert_eq!(
+        (&last["next"], &last["searched"]),
+        (&json!(null), &json!(null))
+    );
+    // Without text, no window: a full page of five.
+    let all = get(&app, "/api/requests?executor=console::hay", auth)
+        .await
+        .json();
+    assert_eq!(all["requests"].as_array().unwrap().len(), 5);
+    assert_eq!(all["searched"], json!(null));
+    // The page says how far it looked, and links on.
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let page = get(
+        &app,
+        "/requests?executor=console::hay&error=needle",
+        Auth::Cookie(&cookie),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(r#"data-searched="2""#) && page.body.contains("Searched 2 requests"),
+        "{}",
+        page.body
+    );
+    let next = page
+        .body
+        .split(r#"id="search-continue" href=""#)
+        .nth(1)
+        .expect("a link to continue the search")
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let second = get(&app, next.trim_start_matches(MOUNT), Auth::Cookie(&cookie)).await;
+    assert_eq!(second.body.matches("data-request-id=").count(), 1);
+    assert!(second.body.contains("search-continue"));
+    rt.shutdown().await.unwrap();
+}
+
 /// `dead` in the overview's counts.
 fn dead_count(overview: &serde_json::Value) -> i64 {
     overview["by_status"]
@@ -513,5 +606,6 @@ backend_suite!(
     actions_on_a_filter_show_the_count_then_act_and_are_audited,
     pausing_stops_claims_on_other_instances_within_seconds,
     keyset_pages_cover_every_request_once_in_either_order,
+    a_text_search_says_how_far_it_looked_and_continues,
     the_overview_keeps_its_counts_with_their_age_and_recounts_in_the_background,
 );

@@ -57,7 +57,11 @@ async fn a_generic_handler_runs_its_statements_and_a_call_in_the_transaction<DB:
     assert_eq!(db.count("orders WHERE id = 7 AND placed = 1").await, 1);
     assert_eq!(db.count("orders WHERE id = 9").await, 1);
     rt.wait_idle().await;
-    let requests = rt.list(async_exec::RequestFilter::default()).await.unwrap();
+    let requests = rt
+        .list(&Default::default(), &Default::default())
+        .await
+        .unwrap()
+        .requests;
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].executor, "generic::ship_order");
     assert_eq!(requests[0].param_json, r#"{"order_id":9}"#);

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use async_exec::{async_exec, Backend, Context, Data, Error, RequestFilter, Status, Tx};
+use async_exec::{async_exec, Backend, Context, Data, Error, PageSpec, RequestQuery, Status, Tx};
 use common::{now_ms, wait_for, Probe, StartOrder, TestDb};
 
 #[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
@@ -216,14 +216,24 @@ async fn absurd_settings_are_refused_at_start<DB: Backend>(db: TestDb) {
 
 async fn list_limits_are_checked<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
-    for limit in [-1, 0, 100_001] {
-        let listed = rt.list(RequestFilter::default().limit(limit)).await;
+    let query = RequestQuery::default();
+    for limit in [i64::MIN, -1, 0, PageSpec::MAX_LIMIT + 1, 100_001, i64::MAX] {
+        let listed = rt.list(&query, &PageSpec::default().limit(limit)).await;
         assert!(
-            matches!(listed, Err(Error::InvalidFilter(_))),
+            matches!(&listed, Err(Error::InvalidFilter(m)) if m.contains("ask for 1 to 1000")),
             "{limit}: {listed:?}"
         );
     }
-    assert!(rt.list(RequestFilter::default().limit(10)).await.is_ok());
+    for limit in [1, 10, PageSpec::MAX_LIMIT] {
+        let listed = rt.list(&query, &PageSpec::default().limit(limit)).await;
+        assert!(listed.is_ok(), "{limit}: {listed:?}");
+    }
+    let long = RequestQuery::default().error_contains("x".repeat(1025));
+    let refused = rt.list(&long, &PageSpec::default()).await;
+    assert!(
+        matches!(&refused, Err(Error::InvalidFilter(m)) if m.contains("at most 1024 bytes")),
+        "{refused:?}"
+    );
     rt.shutdown().await.unwrap();
 }
 

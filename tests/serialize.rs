@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use async_exec::{async_exec, Backend, Error, Purge, Request, RequestFilter, Status};
+use async_exec::{async_exec, Backend, Error, PageSpec, Purge, Request, RequestQuery, Status};
 use common::TestDb;
 use serde_json::json;
 
@@ -157,9 +157,10 @@ async fn purge_from_code_keeps_what_may_still_run<DB: Backend>(db: TestDb) {
         "2 + 1 records, then one pass over the logs: {report:?}"
     );
     let left: Vec<i64> = rt
-        .list(RequestFilter::default())
+        .list(&RequestQuery::default(), &PageSpec::default())
         .await
         .unwrap()
+        .requests
         .iter()
         .map(|r| r.id)
         .collect();

@@ -1,5 +1,6 @@
 //! Issue 8 item 12 (set-up): a runtime on the application's own PostgreSQL or MySQL pool,
-//! and a submit-only runtime that starts its workers later.
+//! and a submit-only runtime that starts its workers later; what a starting instance knows
+//! before its first claim (issue 9: an executor paused by an operator stays paused).
 #![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
 
 #[macro_use]
@@ -77,7 +78,34 @@ async fn instances_started_at_once_on_an_empty_database_all_start<DB: Backend>(d
     }
 }
 
+/// An operator paused an executor; an instance that starts (a deploy, a restart) claims
+/// none of its waiting records: the pauses are read before the first claim, not beside it.
+async fn an_instance_starting_claims_nothing_of_a_paused_executor<DB: Backend>(db: TestDb) {
+    let front = db.builder().run_workers(false).start().await.unwrap();
+    front.pause_executor("setup::noted", "ops").await.unwrap();
+    for n in 0..20 {
+        noted(format!("paused {n}")).on(&front).await.unwrap();
+    }
+    let worker = db.builder().start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let probe = worker.data::<Probe>().unwrap();
+    let ran: usize = (0..20).map(|n| probe.runs(&format!("paused {n}"))).sum();
+    assert_eq!(
+        ran, 0,
+        "records of a paused executor ran on a starting instance"
+    );
+    front.resume_executor("setup::noted", "ops").await.unwrap();
+    for n in 0..20 {
+        probe
+            .wait_runs_within(&format!("paused {n}"), 1, Duration::from_secs(10))
+            .await;
+    }
+    worker.shutdown().await.unwrap();
+    front.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    an_instance_starting_claims_nothing_of_a_paused_executor,
     a_runtime_on_the_applications_pool,
     a_submit_only_runtime_starts_its_workers,
     instances_started_at_once_on_an_empty_database_all_start,

@@ -31,6 +31,10 @@ const STAT_FLUSH: Duration = Duration::from_secs(2);
 /// How often the queue depth is sampled.
 const DEPTH_SAMPLE: Duration = Duration::from_secs(60);
 
+/// The round of each [`DEPTH_SAMPLE`] period (counted in [`PAUSE_REFRESH`]es from start)
+/// in which the queue depth is sampled.
+const DEPTH_FIRST_TICK: u64 = 5;
+
 /// How long statistics are kept: two days (the charts show one).
 const STAT_KEEP_MS: i64 = 2 * 24 * 3600 * 1000;
 
@@ -210,6 +214,13 @@ impl ControlPart {
         let depth_every = DEPTH_SAMPLE.as_secs() / PAUSE_REFRESH.as_secs();
         let flush_every = STAT_FLUSH.as_secs() / PAUSE_REFRESH.as_secs();
         loop {
+            // The start read the pauses before the first claim: the first round is one
+            // refresh later.
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(PAUSE_REFRESH) => {}
+            }
+            ticks += 1;
             match self.refresh_pauses().await {
                 Ok(()) => warned = false,
                 Err(error) if !warned => {
@@ -222,7 +233,9 @@ impl ControlPart {
             if ticks % flush_every == 0 {
                 self.flush_counts().await;
             }
-            if ticks % depth_every == 0 && self.workers.load(Ordering::Acquire) {
+            // A few seconds after start (not amid its first claims: at a large backlog the
+            // count is long), then every minute.
+            if ticks % depth_every == DEPTH_FIRST_TICK && self.workers.load(Ordering::Acquire) {
                 let now = self.clock.now_ms();
                 let ops = self.store.ops();
                 if let Err(error) = ops.depth_sample(&self.application, minute_of(now)).await {
@@ -231,11 +244,6 @@ impl ControlPart {
                 if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
                     crate::log::warn!(%error, "could not prune async_stat");
                 }
-            }
-            ticks += 1;
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(PAUSE_REFRESH) => {}
             }
         }
         self.flush_counts().await;

@@ -199,10 +199,19 @@ impl Producer {
     /// under a worker permit.
     pub(crate) async fn run(&mut self) {
         let shutdown = self.shutdown.clone();
-        let listening = match self.config.listen {
-            true => self.store.listen(&self.application, &self.owner).await,
-            false => Ok(None),
+        let listen = async {
+            match self.config.listen {
+                true => self.store.listen(&self.application, &self.owner).await,
+                false => Ok(None),
+            }
         };
+        // What was committed before this instance started (a crash, a restart) is claimed
+        // while the LISTEN connection opens; once it listens, one more look finds what was
+        // committed in between (notified to no one here).
+        let (listening, ()) = tokio::join!(listen, self.claim_from_store());
+        if matches!(listening, Ok(Some(_))) {
+            self.claim_from_store().await;
+        }
         let mut wakeups = match listening {
             Ok(wakeups) => wakeups,
             Err(error) => {
@@ -219,8 +228,6 @@ impl Producer {
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(BATCH);
         let signals = self.inbox.signals.clone();
-        // What was committed before this instance started (a crash, a restart) runs now.
-        self.claim_from_store().await;
         loop {
             let mut look_in_store = false;
             tokio::select! {

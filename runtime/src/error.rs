@@ -143,7 +143,8 @@ pub enum Error {
     #[error("the async-exec console cannot start: {0}")]
     Console(String),
 
-    /// A [`RequestFilter`](crate::RequestFilter) asks for something out of range.
+    /// A [`RequestQuery`](crate::RequestQuery) or [`PageSpec`](crate::PageSpec) (or a purge)
+    /// asks for something out of range; the message says what to ask for instead.
     #[error("invalid request filter: {0}")]
     InvalidFilter(String),
 
@@ -212,16 +213,21 @@ fn reach_hint(backend: &str) -> &'static str {
     }
 }
 
+/// Whether SQLite answered "database is locked": SQLITE_BUSY or one of its extended codes
+/// (recovery, snapshot, timeout).
+pub(crate) fn is_sqlite_busy(cause: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = cause else {
+        return false;
+    };
+    // Exact codes: another backend's numeric SQLSTATE (42501 on PostgreSQL) can end in 5.
+    matches!(db.code().as_deref(), Some("5" | "261" | "517" | "773"))
+        || db.message().contains("database is locked")
+}
+
 impl Error {
     /// Whether SQLite refused a write because another transaction holds the write lock.
     pub(crate) fn is_sqlite_busy(&self) -> bool {
-        match self {
-            Error::Database(sqlx::Error::Database(db)) => {
-                matches!(db.code().as_deref(), Some("5" | "517" | "261"))
-                    || db.message().contains("database is locked")
-            }
-            _ => false,
-        }
+        matches!(self, Error::Database(cause) if is_sqlite_busy(cause))
     }
 
     /// Whether the error proves that nothing reached the database: no connection could be

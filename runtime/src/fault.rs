@@ -58,10 +58,14 @@ fn is_transient_sqlstate(code: &str) -> bool {
         "57", // operator intervention: admin shutdown 57P01, crash 57P02, cannot connect now 57P03, query canceled 57014
         "58", // system error: I/O
     ];
-    const CODES: [&str; 3] = [
+    const CODES: [&str; 5] = [
         "55P03", // lock not available
         "55006", // object in use
         "25006", // read-only transaction (a standby after a fail-over)
+        // The connection is inside a transaction it should not be in (another user of a
+        // shared pool gave up a `BEGIN`: see `store::begin`): "active transaction" (MySQL
+        // 1568) and "in failed transaction". Another connection takes the retry.
+        "25001", "25P02",
     ];
     CLASSES.iter().any(|class| code.starts_with(class)) || CODES.contains(&code)
 }
@@ -135,7 +139,8 @@ mod tests {
     #[test]
     fn sqlstates_are_classified() {
         for code in [
-            "40001", "40P01", "57P01", "57014", "08006", "53100", "55P03", "25006",
+            "40001", "40P01", "57P01", "57014", "08006", "53100", "55P03", "25006", "25001",
+            "25P02",
         ] {
             assert!(is_transient_sqlstate(code), "{code}");
         }
@@ -149,6 +154,10 @@ mod tests {
     fn mysql_numbers_are_classified() {
         assert!(is_transient_mysql(1213, Some("40001")));
         assert!(is_transient_mysql(1205, Some("HY000")));
+        assert!(
+            is_transient_mysql(1568, Some("25001")),
+            "transaction characteristics can't be changed while a transaction is in progress"
+        );
         assert!(
             !is_transient_mysql(1366, Some("22007")),
             "incorrect string value"

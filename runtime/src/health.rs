@@ -176,7 +176,7 @@ impl Runtime {
         if let Some(now) = now {
             let oldest = tokio::time::timeout(
                 HEALTH_PROBE_TIMEOUT,
-                inner.store.request_oldest_due(&inner.app, now),
+                inner.store.ops().request_oldest_waiting(&inner.app, now),
             )
             .await;
             if let Ok(Ok(oldest)) = oldest {

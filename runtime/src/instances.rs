@@ -85,13 +85,23 @@ impl Presence {
 
     /// Announces this instance, then reads the live ones and updates the skip list.
     pub(crate) async fn run_once(&self) -> Result<()> {
+        self.beat(Some(FORGET_AFTER_MS)).await
+    }
+
+    /// The first announcement of a start, which the first claim waits for: the skip list
+    /// is known before it. Instances long gone are removed by the next one.
+    pub(crate) async fn announce_first(&self) -> Result<()> {
+        self.beat(None).await
+    }
+
+    async fn beat(&self, forget_after_ms: Option<i64>) -> Result<()> {
         self.store
             .instance_announce(&Announce {
                 owner: &self.owner,
                 application: &self.application,
                 workers: self.workers.load(std::sync::atomic::Ordering::Acquire),
                 executors: &self.executors,
-                forget_after_ms: FORGET_AFTER_MS,
+                forget_after_ms,
             })
             .await?;
         let live = self

@@ -23,9 +23,12 @@
 //! - `pulse`: each part's last activity, for [`Runtime::health`].
 //!
 //! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
-//! `submit`, [`Tx`], [`Backend`]), operations on records (`ops`, `operations`), what an
-//! application's tests drive (`testing`: [`Runtime::run_due`]), the [`Builder`] and
-//! [`Settings`]. Everything the runtime logs has the target [`LOG_TARGET`] (`log`).
+//! `submit`, [`Tx`], [`Backend`]), requests from code, the console and the command-line
+//! tool (`requests`: [`Runtime::list`] with a [`RequestQuery`] and a [`PageSpec`],
+//! actions on every match), what operators look at beyond requests (`operator`: pauses,
+//! the audit trail, statistics), what an application's tests drive (`testing`:
+//! [`Runtime::run_due`]), the [`Builder`] and [`Settings`]. Everything the runtime logs
+//! has the target [`LOG_TARGET`] (`log`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -60,8 +63,7 @@ mod listeners;
 mod log;
 mod metrics;
 mod open_tx;
-mod operations;
-mod ops;
+mod operator;
 mod outcome;
 mod pulse;
 mod purge;
@@ -69,6 +71,7 @@ pub mod query;
 mod record;
 mod redact;
 mod registry;
+mod requests;
 mod rescuer;
 mod retention;
 mod retrier;
@@ -102,12 +105,12 @@ pub use instances::{ExecutorSign, InstanceInfo};
 pub use keys::KeyInfo;
 pub use listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use log::LOG_TARGET;
-pub use operations::ExecutorInfo;
+pub use operator::ExecutorInfo;
 pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
 pub use query::{
-    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
-    RequestQuery,
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
+    Pause, RequestQuery,
 };
 pub use record::{AttemptLog, Request, RequestId, Status};
 /// What the macro generates and the registry holds; not for users.
@@ -118,7 +121,7 @@ pub use retention::{Retention, RetentionReport};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};
-pub use store::{Backend, RequestFilter, Value};
+pub use store::{Backend, Value};
 pub use strategy::Strategy;
 pub use submit::DrainReport;
 pub use testing::RunDueReport;

@@ -1,15 +1,22 @@
-//! What operators ask of the store: filtered pages of requests, actions on every request
-//! that matches a filter, counts, per-minute statistics, pauses and the audit trail.
-//! The console and command-line tools are built on these types and on the `Runtime`
-//! methods that take them (`Runtime::query`, `Runtime::act`, ...).
+//! What is asked of the store about requests: which requests ([`RequestQuery`]), which
+//! page of them ([`PageSpec`], [`Cursor`], [`Page`]), actions on every request that
+//! matches a query, counts, per-minute statistics, pauses and the audit trail. Code, the
+//! console and the command-line tool are built on these types and on the `Runtime`
+//! methods that take them (`Runtime::list`, `Runtime::act`, ...).
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{RequestId, Status};
+use crate::error::{Error, Result};
+use crate::record::{Request, RequestId, Status};
 
-/// Which requests: every field that is set must match. Text fields match exactly
-/// (`executor`, `application`, `key`) or as a substring (`remark`, `error`); `%`, `_`
-/// and every other character stand for themselves.
+/// Which requests: every field that is set must match (none set: every request of the
+/// application). The same on every backend: text fields match exactly, case and trailing
+/// spaces included (`executor`, `application`, `key`), or as a substring, case included
+/// (`remark`, `error`); `%`, `_`, `\`, quotes and every other character stand for
+/// themselves, and text is compared as stored, character by character (`é` written as
+/// `e` and a combining accent is not `é`). Stored text has NUL replaced by U+FFFD
+/// (PostgreSQL refuses NUL), and so has a filter's text: a filter with a NUL finds the
+/// text that was stored for it. Text is at most 1,024 bytes.
 ///
 /// ```
 /// use async_exec::{RequestQuery, Status};
@@ -106,7 +113,8 @@ pub enum Order {
 }
 
 /// Where a page starts: after the request with this id (the last one of the page
-/// before). Keyset paging: as fast on the ten-thousandth page as on the first.
+/// before, or [`Page::next`]). Keyset paging: as fast on the ten-thousandth page as on
+/// the first, and no request is skipped or shown twice while others are added.
 ///
 /// Pages are in id order, the order in which requests were written: the creation time
 /// shown with each follows it, up to how far apart the clocks of the writing instances
@@ -118,7 +126,20 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// The cursor as text, for a link: the id.
+    /// The cursor just after `request`, for a page that continues from it.
+    pub fn of(request: &Request) -> Cursor {
+        Cursor { id: request.id }
+    }
+
+    /// The cursor as text, for a link or a command line: the id.
+    ///
+    /// ```
+    /// use async_exec::Cursor;
+    /// let cursor = Cursor { id: 4711 };
+    /// assert_eq!(cursor.to_text(), "4711");
+    /// assert_eq!(Cursor::parse(" 4711 "), Some(cursor));
+    /// assert_eq!(Cursor::parse("1764547200000.4711"), None);
+    /// ```
     pub fn to_text(self) -> String {
         self.id.to_string()
     }
@@ -126,20 +147,58 @@ impl Cursor {
     /// Reads [`Cursor::to_text`]'s text; `None` when it is not one.
     pub fn parse(text: &str) -> Option<Cursor> {
         Some(Cursor {
-            id: text.parse().ok()?,
+            id: text.trim().parse().ok()?,
         })
     }
 }
 
-/// One page of a listing: where it starts, its order and size.
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.id)
+    }
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Cursor> {
+        Cursor::parse(text).ok_or_else(|| {
+            Error::InvalidFilter(format!(
+                "cursor `{text}`: use the `next` cursor of the page before (a request id)"
+            ))
+        })
+    }
+}
+
+/// One page of a listing: its order, where it starts, its size, and how far a text filter
+/// searches for it.
+///
+/// ```
+/// use async_exec::{Cursor, Order, PageSpec};
+/// let first = PageSpec::default(); // newest first, 50 requests
+/// assert_eq!((first.order, first.limit), (Order::Newest, 50));
+/// let next = PageSpec::oldest_first()
+///     .limit(200)
+///     .after(Cursor { id: 4711 });
+/// assert_eq!(next.after.map(|c| c.id), Some(4711));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
 pub struct PageSpec {
     /// Newest or oldest first.
     pub order: Order,
     /// After this request; from the start when `None`.
     pub after: Option<Cursor>,
-    /// At most this many (1 to 1,000).
+    /// At most this many (1 to [`PageSpec::MAX_LIMIT`]).
     pub limit: i64,
+    /// With a text filter (`remark`, `error`), how many requests in page order (of those
+    /// matching the other fields) the page looks at, at most (1 to
+    /// [`PageSpec::MAX_SEARCH_WINDOW`]): a substring search reads every row it looks at,
+    /// so a page of a rare text would otherwise read the whole table. A page that ends at
+    /// its window before it fills says so ([`Page::searched`]) and continues, with
+    /// [`Page::next`], from the last request looked at.
+    pub search_window: i64,
 }
 
 impl Default for PageSpec {
@@ -147,8 +206,123 @@ impl Default for PageSpec {
         PageSpec {
             order: Order::Newest,
             after: None,
-            limit: 50,
+            limit: PageSpec::DEFAULT_LIMIT,
+            search_window: PageSpec::DEFAULT_SEARCH_WINDOW,
         }
+    }
+}
+
+impl PageSpec {
+    /// The most requests of one page.
+    pub const MAX_LIMIT: i64 = 1000;
+
+    /// The requests of a page unless [`PageSpec::limit`] says otherwise.
+    pub const DEFAULT_LIMIT: i64 = 50;
+
+    /// The rows a text filter looks at for one page unless
+    /// [`PageSpec::search_window`] says otherwise (what a page costs with it at 1,000,000
+    /// rows: README, "Console").
+    pub const DEFAULT_SEARCH_WINDOW: i64 = 20_000;
+
+    /// The most rows a text filter may look at for one page.
+    pub const MAX_SEARCH_WINDOW: i64 = 100_000;
+
+    /// The first page, newest first (the default).
+    pub fn newest_first() -> Self {
+        PageSpec::default()
+    }
+
+    /// The first page, oldest first.
+    pub fn oldest_first() -> Self {
+        PageSpec::default().order(Order::Oldest)
+    }
+
+    /// In this order.
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Starting after `cursor` (the [`Page::next`] of the page before).
+    pub fn after(mut self, cursor: Cursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
+    /// At most `limit` requests (1 to [`PageSpec::MAX_LIMIT`]).
+    pub fn limit(mut self, limit: i64) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// With a text filter, looking at at most `rows` requests (1 to
+    /// [`PageSpec::MAX_SEARCH_WINDOW`]).
+    pub fn search_window(mut self, rows: i64) -> Self {
+        self.search_window = rows;
+        self
+    }
+
+    /// Refuses a page out of range, saying what to ask for instead.
+    pub(crate) fn check(&self) -> Result<()> {
+        if !(1..=PageSpec::MAX_SEARCH_WINDOW).contains(&self.search_window) {
+            return Err(Error::InvalidFilter(format!(
+                "search window {}: look at 1 to {} requests a page, and continue with the `next` cursor",
+                self.search_window,
+                PageSpec::MAX_SEARCH_WINDOW
+            )));
+        }
+        if !(1..=PageSpec::MAX_LIMIT).contains(&self.limit) {
+            return Err(Error::InvalidFilter(format!(
+                "page limit {}: ask for 1 to {} requests a page, and page on with the `next` cursor",
+                self.limit,
+                PageSpec::MAX_LIMIT
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A page of requests and where the next one starts. With a text filter, a page may end
+/// at its [search window](PageSpec::search_window) before it fills ([`Page::searched`]
+/// says how many requests it looked at): fewer requests, or none, and `next` to continue
+/// the search from where it stopped.
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+/// use async_exec::{PageSpec, RequestQuery, Status};
+/// let dead = RequestQuery::default().status(Status::Dead);
+/// let mut spec = PageSpec::default().limit(100);
+/// loop {
+///     let page = rt.list(&dead, &spec).await?;
+///     for request in &page.requests {
+///         println!("{} {}: {:?}", request.id, request.executor, request.last_error);
+///     }
+///     match page.next {
+///         Some(next) => spec = spec.after(next),
+///         None => break,
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Page {
+    /// The requests, in the page's order.
+    pub requests: Vec<Request>,
+    /// Where the next page starts (its [`PageSpec::after`]); `None` when nothing
+    /// follows.
+    pub next: Option<Cursor>,
+    /// `Some(rows)` when a text filter ended the page at its search window before it
+    /// filled: the requests it looked at; `next` is the last of them. `None` otherwise.
+    pub searched: Option<i64>,
+}
+
+impl IntoIterator for Page {
+    type Item = Request;
+    type IntoIter = std::vec::IntoIter<Request>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.requests.into_iter()
     }
 }
 

@@ -168,24 +168,8 @@ mod tests {
 
     fn request(application: &Arc<str>, executor: &'static str, max_attempts: i32) -> NewRequest {
         NewRequest {
-            application_name: application.clone(),
-            executor,
-            sign: "0000000000000000",
-            strategy: "SaveAsync",
-            status: Status::Init,
-            exec_count: 0,
             max_attempts,
-            param_json: Arc::from("{}"),
-            remark: "",
-            idempotency_key: None,
-            key_retention: 86_400_000,
-            priority: 0,
-            run_at: now_ms(),
-            last_error: None,
-            trace_json: None,
-            now: now_ms(),
-            notify: None,
-            log: None,
+            ..crate::store::fixture::new_request(application, executor, "0000000000000000")
         }
     }
 

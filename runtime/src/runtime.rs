@@ -157,12 +157,6 @@ impl Runtime {
             store.migrate().await?;
         }
         let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
-        clock.sync(&*store).await.inspect_err(|error| {
-            crate::log::error!(%error, "could not read the database's clock");
-        })?;
-        if settings.enabled && settings.run_workers {
-            warn_of_records_filed_elsewhere(&*store, &settings.application_name, &registry).await;
-        }
         let listeners =
             crate::listeners::Notifier::start(listeners, settings.application_name.as_str().into())
                 .map_err(|e| Error::Config {
@@ -247,12 +241,38 @@ impl Runtime {
             s.enabled && s.run_workers && s.test_mode.is_none(),
             Ordering::Release,
         );
-        // Announced before any claim, so that the skip list is known from the first one.
-        if let Err(error) = runtime.presence().run_once().await {
+        // Before any part runs: the database's clock read, this instance announced and the
+        // pauses read (the skip list and the paused executors are known from the first
+        // claim). Three statements of their own, at once.
+        let (presence, control) = (runtime.presence(), runtime.control_part());
+        let (synced, announced, paused) = tokio::join!(
+            inner.clock.sync(&*inner.store),
+            presence.announce_first(),
+            control.refresh_pauses(),
+        );
+        synced.inspect_err(|error| {
+            crate::log::error!(%error, "could not read the database's clock");
+        })?;
+        if let Err(error) = announced {
             crate::log::warn!(%error, "could not announce this instance in async_instance");
+        }
+        if let Err(error) = paused {
+            crate::log::warn!(%error, "could not read the paused executors (async_pause) at start");
         }
         runtime.spawn_parts(inbox, completer_task);
         runtime.spawn_control();
+        if s.enabled && s.run_workers {
+            // Only a warning, looked for beside the first claims rather than before them:
+            // the statement reads every waiting record, long for a large backlog.
+            let (store, app, registry) = (
+                inner.store.clone(),
+                inner.app.clone(),
+                inner.registry.clone(),
+            );
+            tokio::spawn(async move {
+                warn_of_records_filed_elsewhere(&*store, &app, &registry).await;
+            });
+        }
         if inner.settings.install_global {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
@@ -408,6 +428,8 @@ async fn warn_of_records_filed_elsewhere(
                 );
             }
         }
+        // The runtime was shut down meanwhile: nothing to warn of.
+        Err(crate::Error::Database(sqlx::Error::PoolClosed)) => {}
         Err(error) => {
             crate::log::warn!(%error, "could not look for requests filed under other application names")
         }

@@ -160,6 +160,10 @@ pub(crate) struct RequestPage {
     requests: Vec<Request>,
     /// The `after` of the next page; `null` on the last.
     next: Option<String>,
+    /// With a text filter (`remark`, `error`): how many requests the page looked at when
+    /// its search window ended it before it filled (fewer requests, maybe none: continue
+    /// the search with `next`); `null` otherwise.
+    searched: Option<i64>,
 }
 
 /// Requests matching the filter, a keyset page at a time.
@@ -176,6 +180,7 @@ async fn list_requests(
         Ok(list) => Json(RequestPage {
             requests: list.rows,
             next: list.next.map(Cursor::to_text),
+            searched: list.searched,
         })
         .into_response(),
         Err(refused) => problem(refused.status, &refused.message),

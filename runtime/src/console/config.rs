@@ -71,6 +71,7 @@ pub struct ConsoleConfig {
     pub(crate) listen: Option<SocketAddr>,
     pub(crate) secure_cookie: bool,
     pub(crate) counts_max_age: Duration,
+    pub(crate) search_window: i64,
     pub(crate) errors: Vec<String>,
 }
 
@@ -85,6 +86,7 @@ impl Default for ConsoleConfig {
             listen: None,
             secure_cookie: false,
             counts_max_age: DEFAULT_COUNTS_MAX_AGE,
+            search_window: crate::PageSpec::DEFAULT_SEARCH_WINDOW,
             errors: Vec::new(),
         }
     }
@@ -112,6 +114,7 @@ impl std::fmt::Debug for ConsoleConfig {
             .field("listen", &self.listen)
             .field("secure_cookie", &self.secure_cookie)
             .field("counts_max_age", &self.counts_max_age)
+            .field("search_window", &self.search_window)
             .finish()
     }
 }
@@ -240,6 +243,29 @@ impl ConsoleConfig {
     /// ```
     pub fn counts_max_age(mut self, max_age: Duration) -> Self {
         self.counts_max_age = max_age;
+        self
+    }
+
+    /// How many requests a page of the requests list with a text filter (remark, last
+    /// error) looks at, at most (default [`PageSpec::DEFAULT_SEARCH_WINDOW`](crate::PageSpec::DEFAULT_SEARCH_WINDOW),
+    /// 20,000; 1 to 100,000): a page that ends there before it fills says how many it
+    /// searched and links to the rest of the search. See
+    /// [`PageSpec::search_window`](crate::PageSpec::search_window).
+    ///
+    /// ```
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().search_window(50_000);
+    /// # let _ = config;
+    /// ```
+    pub fn search_window(mut self, rows: i64) -> Self {
+        let max = crate::PageSpec::MAX_SEARCH_WINDOW;
+        if (1..=max).contains(&rows) {
+            self.search_window = rows;
+        } else {
+            self.errors.push(format!(
+                "search_window({rows}): look at 1 to {max} requests a page"
+            ));
+        }
         self
     }
 

@@ -119,7 +119,7 @@ pub(crate) struct PageForm {
     /// `newest` (default) or `oldest` first.
     #[serde(default)]
     pub(crate) order: Option<String>,
-    /// The cursor of the last request of the page before (`create_time.id`).
+    /// The cursor of the last request of the page before (its id).
     #[serde(default)]
     pub(crate) after: Option<String>,
     /// Requests per page, 1 to 1,000 (default 50).
@@ -141,18 +141,21 @@ impl PageForm {
             })?),
         };
         let limit = match self.limit.as_deref().filter(|l| !l.is_empty()) {
-            None => 50,
+            None => PageSpec::DEFAULT_LIMIT,
             Some(text) => text
                 .parse()
                 .ok()
-                .filter(|l| (1..=1000).contains(l))
-                .ok_or_else(|| format!("limit `{text}`: ask for 1 to 1,000 requests a page"))?,
+                .filter(|l| (1..=PageSpec::MAX_LIMIT).contains(l))
+                .ok_or_else(|| {
+                    format!(
+                        "limit `{text}`: ask for 1 to {} requests a page",
+                        PageSpec::MAX_LIMIT
+                    )
+                })?,
         };
-        Ok(PageSpec {
-            order,
-            after,
-            limit,
-        })
+        let mut page = PageSpec::default().order(order).limit(limit);
+        page.after = after;
+        Ok(page)
     }
 }
 

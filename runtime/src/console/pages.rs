@@ -270,7 +270,14 @@ pub(crate) async fn requests(
             }
         }
         @if rows.is_empty() { p id="no-requests" { "No request matches." } }
-        @if let Some(next) = &next { p { a id="next-page" href=(next) { "Next page →" } } }
+        @if let (Some(searched), Some(next)) = (list.searched, &next) {
+            p id="search-window" data-searched=(searched) {
+                "Searched " (searched) " requests without filling the page. "
+                a id="search-continue" href=(next) { "Continue searching →" }
+            }
+        } @else if let Some(next) = &next {
+            p { a id="next-page" href=(next) { "Next page →" } }
+        }
         @if can_act(&who) {
             form.actions id="action-form" method="post" action={ (base) "/actions" } {
                 (csrf_field(&who))

@@ -46,6 +46,9 @@ pub(crate) struct RequestList {
     pub(crate) page: PageSpec,
     /// Where the next page starts; `None` on the last.
     pub(crate) next: Option<Cursor>,
+    /// The requests looked at, when a text filter's search window ended the page before
+    /// it filled (`next` continues the search).
+    pub(crate) searched: Option<i64>,
 }
 
 /// The page of requests that `filter` and `paging` ask for.
@@ -55,13 +58,17 @@ pub(crate) async fn request_list(
     paging: &PageForm,
 ) -> Result<RequestList, Refused> {
     let query = filter.to_query().map_err(bad_request)?;
-    let page = paging.to_page().map_err(bad_request)?;
-    let rows = state.rt.query(&query, &page).await?;
-    let next = (rows.len() as i64 == page.limit)
-        .then(|| rows.last())
-        .flatten()
-        .map(|last| Cursor { id: last.id });
-    Ok(RequestList { rows, page, next })
+    let page = paging
+        .to_page()
+        .map_err(bad_request)?
+        .search_window(state.config.search_window);
+    let found = state.rt.list(&query, &page).await?;
+    Ok(RequestList {
+        rows: found.requests,
+        page,
+        next: found.next,
+        searched: found.searched,
+    })
 }
 
 /// A request of the application and every attempt logged for it, with their runs.

@@ -236,9 +236,10 @@ impl Executor {
             let now = self.clock.now_ms();
             let renew_until = now.saturating_add(overrun.as_millis() as i64);
             let lease_until = now + self.config.lease.as_millis() as i64;
+            let next_renewal = self.config.heartbeat_interval.as_millis() as i64;
             match self
                 .pool
-                .start_flight(id, attempt, renew_until, lease_until, now)
+                .start_flight(id, attempt, renew_until, lease_until, now, next_renewal)
             {
                 Some(token) => lease_lost = token,
                 None => {

@@ -74,9 +74,11 @@ impl ExecutorPool {
     /// Registers a stored job that is about to start (attempt `attempt` of record `id`):
     /// past `renew_until` its lease is no longer renewed; `lease_until` is its lease's end
     /// when it was not reserved. Returns the token its body's `Context` sees cancelled when
-    /// the lease is lost, or `None` when the lease was lost, or ran out by `now` (this
-    /// instance's clock), while it waited: it must not run here (another instance may run
-    /// it already; its lease is left to expire and the rescuer hands it back).
+    /// the lease is lost, or `None` when the lease was lost while it waited, or ends before
+    /// the next renewal (within `next_renewal_ms` of `now`, this instance's clock): it must
+    /// not run here (another instance may run it already, or would take it mid-body: a
+    /// claim answered late, after a stall, holds little of its lease). Its lease is left
+    /// to expire and the record is taken whole, by the rescuer or another claim.
     pub(super) fn start_flight(
         &self,
         id: RequestId,
@@ -84,6 +86,7 @@ impl ExecutorPool {
         renew_until: i64,
         lease_until: i64,
         now: i64,
+        next_renewal_ms: i64,
     ) -> Option<CancellationToken> {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let flight = in_flight
@@ -94,7 +97,7 @@ impl ExecutorPool {
                 }
             })
             .or_insert_with(|| InFlight::new(attempt, lease_until));
-        if flight.lost || flight.lease_until <= now {
+        if flight.lost || flight.lease_until <= now.saturating_add(next_renewal_ms) {
             in_flight.remove(&id);
             return None;
         }
@@ -266,5 +269,23 @@ impl ExecutorPool {
     /// Workers free right now.
     pub(crate) fn available(&self) -> usize {
         self.permits.available_permits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_whose_lease_ends_before_the_next_renewal_is_not_started() {
+        let pool = ExecutorPool::new(1);
+        // Claimed with a lease to 10_000, started at 9_600 (a claim answered late, after a
+        // stall), the next renewal 500 ms away: the body would be cut off mid-way.
+        pool.reserve(7, 1, 10_000);
+        assert!(pool.start_flight(7, 1, i64::MAX, 0, 9_600, 500).is_none());
+        assert_eq!(pool.held(), 0, "left to expire and be taken whole");
+        // Renewed before the lease ends: started.
+        pool.reserve(8, 1, 10_000);
+        assert!(pool.start_flight(8, 1, i64::MAX, 0, 9_600, 300).is_some());
     }
 }

@@ -6,6 +6,36 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Store;
+use crate::record::{now_ms, NewRequest, Status};
+
+/// A fresh request (`init`, never attempted, due now, three attempts) of `executor` with
+/// signature `sign`: change what a test needs with `NewRequest { .., ..new_request(..) }`.
+pub(crate) fn new_request(
+    application: &Arc<str>,
+    executor: &'static str,
+    sign: &'static str,
+) -> NewRequest {
+    NewRequest {
+        application_name: application.clone(),
+        executor,
+        sign,
+        strategy: "SaveAsync",
+        status: Status::Init,
+        exec_count: 0,
+        max_attempts: 3,
+        param_json: Arc::from("{}"),
+        remark: "",
+        idempotency_key: None,
+        key_retention: 86_400_000,
+        priority: 0,
+        run_at: now_ms(),
+        last_error: None,
+        trace_json: None,
+        now: now_ms(),
+        notify: None,
+        log: None,
+    }
+}
 
 /// A migrated SQLite store in a file of `dir`.
 #[cfg(feature = "sqlite")]

@@ -1,7 +1,8 @@
 //! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
 //! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
 //! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
-//! for each backend's sqlx type, and [`RequestFilter`], for listing records.
+//! for each backend's sqlx type. Which requests a listing or an action means is built
+//! into SQL once, for every backend, in `ops.rs`.
 
 use std::any::Any;
 
@@ -14,14 +15,18 @@ use crate::record::{
 use crate::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod begin;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
 #[cfg(test)]
 pub(crate) mod fixture;
+mod migrations;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "mysql")]
 mod mysql_leases;
 pub(crate) mod ops;
+mod page;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
@@ -31,6 +36,12 @@ mod reach;
 mod rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+/// The columns of a [`Request`], in the order every backend's row reader expects.
+pub(crate) const REQUEST_COLUMNS: &str =
+    "id, application_name, executor, sign, strategy, status, exec_count, \
+    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
+    last_error, trace_json, create_time, update_time";
 
 /// Renews leases: the heartbeat's one statement, on a connection of its own.
 #[async_trait]
@@ -113,7 +124,9 @@ pub(crate) struct Announce<'a> {
     pub(crate) workers: bool,
     /// JSON: `[{"name": ..., "sign": ...}]`.
     pub(crate) executors: &'a str,
-    pub(crate) forget_after_ms: i64,
+    /// Instances of any application not seen for this long are removed; `None`: not
+    /// this time (the first announcement of a start, which claims wait for).
+    pub(crate) forget_after_ms: Option<i64>,
 }
 
 /// Which records a sweep claims.
@@ -290,124 +303,6 @@ pub(crate) struct Rescued {
     pub(crate) dead: Vec<RequestId>,
 }
 
-/// Which records to list: every filter set must hold (none set: every record of the
-/// application). Text filters compare exactly, case included; the `_contains` ones match
-/// a substring anywhere, with no wildcard characters (`%`, `_` and `\\` are themselves).
-///
-/// ```no_run
-/// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
-/// use async_exec::{RequestFilter, Status};
-/// let timeouts = RequestFilter::default()
-///     .status(Status::Dead)
-///     .error_contains("timed out")
-///     .created_from(1_764_547_200_000) // unix ms
-///     .limit(50);
-/// let page = rt.list(timeouts.clone()).await?;
-/// if let Some(last) = page.last() {
-///     let next = rt.list(timeouts.before_id(last.id)).await?; // the next 50, older
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct RequestFilter {
-    /// Only records in this status.
-    pub status: Option<Status>,
-    /// Only records of this executor.
-    pub executor: Option<String>,
-    /// At most this many (default 100; 1 to 100,000).
-    pub limit: Option<i64>,
-    /// Only records with an id greater than this one (paging oldest first: the list is in
-    /// ascending id order when this is set).
-    pub after_id: Option<RequestId>,
-    /// Only records with an id less than this one (paging newest first).
-    pub before_id: Option<RequestId>,
-    /// Only the record with this id.
-    pub id: Option<RequestId>,
-    /// Only the record with this idempotency key.
-    pub key: Option<String>,
-    /// Only records whose remark contains this text.
-    pub remark_contains: Option<String>,
-    /// Only records whose last error contains this text.
-    pub error_contains: Option<String>,
-    /// Only records created at or after this time (unix ms).
-    pub created_from: Option<i64>,
-    /// Only records created before this time (unix ms).
-    pub created_before: Option<i64>,
-}
-
-impl RequestFilter {
-    /// Records in this status.
-    pub fn status(mut self, status: Status) -> Self {
-        self.status = Some(status);
-        self
-    }
-
-    /// Records of this executor.
-    pub fn executor(mut self, executor: impl Into<String>) -> Self {
-        self.executor = Some(executor.into());
-        self
-    }
-
-    /// At most this many.
-    pub fn limit(mut self, limit: i64) -> Self {
-        self.limit = Some(limit);
-        self
-    }
-
-    /// Records with an id greater than `id`, oldest first: the page after the last id seen.
-    pub fn after_id(mut self, id: RequestId) -> Self {
-        self.after_id = Some(id);
-        self
-    }
-
-    /// Records with an id less than `id`, newest first: the page after the last id seen.
-    pub fn before_id(mut self, id: RequestId) -> Self {
-        self.before_id = Some(id);
-        self
-    }
-
-    /// The record with this id (if it passes the other filters).
-    pub fn id(mut self, id: RequestId) -> Self {
-        self.id = Some(id);
-        self
-    }
-
-    /// The record with this idempotency key.
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Records whose remark contains `text`.
-    pub fn remark_contains(mut self, text: impl Into<String>) -> Self {
-        self.remark_contains = Some(text.into());
-        self
-    }
-
-    /// Records whose last error contains `text`.
-    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
-        self.error_contains = Some(text.into());
-        self
-    }
-
-    /// Records created at or after `unix_ms`.
-    pub fn created_from(mut self, unix_ms: i64) -> Self {
-        self.created_from = Some(unix_ms);
-        self
-    }
-
-    /// Records created before `unix_ms`.
-    pub fn created_before(mut self, unix_ms: i64) -> Self {
-        self.created_before = Some(unix_ms);
-        self
-    }
-
-    /// Whether the list is in ascending id order (paging with `after_id`).
-    pub(crate) fn ascending(&self) -> bool {
-        self.after_id.is_some()
-    }
-}
-
 /// Which finished records [`Store::request_purge`] deletes.
 #[derive(Debug, Clone)]
 pub(crate) struct PurgeBatch<'a> {
@@ -521,14 +416,6 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// One record.
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>>;
 
-    /// Records, newest first unless paging with `after_id`.
-    async fn request_list(&self, application: &str, filter: &RequestFilter)
-        -> Result<Vec<Request>>;
-
-    /// When the oldest record waiting to run (`init` or `failed`, due by `now`) was due
-    /// (unix ms); `None` when none is waiting.
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>>;
-
     /// How many records are in each status.
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>>;
 
@@ -601,7 +488,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn db_now_ms(&self) -> Result<i64>;
 
     /// Writes this instance's announcement, `seen` set to the database's clock, and
-    /// removes instances of any application not seen for `forget_after_ms`.
+    /// removes instances of any application not seen for `forget_after_ms` (if given).
     async fn instance_announce(&self, a: &Announce<'_>) -> Result<()>;
 
     /// Removes this instance's announcement (shutdown).
@@ -746,5 +633,7 @@ pub(crate) mod sealed {
     }
 }
 
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+mod cancel_tests;
 #[cfg(test)]
 mod tests;

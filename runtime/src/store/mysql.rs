@@ -23,7 +23,7 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    RequestFilter, Rescued, Store, StoredKey, Wrote,
+    Rescued, Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -34,7 +34,6 @@ use crate::registry::BoxFuture;
 mod complete;
 mod instances;
 mod keys;
-mod list;
 mod ops;
 mod purge;
 
@@ -58,11 +57,16 @@ impl MySqlStore {
             options.get_socket().map(|p| p.as_path()),
             options.get_database(),
         );
-        super::reach::check::<sqlx::MySqlConnection>(&options, "MySQL/MariaDB", &target).await?;
-        let pool = MySqlPoolOptions::new()
+        let open = MySqlPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .connect_with(options)
-            .await?;
+            .connect_with(options.clone());
+        let pool = super::reach::open_pool::<sqlx::MySqlConnection, _>(
+            open,
+            &options,
+            "MySQL/MariaDB",
+            &target,
+        )
+        .await?;
         Ok(MySqlStore { pool })
     }
 
@@ -78,17 +82,15 @@ impl MySqlStore {
 
     /// Begins one of the store's own transactions, in `READ COMMITTED` (one round trip).
     async fn begin(&self) -> Result<Transaction<'static, MySql>> {
-        Ok(self
-            .pool
-            .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
-            .await?)
+        crate::store::begin::begin_whole(
+            &self.pool,
+            Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION"),
+        )
+        .await
     }
 }
 
-const REQUEST_COLUMNS: &str =
-    "id, application_name, executor, sign, strategy, status, exec_count, \
-    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time";
+pub(crate) use super::REQUEST_COLUMNS;
 
 const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
@@ -358,7 +360,9 @@ impl BackendOps for MySql {
         store: &dyn Any,
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<MySqlStore>()?;
-        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+        Some(Box::pin(async move {
+            crate::store::begin::begin_whole(&store.pool, None).await
+        }))
     }
 
     fn key_find_in<'c>(
@@ -707,6 +711,14 @@ impl Store for MySqlStore {
         let mut migrator = sqlx::migrate!("../migrations/mysql");
         // The application may keep its own sqlx migrations in the same database.
         migrator.set_ignore_missing(true);
+        // Up to date already (every start but the first after an upgrade): no lock taken.
+        let applied: std::result::Result<Vec<super::migrations::AppliedRow>, _> =
+            sqlx::query_as(super::migrations::APPLIED)
+                .fetch_all(&self.pool)
+                .await;
+        if applied.is_ok_and(|applied| super::migrations::up_to_date(&migrator, &applied)) {
+            return Ok(());
+        }
         // sqlx's own lock (`GET_LOCK(name, -1)`) takes none on MariaDB, which answers NULL
         // to a negative timeout: instances starting together ran one migration twice. This
         // lock, on the connection that migrates, holds on MariaDB and MySQL alike.
@@ -754,7 +766,7 @@ impl Store for MySqlStore {
     }
 
     async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let inserted = <MySql as BackendOps>::insert_many_in(&mut tx, requests).await?;
         tx.commit().await?;
         Ok(inserted)
@@ -840,14 +852,6 @@ impl Store for MySqlStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(request_from_row).transpose()
-    }
-
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {

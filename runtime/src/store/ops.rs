@@ -1,27 +1,44 @@
-//! The operators' statements: filtered pages, actions on every request matching a filter,
-//! statistics, pauses and the audit trail. [`OpsStore`] is implemented once per backend
-//! (`sqlite/ops.rs`, `postgres/ops.rs`, `mysql/ops.rs`); the filter's SQL, the same in
-//! every dialect but for its placeholders, is built here.
+//! The statements about many requests: filtered pages, counts and actions on every
+//! request matching a [`RequestQuery`], statistics, pauses and the audit trail.
+//! [`OpsStore`] is implemented once per backend (`sqlite/ops.rs`, `postgres/ops.rs`,
+//! `mysql/ops.rs`), which runs what is built here: the SQL of a query and of a page,
+//! written once, with the same meaning on every backend ([`Sql::filter`]).
 
 use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, PageSpec, Pause,
-    QueueCount, RequestQuery, StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
+    RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
+use crate::text::sanitized;
 
 /// The operators' statements of one backend.
 #[async_trait]
 pub(crate) trait OpsStore: Send + Sync {
-    /// A page of the requests of `application` that match `query`.
+    /// The SQL dialect of this backend.
+    fn dialect(&self) -> Dialect;
+
+    /// The requests that `sql` selects (every column of [`super::REQUEST_COLUMNS`]), in
+    /// its order.
+    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>>;
+
+    /// The integers of the first row that `sql` selects (empty when it selects none);
+    /// NULL is `None`.
+    async fn fetch_ints(&self, sql: &Sql) -> Result<Vec<Option<i64>>>;
+
+    /// A page of the requests of `application` that match `query` (see
+    /// [`super::page`]: finished and live records read apart, a time range turned into
+    /// ids, a text search bounded by its window).
     async fn request_page(
         &self,
         application: &str,
         query: &RequestQuery,
         page: &PageSpec,
-    ) -> Result<Vec<Request>>;
+    ) -> Result<Page> {
+        super::page::request_page(self, application, query, page).await
+    }
 
     /// How many requests of `application` match `query` and are in one of `statuses`
     /// (all statuses when empty).
@@ -97,13 +114,20 @@ pub(crate) trait OpsStore: Send + Sync {
     async fn audit_list(&self, application: &str, limit: i64) -> Result<Vec<AuditEntry>>;
 }
 
-/// The placeholder style of a dialect.
+/// The SQL dialect of a backend: its placeholders, and how it finds a substring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Marks {
-    /// `?` (SQLite, MySQL).
-    Question,
-    /// `$1`, `$2`, ... (PostgreSQL).
-    Numbered,
+// A build with some of the backends leaves the others' dialects unused.
+#[cfg_attr(
+    not(all(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) enum Dialect {
+    /// `?`; `instr`.
+    Sqlite,
+    /// `$1`, `$2`, ...; `strpos`.
+    Postgres,
+    /// `?`; `LOCATE`.
+    MySql,
 }
 
 /// A value to bind.
@@ -118,15 +142,15 @@ pub(crate) enum Bind {
 pub(crate) struct Sql {
     pub(crate) text: String,
     pub(crate) binds: Vec<Bind>,
-    marks: Marks,
+    dialect: Dialect,
 }
 
 impl Sql {
-    pub(crate) fn new(marks: Marks, text: &str) -> Sql {
+    pub(crate) fn new(dialect: Dialect, text: &str) -> Sql {
         Sql {
             text: text.to_string(),
             binds: Vec::new(),
-            marks,
+            dialect,
         }
     }
 
@@ -139,9 +163,9 @@ impl Sql {
     /// Appends a placeholder for `value`.
     pub(crate) fn bind(&mut self, value: Bind) -> &mut Self {
         self.binds.push(value);
-        match self.marks {
-            Marks::Question => self.text.push('?'),
-            Marks::Numbered => {
+        match self.dialect {
+            Dialect::Sqlite | Dialect::MySql => self.text.push('?'),
+            Dialect::Postgres => {
                 let n = self.binds.len();
                 self.text.push_str(&format!("${n}"));
             }
@@ -149,26 +173,14 @@ impl Sql {
         self
     }
 
-    /// Appends ` AND <filter>` for `query` over the requests of `application`.
+    /// Appends the condition that a request of `application` matches `query`, the same
+    /// on every backend: exact text is equal byte for byte (MySQL's `_bin` collations pad
+    /// with spaces, so the length is compared too); substrings are found by `instr`,
+    /// `strpos` or `LOCATE`, which are case-sensitive here (SQLite's `LIKE` is not, for
+    /// ASCII) and have no wildcards; text is bound, never spliced. A NUL in a filter is
+    /// replaced as it is in stored text ([`sanitized`]), so that it finds what was stored.
     pub(crate) fn filter(&mut self, application: &str, query: &RequestQuery) -> &mut Self {
-        let texts = [
-            &query.executor,
-            &query.key,
-            &query.remark,
-            &query.error,
-            &query.application,
-        ];
-        // No stored text holds a NUL (PostgreSQL cannot): such a filter matches nothing,
-        // and is not sent (PostgreSQL refuses the bind).
-        if application.contains('\0')
-            || texts
-                .iter()
-                .any(|t| t.as_deref().is_some_and(|t| t.contains('\0')))
-        {
-            return self.push(" 1 = 0");
-        }
-        self.push(" application_name = ")
-            .bind(Bind::Text(application.into()));
+        self.push(" ").exact("application_name", application);
         if let Some(status) = query.status {
             // A literal (a status name is one of a few constants), and for a finished
             // status also the predicate of the partial indexes word for word: SQLite uses
@@ -180,26 +192,23 @@ impl Sql {
             }
         }
         if let Some(executor) = &query.executor {
-            self.push(" AND executor = ")
-                .bind(Bind::Text(executor.clone()));
+            self.push(" AND ").exact("executor", executor);
         }
         if let Some(key) = &query.key {
-            // `IS NOT NULL` lets SQLite use the partial index of keyed records.
+            // `IS NOT NULL` lets SQLite use the partial index of keyed records; MySQL's
+            // key is `VARBINARY`, compared without padding.
             self.push(" AND idempotency_key IS NOT NULL AND idempotency_key = ")
-                .bind(Bind::Text(key.clone()));
+                .bind(Bind::Text(sanitized(key).into_owned()));
         }
         if let Some(id) = query.id {
             self.push(" AND id = ").bind(Bind::Int(id));
         }
         if let Some(remark) = &query.remark {
-            self.push(" AND remark LIKE ")
-                .bind(Bind::Text(contains_pattern(remark)))
-                .push(" ESCAPE '!'");
+            self.push(" AND ").contains("remark", remark);
         }
         if let Some(error) = &query.error {
-            self.push(" AND last_error LIKE ")
-                .bind(Bind::Text(contains_pattern(error)))
-                .push(" ESCAPE '!'");
+            self.push(" AND last_error IS NOT NULL AND ")
+                .contains("last_error", error);
         }
         if let Some(from) = query.created_from {
             self.push(" AND create_time >= ").bind(Bind::Int(from));
@@ -208,6 +217,38 @@ impl Sql {
             self.push(" AND create_time < ").bind(Bind::Int(to));
         }
         self
+    }
+
+    /// `column = value`, byte for byte.
+    fn exact(&mut self, column: &str, value: &str) -> &mut Self {
+        let value = sanitized(value).into_owned();
+        let bytes = value.len() as i64;
+        self.push(column).push(" = ").bind(Bind::Text(value));
+        if self.dialect == Dialect::MySql {
+            // `'a' = 'a '` holds in a PAD SPACE collation (`utf8mb4_bin`).
+            self.push(&format!(" AND OCTET_LENGTH({column}) = "))
+                .bind(Bind::Int(bytes));
+        }
+        self
+    }
+
+    /// `column` contains `needle`, case and every character as given.
+    fn contains(&mut self, column: &str, needle: &str) -> &mut Self {
+        let needle = Bind::Text(sanitized(needle).into_owned());
+        match self.dialect {
+            Dialect::Sqlite => self
+                .push(&format!("instr({column}, "))
+                .bind(needle)
+                .push(") > 0"),
+            Dialect::Postgres => self
+                .push(&format!("strpos({column}, "))
+                .bind(needle)
+                .push(") > 0"),
+            Dialect::MySql => self
+                .push("LOCATE(")
+                .bind(needle)
+                .push(&format!(", {column}) > 0")),
+        }
     }
 
     /// Appends ` AND status IN (...)` (nothing when `statuses` is empty).
@@ -224,19 +265,6 @@ impl Sql {
         }
         self.push(")")
     }
-
-    /// Appends the keyset condition, order and limit of `page`.
-    pub(crate) fn page(&mut self, page: &PageSpec) -> &mut Self {
-        let (cmp, dir) = match page.order {
-            Order::Newest => ("<", "DESC"),
-            Order::Oldest => (">", "ASC"),
-        };
-        if let Some(Cursor { id }) = page.after {
-            self.push(&format!(" AND id {cmp} ")).bind(Bind::Int(id));
-        }
-        self.push(&format!(" ORDER BY id {dir} LIMIT "))
-            .bind(Bind::Int(page.limit.clamp(1, 1000)))
-    }
 }
 
 /// The predicate of the list indexes (`async_req_done_*`, migration
@@ -246,65 +274,12 @@ impl Sql {
 pub(crate) const FINISHED: &str = "status NOT IN ('init', 'running')";
 
 /// The records [`FINISHED`] leaves out: waiting for their first run, or running.
-const LIVE: &str = "status IN ('init', 'running')";
+pub(crate) const LIVE: &str = "status IN ('init', 'running')";
 
 /// Whether `status` is one of the submit-claim-complete path's, which the list indexes
 /// leave out.
-fn is_hot(status: Status) -> bool {
+pub(crate) fn is_hot(status: Status) -> bool {
     matches!(status, Status::Init | Status::Running)
-}
-
-/// `<select_from> WHERE …` for the page of `query` that `page` asks for, newest (or
-/// oldest) id first. Without a status, id or key to narrow it, the page is read in two
-/// parts, each from indexes that hold it in order: the finished records from the partial
-/// list indexes, the waiting and running ones from the primary key (or the claim and
-/// lease indexes), merged by id.
-pub(crate) fn page_select(
-    marks: Marks,
-    select_from: &str,
-    application: &str,
-    query: &RequestQuery,
-    page: &PageSpec,
-) -> Sql {
-    if query.status.is_some() || query.id.is_some() || query.key.is_some() {
-        let mut s = Sql::new(marks, &format!("{select_from} WHERE"));
-        s.filter(application, query).page(page);
-        return s;
-    }
-    let dir = match page.order {
-        Order::Newest => "DESC",
-        Order::Oldest => "ASC",
-    };
-    let mut s = Sql::new(marks, &format!("SELECT * FROM ({select_from} WHERE"));
-    s.filter(application, query)
-        .push(" AND ")
-        .push(FINISHED)
-        .page(page)
-        .push(&format!(
-            ") finished UNION ALL SELECT * FROM ({select_from} WHERE"
-        ))
-        .filter(application, query)
-        .push(" AND ")
-        .push(LIVE)
-        .page(page)
-        .push(&format!(") live ORDER BY id {dir} LIMIT "))
-        .bind(Bind::Int(page.limit.clamp(1, 1000)));
-    s
-}
-
-/// A `LIKE` pattern (escape character `!`) that matches text containing `needle`, each
-/// of its characters standing for itself.
-pub(crate) fn contains_pattern(needle: &str) -> String {
-    let mut pattern = String::with_capacity(needle.len() + 2);
-    pattern.push('%');
-    for c in needle.chars() {
-        if matches!(c, '!' | '%' | '_') {
-            pattern.push('!');
-        }
-        pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
 }
 
 /// The `SET` clause of an action's `UPDATE` (none for `Delete`), with `now` bound where
@@ -346,13 +321,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn like_metacharacters_stand_for_themselves() {
-        assert_eq!(contains_pattern("50%_!x"), "%50!%!_!!x%");
-    }
-
-    #[test]
     fn numbered_marks_count_up() {
-        let mut sql = Sql::new(Marks::Numbered, "SELECT 1 FROM t WHERE");
+        let mut sql = Sql::new(Dialect::Postgres, "SELECT 1 FROM t WHERE");
         sql.filter("app", &RequestQuery::default().status(Status::Dead).id(4));
         assert_eq!(
             sql.text,
@@ -363,13 +333,31 @@ mod tests {
     }
 
     #[test]
-    fn a_nul_in_a_filter_matches_nothing() {
-        let mut sql = Sql::new(Marks::Question, "WHERE");
-        sql.filter("app", &RequestQuery::default().remark_contains("a\0b"));
-        assert_eq!(sql.text, "WHERE 1 = 0");
-        assert!(sql.binds.is_empty());
-        let mut sql = Sql::new(Marks::Question, "WHERE");
-        sql.filter("a\0pp", &RequestQuery::default());
-        assert_eq!(sql.text, "WHERE 1 = 0", "the application too");
+    fn a_nul_in_a_filter_is_replaced_as_in_stored_text() {
+        let mut sql = Sql::new(Dialect::Sqlite, "WHERE");
+        sql.filter("a\0pp", &RequestQuery::default().remark_contains("a\0b"));
+        assert_eq!(
+            sql.text,
+            "WHERE application_name = ? AND instr(remark, ?) > 0"
+        );
+        assert_eq!(
+            sql.binds,
+            [
+                Bind::Text("a\u{FFFD}pp".into()),
+                Bind::Text("a\u{FFFD}b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn mysql_compares_exact_text_with_its_length() {
+        let mut sql = Sql::new(Dialect::MySql, "WHERE");
+        sql.filter("app", &RequestQuery::default().executor("é "));
+        assert_eq!(
+            sql.text,
+            "WHERE application_name = ? AND OCTET_LENGTH(application_name) = ? \
+             AND executor = ? AND OCTET_LENGTH(executor) = ?"
+        );
+        assert_eq!(sql.binds[3], Bind::Int(3));
     }
 }

@@ -15,8 +15,8 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, RequestFilter,
-    Rescued, Store, StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, Rescued, Store,
+    StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -27,7 +27,6 @@ use crate::registry::BoxFuture;
 mod complete;
 mod instances;
 mod keys;
-mod list;
 mod ops;
 mod purge;
 
@@ -61,11 +60,12 @@ impl PostgresStore {
             options.get_socket().map(|p| p.as_path()),
             options.get_database(),
         );
-        super::reach::check::<sqlx::PgConnection>(&options, "PostgreSQL", &target).await?;
-        let pool = PgPoolOptions::new()
+        let open = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .connect_with(options)
-            .await?;
+            .connect_with(options.clone());
+        let pool =
+            super::reach::open_pool::<sqlx::PgConnection, _>(open, &options, "PostgreSQL", &target)
+                .await?;
         Ok(PostgresStore { pool })
     }
 
@@ -231,7 +231,9 @@ impl BackendOps for Postgres {
         store: &dyn Any,
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<PostgresStore>()?;
-        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+        Some(Box::pin(async move {
+            crate::store::begin::begin_whole(&store.pool, None).await
+        }))
     }
 
     fn key_find_in<'c>(
@@ -426,18 +428,26 @@ impl Store for PostgresStore {
         let mut migrator = sqlx::migrate!("../migrations/postgres");
         // The application may keep its own sqlx migrations in the same database.
         migrator.set_ignore_missing(true);
+        // Up to date already (every start but the first after an upgrade): no lock taken.
+        let applied: std::result::Result<Vec<super::migrations::AppliedRow>, _> =
+            sqlx::query_as(super::migrations::APPLIED)
+                .fetch_all(&self.pool)
+                .await;
+        if applied.is_ok_and(|applied| super::migrations::up_to_date(&migrator, &applied)) {
+            return Ok(());
+        }
         migrator.run(&self.pool).await.map_err(Error::Migrate)
     }
 
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let inserted = insert_request(&mut tx, request).await?;
         tx.commit().await?;
         Ok(inserted)
     }
 
     async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let inserted = <Postgres as BackendOps>::insert_many_in(&mut tx, requests).await?;
         tx.commit().await?;
         Ok(inserted)
@@ -493,22 +503,31 @@ impl Store for PostgresStore {
              exec_count = exec_count + 1, update_time = $3 \
              WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 \
                AND {condition} \
-               AND executor = ANY($6) \
-               AND NOT ((sign || ':' || executor) = ANY($8)) \
+               AND executor = ANY($6){skip} \
                ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
-             RETURNING {CLAIMED_COLUMNS}"
+             RETURNING {CLAIMED_COLUMNS}",
+            // Only during a rolling deploy is there a signature to leave to others: the
+            // usual claim computes no `sign:executor` per row.
+            skip = if p.skip.is_empty() {
+                ""
+            } else {
+                " AND NOT ((sign || ':' || executor) = ANY($8))"
+            }
         );
-        let rows = sqlx::query(&sql)
+        let query = sqlx::query(&sql)
             .bind(p.owner)
             .bind(p.lease_ms)
             .bind(p.now)
             .bind(p.application)
             .bind(past_due)
             .bind(p.executors)
-            .bind(p.limit)
-            .bind(p.skip)
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(p.limit);
+        let query = if p.skip.is_empty() {
+            query
+        } else {
+            query.bind(p.skip)
+        };
+        let rows = query.fetch_all(&self.pool).await?;
         rows.iter().map(claimed_from_row).collect()
     }
 
@@ -550,7 +569,7 @@ impl Store for PostgresStore {
         if limit <= 0 {
             return Ok(Rescued::default());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         // Locked, so that the rescuers of several instances share the work.
         let sql = format!(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
@@ -644,14 +663,6 @@ impl Store for PostgresStore {
         row.as_ref().map(request_from_row).transpose()
     }
 
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
-    }
-
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT status, COUNT(*) FROM async_req WHERE application_name = $1 GROUP BY status",
@@ -672,7 +683,7 @@ impl Store for PostgresStore {
         now: i64,
         replay_success: bool,
     ) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let status = current_status(&mut tx, application, id).await?;
         if status.is_some_and(|s| s.may_retry(replay_success)) {
             // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
@@ -697,7 +708,7 @@ impl Store for PostgresStore {
         id: RequestId,
         now: i64,
     ) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let status = current_status(&mut tx, application, id).await?;
         if let Some(Status::Init | Status::Failed) = status {
             sqlx::query(
@@ -723,7 +734,7 @@ impl Store for PostgresStore {
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let status = current_status(&mut tx, application, id).await?;
         if matches!(status, Some(s) if s != Status::Running) {
             sqlx::query("DELETE FROM async_req WHERE application_name = $1 AND id = $2")
@@ -814,7 +825,7 @@ impl Store for PostgresStore {
     }
 
     async fn key_record(&self, request: &NewRequest) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         keys::record(&mut tx, request).await?;
         tx.commit().await?;
         Ok(())

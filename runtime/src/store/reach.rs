@@ -1,7 +1,9 @@
-//! Reaching the database at start: one connection tried before the pool is opened, so
-//! that a server that is down, a wrong port or a wrong password is reported at once, with
-//! where it is (never the password) and the driver's reason. A pool retries a refused
-//! connection until its acquire timeout and then reports only that it timed out.
+//! Reaching the database at start, so that a server that is down, a wrong port or a wrong
+//! password is reported at once, with where it is (never the password) and the driver's
+//! reason. A pool retries a refused connection until its acquire timeout and then reports
+//! only that it timed out: a pool that has not connected within [`QUICK`] is raced by one
+//! plain connection, whose error says why. A pool that connects at once (every start of a
+//! healthy service) costs no connection more.
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use std::time::Duration;
@@ -38,10 +40,37 @@ pub(crate) fn server_target(
     format!("{user}{place}/{}", database.unwrap_or(""))
 }
 
+/// How long a pool may take to connect before one plain connection is tried beside it.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const QUICK: Duration = Duration::from_millis(200);
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// Opens a pool (`open`, one connection made before it returns); when it has not
+/// connected within [`QUICK`], a plain connection with `options` is tried beside it, and
+/// the first error of either names `backend` and `target` and carries the cause.
+pub(crate) async fn open_pool<C: Connection, P>(
+    open: impl std::future::Future<Output = std::result::Result<P, sqlx::Error>>,
+    options: &C::Options,
+    backend: &'static str,
+    target: &str,
+) -> Result<P> {
+    tokio::pin!(open);
+    if let Ok(opened) = tokio::time::timeout(QUICK, &mut open).await {
+        return opened.map_err(|cause| unreachable(backend, target, cause));
+    }
+    tokio::select! {
+        opened = &mut open => opened.map_err(|cause| unreachable(backend, target, cause)),
+        checked = check::<C>(options, backend, target) => {
+            checked?;
+            open.await.map_err(|cause| unreachable(backend, target, cause))
+        }
+    }
+}
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 /// Opens one connection with `options` and closes it; an error names `backend` and
 /// `target` and carries the cause.
-pub(crate) async fn check<C: Connection>(
+async fn check<C: Connection>(
     options: &C::Options,
     backend: &'static str,
     target: &str,

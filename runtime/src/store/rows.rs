@@ -7,11 +7,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::error::{Error, Result};
 use crate::record::{AttemptLog, Claimed, Request, Status};
 
-/// The columns of [`Request`], in `SELECT` order.
-pub(crate) const REQUEST_COLUMNS: &str =
-    "id, application_name, executor, sign, strategy, status, exec_count, \
-    max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time";
+pub(crate) use super::REQUEST_COLUMNS;
 
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{
@@ -15,7 +14,7 @@ use super::rows::{
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    RequestFilter, Rescued, Store, StoredKey, Wrote,
+    Rescued, Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -26,7 +25,7 @@ use crate::registry::BoxFuture;
 mod complete;
 mod instances;
 mod keys;
-mod list;
+mod open;
 mod ops;
 mod purge;
 
@@ -40,7 +39,13 @@ pub struct SqliteStore {
     /// as the last one ends (drain 90k to 104k jobs/s). The application's transactions
     /// use the pool.
     writer: Arc<tokio::sync::Mutex<Option<SqliteConnection>>>,
+    /// How long opening the writer may find the file busy (the busy timeout).
+    open_patience: Duration,
 }
+
+/// How long opening the writer beside a handed-in pool may find the file busy (sqlx's
+/// default busy timeout).
+const HANDED_IN_OPEN_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The runtime's writer connection, held: a connection of its own rather than one from
 /// the pool, because sqlx pings every connection it takes back (a thread hop per write).
@@ -84,25 +89,16 @@ impl SqliteStore {
         synchronous: crate::SqliteSynchronous,
         busy_timeout: Duration,
     ) -> Result<Self> {
-        let synchronous = match synchronous {
-            crate::SqliteSynchronous::Full => SqliteSynchronous::Full,
-            crate::SqliteSynchronous::Normal => SqliteSynchronous::Normal,
-            crate::SqliteSynchronous::Off => SqliteSynchronous::Off,
-        };
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous)
-            .busy_timeout(busy_timeout);
+        let options = open::options(url, synchronous, busy_timeout)?;
         let file = options.get_filename().display().to_string();
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections.max(1))
-            // A file connection does not break: no ping (a thread hop) on every acquire.
-            .test_before_acquire(false)
-            .connect_with(options)
+        let pool = open::pool(options, max_connections, busy_timeout)
             .await
             .map_err(|cause| super::reach::unreachable("SQLite", &file, cause))?;
-        Ok(SqliteStore::from_pool(pool))
+        Ok(SqliteStore {
+            pool,
+            writer: Default::default(),
+            open_patience: busy_timeout,
+        })
     }
 
     /// Uses an existing pool (the application's own). The runtime's own writes use one
@@ -111,6 +107,7 @@ impl SqliteStore {
         SqliteStore {
             pool,
             writer: Default::default(),
+            open_patience: HANDED_IN_OPEN_PATIENCE,
         }
     }
 
@@ -124,7 +121,7 @@ impl SqliteStore {
         let mut guard = self.writer.lock().await;
         if guard.is_none() {
             let options = self.pool.connect_options();
-            *guard = Some(sqlx::ConnectOptions::connect(&*options).await?);
+            *guard = Some(open::connection(&options, self.open_patience).await?);
         }
         Ok(Writer(guard))
     }
@@ -319,6 +316,14 @@ impl Store for SqliteStore {
         let mut migrator = sqlx::migrate!("../migrations/sqlite");
         // The application may keep its own sqlx migrations in the same database.
         migrator.set_ignore_missing(true);
+        // Up to date already (every start but the first after an upgrade): no lock taken.
+        let applied: std::result::Result<Vec<super::migrations::AppliedRow>, _> =
+            sqlx::query_as(super::migrations::APPLIED)
+                .fetch_all(&self.pool)
+                .await;
+        if applied.is_ok_and(|applied| super::migrations::up_to_date(&migrator, &applied)) {
+            return Ok(());
+        }
         // sqlx takes no lock on SQLite: runtimes starting together on one file may each
         // apply a migration, and the second one's record of it fails (the schema itself is
         // written with `IF NOT EXISTS`, in the migration's transaction). It was applied:
@@ -422,14 +427,6 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(request_from_row).transpose()
-    }
-
-    async fn request_list(&self, application: &str, f: &RequestFilter) -> Result<Vec<Request>> {
-        list::list(&self.pool, application, f).await
-    }
-
-    async fn request_oldest_due(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        list::oldest_due(&self.pool, application, now).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {

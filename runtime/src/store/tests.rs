@@ -10,26 +10,7 @@ use super::{ClaimIds, Completion, CompletionResult, Store, Wrote};
 use crate::record::{now_ms, Inserted, NewRequest, RequestId, Status};
 
 fn new_request(application: &Arc<str>) -> NewRequest {
-    NewRequest {
-        application_name: application.clone(),
-        executor: "fence_test",
-        sign: "fence_test()",
-        strategy: "SaveAsync",
-        status: Status::Init,
-        exec_count: 0,
-        max_attempts: 3,
-        param_json: Arc::from("{}"),
-        remark: "",
-        idempotency_key: None,
-        key_retention: 86_400_000,
-        priority: 0,
-        run_at: now_ms(),
-        last_error: None,
-        trace_json: None,
-        now: now_ms(),
-        notify: None,
-        log: None,
-    }
+    super::fixture::new_request(application, "fence_test", "fence_test()")
 }
 
 fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> Completion {

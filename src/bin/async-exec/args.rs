@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use async_exec::{RequestId, Status};
+use async_exec::{Cursor, RequestId, Status};
 
 /// Look at and act on the requests of an async-exec application, on SQLite, PostgreSQL
 /// or MySQL/MariaDB. Exit status: 0 done, 1 failed (the reason on stderr), 2 usage.
@@ -99,16 +99,19 @@ pub(crate) struct ListArgs {
     /// Only requests created before (same forms as --since).
     #[arg(long, value_parser = crate::time::parse_instant)]
     pub(crate) until: Option<i64>,
-    /// At most this many (1 to 100000).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    /// At most this many (1 to 1000); page on with --after.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=1000))]
     pub(crate) limit: i64,
-    /// Page oldest first: requests with an id greater than this one.
-    #[arg(long, conflicts_with = "before")]
-    pub(crate) after: Option<RequestId>,
-    /// Page newest first: requests with an id less than this one (what `list` prints as
-    /// the next page).
+    /// Oldest first (newest first by default).
     #[arg(long)]
-    pub(crate) before: Option<RequestId>,
+    pub(crate) oldest: bool,
+    /// The page after this cursor (a request id): what `list` prints as the next page.
+    #[arg(long)]
+    pub(crate) after: Option<Cursor>,
+    /// With --remark or --error, look at this many requests at most (1 to 100000); a
+    /// page that ends there before it fills says so and where to continue.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub(crate) search_window: i64,
 }
 
 /// What `purge` deletes.

@@ -1,6 +1,8 @@
 //! The subcommands: each returns what to print, as JSON and for people.
 
-use async_exec::{AttemptLog, Error, Purge, Request, RequestFilter, RequestId, Runtime};
+use async_exec::{
+    AttemptLog, Error, Order, PageSpec, Purge, Request, RequestId, RequestQuery, Runtime,
+};
 use serde_json::{json, Value};
 
 use crate::args::{ListArgs, PurgeArgs};
@@ -60,29 +62,27 @@ pub(crate) async fn stats(rt: &Runtime) -> Result<Printed, Failure> {
 
 /// `list`: one page of requests, and how to ask for the next one.
 pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> {
-    let filter = RequestFilter {
-        status: a.status,
-        executor: a.executor,
-        limit: Some(a.limit),
-        after_id: a.after,
-        before_id: a.before,
-        id: a.id,
-        key: a.key,
-        remark_contains: a.remark,
-        error_contains: a.error,
-        created_from: a.since,
-        created_before: a.until,
+    let mut query = RequestQuery::default();
+    query.status = a.status;
+    query.executor = a.executor;
+    query.key = a.key;
+    query.id = a.id;
+    query.remark = a.remark;
+    query.error = a.error;
+    query.created_from = a.since;
+    query.created_to = a.until;
+    let order = if a.oldest {
+        Order::Oldest
+    } else {
+        Order::Newest
     };
-    let ascending = filter.after_id.is_some();
-    let requests = rt.list(filter).await?;
-    let next = match requests.last() {
-        Some(last) if requests.len() as i64 == a.limit => Some(if ascending {
-            ("after", last.id)
-        } else {
-            ("before", last.id)
-        }),
-        _ => None,
-    };
+    let mut spec = PageSpec::default()
+        .order(order)
+        .limit(a.limit)
+        .search_window(a.search_window);
+    spec.after = a.after;
+    let page = rt.list(&query, &spec).await?;
+    let (requests, next, searched) = (page.requests, page.next, page.searched);
     let rows: Vec<Vec<String>> = requests.iter().map(list_row).collect();
     let mut human = if rows.is_empty() {
         "no requests match\n".to_string()
@@ -101,13 +101,20 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
             &rows,
         )
     };
-    if let Some((direction, id)) = next {
-        human.push_str(&format!("next page: --{direction} {id}\n"));
+    if let Some(searched) = searched {
+        human.push_str(&format!(
+            "searched {searched} requests without filling the page\n"
+        ));
+    }
+    if let Some(next) = next {
+        let oldest = if a.oldest { "--oldest " } else { "" };
+        human.push_str(&format!("next page: {oldest}--after {next}\n"));
     }
     Ok(Printed::ok(
         json!({
             "requests": requests,
-            "next": next.map(|(direction, id)| json!({ direction: id })),
+            "next": next.map(|cursor| cursor.to_text()),
+            "searched": searched,
         }),
         human,
     ))

@@ -21,12 +21,14 @@ pub(super) async fn announce(pool: &MySqlPool, a: &Announce<'_>) -> Result<()> {
     .bind(a.executors)
     .execute(pool)
     .await?;
-    sqlx::query(&format!(
-        "DELETE FROM async_instance WHERE seen < {DB_NOW} - ?"
-    ))
-    .bind(a.forget_after_ms)
-    .execute(pool)
-    .await?;
+    if let Some(forget_after_ms) = a.forget_after_ms {
+        sqlx::query(&format!(
+            "DELETE FROM async_instance WHERE seen < {DB_NOW} - ?"
+        ))
+        .bind(forget_after_ms)
+        .execute(pool)
+        .await?;
+    }
     Ok(())
 }
 

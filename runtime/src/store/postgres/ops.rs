@@ -8,12 +8,12 @@ use sqlx::{Postgres, Row};
 use super::PostgresStore;
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, QueueCount,
-    RequestQuery, StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
+    StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, page_select, push_set, Bind, Marks, OpsStore, Sql};
-use crate::store::rows::{request_from_row, status, REQUEST_COLUMNS};
+use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
+use crate::store::rows::{request_from_row, status};
 
 fn bound(sql: &Sql) -> Query<'_, Postgres, PgArguments> {
     let mut query = sqlx::query(&sql.text);
@@ -27,21 +27,28 @@ fn bound(sql: &Sql) -> Query<'_, Postgres, PgArguments> {
 }
 
 fn sql(text: &str) -> Sql {
-    Sql::new(Marks::Numbered, text)
+    Sql::new(Dialect::Postgres, text)
 }
 
 #[async_trait]
 impl OpsStore for PostgresStore {
-    async fn request_page(
-        &self,
-        application: &str,
-        query: &RequestQuery,
-        page: &PageSpec,
-    ) -> Result<Vec<Request>> {
-        let select = format!("SELECT {REQUEST_COLUMNS} FROM async_req");
-        let s = page_select(Marks::Numbered, &select, application, query, page);
-        let rows = bound(&s).fetch_all(&self.pool).await?;
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
+    }
+
+    async fn fetch_ints(&self, sql: &Sql) -> Result<Vec<Option<i64>>> {
+        let row = bound(sql).fetch_optional(&self.pool).await?;
+        let Some(row) = row else {
+            return Ok(Vec::new());
+        };
+        (0..row.len())
+            .map(|i| Ok(row.try_get::<Option<i64>, _>(i)?))
+            .collect()
     }
 
     async fn request_count_matching(
@@ -62,7 +69,7 @@ impl OpsStore for PostgresStore {
         action: Action,
         now: i64,
     ) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         let changed = match action_set(action) {
             Some(set) => {
                 let mut s = sql("UPDATE async_req SET ");
@@ -153,7 +160,7 @@ impl OpsStore for PostgresStore {
     }
 
     async fn stat_add(&self, application: &str, deltas: &[StatDelta]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
         for d in deltas {
             sqlx::query(
                 "INSERT INTO async_stat (application_name, executor, minute, succeeded, failed, retried) \

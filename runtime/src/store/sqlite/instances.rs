@@ -20,12 +20,14 @@ pub(super) async fn announce(conn: &mut SqliteConnection, a: &Announce<'_>) -> R
     .bind(a.executors)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(&format!(
-        "DELETE FROM async_instance WHERE seen < {DB_NOW} - ?"
-    ))
-    .bind(a.forget_after_ms)
-    .execute(&mut *conn)
-    .await?;
+    if let Some(forget_after_ms) = a.forget_after_ms {
+        sqlx::query(&format!(
+            "DELETE FROM async_instance WHERE seen < {DB_NOW} - ?"
+        ))
+        .bind(forget_after_ms)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
 }
 

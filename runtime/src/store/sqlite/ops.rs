@@ -8,12 +8,12 @@ use sqlx::{Row, Sqlite};
 use super::SqliteStore;
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, QueueCount,
-    RequestQuery, StatDelta,
+    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
+    StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, page_select, push_set, Bind, Marks, OpsStore, Sql};
-use crate::store::rows::{request_from_row, status, REQUEST_COLUMNS};
+use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
+use crate::store::rows::{request_from_row, status};
 
 fn bound(sql: &Sql) -> Query<'_, Sqlite, SqliteArguments<'_>> {
     let mut query = sqlx::query(&sql.text);
@@ -27,21 +27,28 @@ fn bound(sql: &Sql) -> Query<'_, Sqlite, SqliteArguments<'_>> {
 }
 
 fn sql(text: &str) -> Sql {
-    Sql::new(Marks::Question, text)
+    Sql::new(Dialect::Sqlite, text)
 }
 
 #[async_trait]
 impl OpsStore for SqliteStore {
-    async fn request_page(
-        &self,
-        application: &str,
-        query: &RequestQuery,
-        page: &PageSpec,
-    ) -> Result<Vec<Request>> {
-        let select = format!("SELECT {REQUEST_COLUMNS} FROM async_req");
-        let s = page_select(Marks::Question, &select, application, query, page);
-        let rows = bound(&s).fetch_all(&self.pool).await?;
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
+    }
+
+    async fn fetch_ints(&self, sql: &Sql) -> Result<Vec<Option<i64>>> {
+        let row = bound(sql).fetch_optional(&self.pool).await?;
+        let Some(row) = row else {
+            return Ok(Vec::new());
+        };
+        (0..row.len())
+            .map(|i| Ok(row.try_get::<Option<i64>, _>(i)?))
+            .collect()
     }
 
     async fn request_count_matching(
@@ -370,18 +377,19 @@ pub(crate) fn audit_from(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::{Order, RequestQuery};
+    use crate::query::{PageSpec, RequestQuery};
+    use crate::store::page::PageSql;
     use crate::store::Store;
 
     /// The plan SQLite picks for the page of `query`.
     async fn plan(store: &SqliteStore, query: &RequestQuery) -> String {
-        let page = PageSpec {
-            order: Order::Newest,
-            after: Some(crate::query::Cursor { id: 1_000 }),
-            limit: 50,
-        };
-        let select = format!("SELECT {REQUEST_COLUMNS} FROM async_req");
-        let s = page_select(Marks::Question, &select, "app", query, &page);
+        let page = PageSpec::default().after(crate::query::Cursor { id: 1_000 });
+        let time = query.created_from.map(|_| (10, 900));
+        let s = PageSql::for_test(Dialect::Sqlite, "app", query, &page, time).requests(50);
+        explain(store, &s).await
+    }
+
+    async fn explain(store: &SqliteStore, s: &Sql) -> String {
         let text = format!("EXPLAIN QUERY PLAN {}", s.text);
         let mut explain = sqlx::query(&text);
         for bind in &s.binds {
@@ -428,5 +436,17 @@ mod tests {
             assert!(p.contains("SCAN finished | USE TEMP B-TREE"), "{p}");
             assert!(p.contains("SCAN live | USE TEMP B-TREE"), "{p}");
         }
+        // A time range: its ids from the creation-time index, then the finished part from
+        // the index by application and id between them, not the whole range sorted.
+        let day = RequestQuery::default().created_between(Some(1), Some(2));
+        let ids = crate::store::page::time_ids_sql(Dialect::Sqlite, &day).unwrap();
+        let ids = explain(&store, &ids).await;
+        assert!(ids.contains("USING INDEX async_req_done_created"), "{ids}");
+        let in_range = plan(&store, &day).await;
+        assert!(
+            in_range.contains("USING INDEX async_req_done (application_name=? AND id>? AND id<?)"),
+            "{in_range}"
+        );
+        assert_eq!(in_range.matches("TEMP B-TREE").count(), 2, "{in_range}");
     }
 }

@@ -1,16 +1,13 @@
-//! Operations for people who run the service (the console, command-line tools): filtered
-//! pages of requests, actions on every request matching a filter (each written to the
-//! audit trail), pauses of executors on every instance, statistics.
+//! What people who run the service look at and do beyond requests (the console, its
+//! API): pauses of executors on every instance, the audit trail, per-minute statistics,
+//! queue depth, attempt durations, the executors linked into this binary.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, PageSpec, Pause, RequestQuery,
-};
-use crate::record::Request;
+use crate::error::Result;
+use crate::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
 use crate::runtime::Runtime;
 use crate::store::ops::minute_of;
 
@@ -36,133 +33,7 @@ pub struct ExecutorInfo {
     pub timeout_ms: u64,
 }
 
-/// The longest filter text accepted: longer ones are refused with a message.
-const MAX_FILTER_TEXT: usize = 1024;
-
 impl Runtime {
-    fn application_of<'a>(&'a self, query: &'a RequestQuery) -> &'a str {
-        query.application.as_deref().unwrap_or(&self.inner.app)
-    }
-
-    fn check_query(query: &RequestQuery) -> Result<()> {
-        let texts = [
-            &query.executor,
-            &query.application,
-            &query.key,
-            &query.remark,
-            &query.error,
-        ];
-        if texts
-            .iter()
-            .any(|t| t.as_ref().is_some_and(|t| t.len() > MAX_FILTER_TEXT))
-        {
-            return Err(Error::InvalidFilter(format!(
-                "a filter text is longer than {MAX_FILTER_TEXT} bytes: shorten it"
-            )));
-        }
-        Ok(())
-    }
-
-    /// A page of the requests that match `query` (of this application unless it names
-    /// another), newest first by id. Keyset paging: pass the last request's
-    /// [`Cursor`](crate::Cursor) as `page.after` for the next page.
-    ///
-    /// ```no_run
-    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
-    /// use async_exec::{Cursor, PageSpec, RequestQuery, Status};
-    /// let query = RequestQuery::default().status(Status::Dead);
-    /// let mut page = PageSpec::default();
-    /// loop {
-    ///     let requests = rt.query(&query, &page).await?;
-    ///     let Some(last) = requests.last() else { break };
-    ///     page.after = Some(Cursor { id: last.id });
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn query(&self, query: &RequestQuery, page: &PageSpec) -> Result<Vec<Request>> {
-        Self::check_query(query)?;
-        if !(1..=1000).contains(&page.limit) {
-            return Err(Error::InvalidFilter(format!(
-                "page limit {}: ask for 1 to 1,000 requests a page",
-                page.limit
-            )));
-        }
-        self.inner
-            .store
-            .ops()
-            .request_page(self.application_of(query), query, page)
-            .await
-    }
-
-    /// How many requests match `query`.
-    pub async fn count_matching(&self, query: &RequestQuery) -> Result<i64> {
-        Self::check_query(query)?;
-        self.inner
-            .store
-            .ops()
-            .request_count_matching(self.application_of(query), query, &[])
-            .await
-    }
-
-    /// How many requests matching `query` `action` would change now: the count to show
-    /// before an operator confirms it.
-    pub async fn count_actionable(&self, action: Action, query: &RequestQuery) -> Result<i64> {
-        Self::check_query(query)?;
-        self.inner
-            .store
-            .ops()
-            .request_count_matching(self.application_of(query), query, action.applies_to())
-            .await
-    }
-
-    /// Applies `action` to every request matching `query` that it applies to (see
-    /// [`Action::applies_to`]), in one transaction, and writes it to the audit trail as
-    /// done by `actor`. Returns how many requests changed.
-    ///
-    /// ```no_run
-    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
-    /// use async_exec::{Action, RequestQuery, Status};
-    /// let query = RequestQuery::default().executor("mail::send").status(Status::Dead);
-    /// let replayed = rt.act(Action::ReplayDead, &query, "alice").await?;
-    /// println!("{replayed} mails sent again");
-    /// # Ok(()) }
-    /// ```
-    pub async fn act(&self, action: Action, query: &RequestQuery, actor: &str) -> Result<u64> {
-        Self::check_query(query)?;
-        let application = self.application_of(query);
-        let now = self.inner.now_ms();
-        let ops = self.inner.store.ops();
-        let changed = ops.request_act(application, query, action, now).await?;
-        let target = serde_json::to_string(query).expect("a query serializes");
-        self.audit(application, actor, action.as_str(), target, changed as i64)
-            .await?;
-        if changed > 0 && matches!(action, Action::Retry | Action::ReplayDead) {
-            // Due now: the sweep of due records would find them within its interval.
-            self.inner.dispatcher.store_waker().look_in_store();
-        }
-        Ok(changed)
-    }
-
-    async fn audit(
-        &self,
-        application: &str,
-        actor: &str,
-        action: &str,
-        target: String,
-        affected: i64,
-    ) -> Result<()> {
-        let entry = AuditEntry {
-            id: 0,
-            application: application.to_string(),
-            actor: actor.to_string(),
-            action: action.to_string(),
-            target,
-            affected,
-            create_time: self.inner.now_ms(),
-        };
-        self.inner.store.ops().audit_add(&entry).await
-    }
-
     /// Pauses the claims of `executor` on every instance of this application: each stops
     /// claiming its records within about a second (this one at once); records already
     /// running finish. In-memory calls (`Async`, `AsyncSave`, `Thread`) still run.
