@@ -104,10 +104,7 @@ impl Runtime {
                 ran += 1;
                 report.hurried += 1;
             }
-            report.hurried += inner
-                .store
-                .request_make_due(&inner.app, inner.now_ms())
-                .await?;
+            report.hurried += inner.store.request_make_due(&inner.app).await?;
             let drained = self.drain().await?;
             report.succeeded += drained.succeeded;
             report.failed += drained.failed;

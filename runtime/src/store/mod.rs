@@ -458,10 +458,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// still `init` and never attempted move.
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64>;
 
-    /// Makes every waiting record of `application` (`init`, `failed`) due at `now`:
+    /// Makes every waiting record of `application` (`init`, `failed`) due now by the
+    /// database's clock in the statement (a claim right after it finds them all):
     /// delays and retry backoffs end at once. For test modes (`Runtime::run_due`).
     /// Returns how many records moved.
-    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64>;
+    async fn request_make_due(&self, application: &str) -> Result<u64>;
 
     /// Hands back, without counting the attempt, every record of `application` that
     /// `owner` holds `running`, except those in `keep` (shutdown: bodies that finished but
@@ -635,5 +636,7 @@ pub(crate) mod sealed {
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod cancel_tests;
+#[cfg(test)]
+mod due_tests;
 #[cfg(test)]
 mod tests;

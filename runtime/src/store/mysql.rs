@@ -948,17 +948,16 @@ impl Store for MySqlStore {
         Ok(moved)
     }
 
-    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+    async fn request_make_due(&self, application: &str) -> Result<u64> {
+        let sql = format!(
+            "UPDATE async_req SET run_at = {DB_NOW} \
+             WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > {DB_NOW}"
+        );
         let done = with_retry(|| async {
-            Ok(sqlx::query(
-                "UPDATE async_req SET run_at = ? \
-                 WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
-            )
-            .bind(now)
-            .bind(application)
-            .bind(now)
-            .execute(&self.pool)
-            .await?)
+            Ok(sqlx::query(&sql)
+                .bind(application)
+                .execute(&self.pool)
+                .await?)
         })
         .await?;
         Ok(done.rows_affected())

@@ -782,12 +782,11 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
-    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
-        let done = sqlx::query(
-            "UPDATE async_req SET run_at = $1 \
-             WHERE application_name = $2 AND status IN ('init', 'failed') AND run_at > $1",
-        )
-        .bind(now)
+    async fn request_make_due(&self, application: &str) -> Result<u64> {
+        let done = sqlx::query(&format!(
+            "UPDATE async_req SET run_at = {DB_NOW} \
+             WHERE application_name = $1 AND status IN ('init', 'failed') AND run_at > {DB_NOW}"
+        ))
         .bind(application)
         .execute(&self.pool)
         .await?;

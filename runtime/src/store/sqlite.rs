@@ -555,15 +555,13 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn request_make_due(&self, application: &str, now: i64) -> Result<u64> {
+    async fn request_make_due(&self, application: &str) -> Result<u64> {
         let mut writer = self.writer().await?;
-        let result = sqlx::query(
-            "UPDATE async_req SET run_at = ? \
-             WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > ?",
-        )
-        .bind(now)
+        let result = sqlx::query(&format!(
+            "UPDATE async_req SET run_at = {DB_NOW} \
+             WHERE application_name = ? AND status IN ('init', 'failed') AND run_at > {DB_NOW}"
+        ))
         .bind(application)
-        .bind(now)
         .execute(writer.conn())
         .await
         .map(|done| done.rows_affected())
@@ -653,7 +651,11 @@ async fn release_owner(
 
 /// The database's clock in unix ms, as SQL (the same in every statement of one file's
 /// users on one machine; kept like the other backends so that the SQL reads the same).
-pub(super) const DB_NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+/// SQLite keeps the time in whole milliseconds and gives it out as a Julian day in a
+/// double, whose conversion back lands a hair either side of the millisecond: rounded, it
+/// is exact (truncated, half the readings were a millisecond short).
+pub(super) const DB_NOW: &str =
+    "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 /// Claims the given `init` records.
 async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
