@@ -146,6 +146,15 @@ pub(crate) struct Sql {
 }
 
 impl Sql {
+    /// This statement behind `prefix` (`EXPLAIN`, for the tests of query plans), binds kept.
+    #[cfg(test)]
+    pub(crate) fn prefixed(&self, prefix: &str) -> Sql {
+        Sql {
+            text: format!("{prefix} {}", self.text),
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn new(dialect: Dialect, text: &str) -> Sql {
         Sql {
             text: text.to_string(),

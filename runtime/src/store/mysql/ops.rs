@@ -404,15 +404,8 @@ mod tests {
         let query = RequestQuery::default().status(Status::Dead);
         let page = PageSpec::default();
         let s = PageSql::for_test(Dialect::MySql, &application, &query, &page, None).requests(50);
-        let text = format!("EXPLAIN {}", s.text);
-        let mut explain = sqlx::query(&text);
-        for bind in &s.binds {
-            explain = match bind {
-                Bind::Int(n) => explain.bind(*n),
-                Bind::Text(t) => explain.bind(t.clone()),
-            };
-        }
-        let row = explain.fetch_one(&store.pool).await.unwrap();
+        let explain = s.prefixed("EXPLAIN");
+        let row = bound(&explain).fetch_one(&store.pool).await.unwrap();
         let key: Option<String> = row.try_get_unchecked("key").unwrap();
         let extra: Option<String> = row.try_get_unchecked("Extra").unwrap();
         let plan = format!("key {key:?}, extra {extra:?}: {}", s.text);

@@ -390,15 +390,8 @@ mod tests {
     }
 
     async fn explain(store: &SqliteStore, s: &Sql) -> String {
-        let text = format!("EXPLAIN QUERY PLAN {}", s.text);
-        let mut explain = sqlx::query(&text);
-        for bind in &s.binds {
-            explain = match bind {
-                Bind::Int(n) => explain.bind(*n),
-                Bind::Text(t) => explain.bind(t.clone()),
-            };
-        }
-        let rows = explain.fetch_all(&store.pool).await.unwrap();
+        let explain = s.prefixed("EXPLAIN QUERY PLAN");
+        let rows = bound(&explain).fetch_all(&store.pool).await.unwrap();
         rows.iter()
             .map(|r| r.get::<String, _>("detail"))
             .collect::<Vec<_>>()
