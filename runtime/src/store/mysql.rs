@@ -22,8 +22,8 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    Rescued, Store, StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, Rescued, Store,
+    StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -35,7 +35,10 @@ mod complete;
 mod instances;
 mod keys;
 mod ops;
+#[cfg(test)]
+mod plan_fixture;
 mod purge;
+mod rescue;
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -548,71 +551,7 @@ impl MySqlStore {
         now: i64,
         limit: i64,
     ) -> Result<Rescued> {
-        let mut tx = self.begin().await?;
-        let sql = format!(
-            "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-             WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
-             AND executor IN ({}) ORDER BY lease_until LIMIT ?",
-            marks(executors.len())
-        );
-        let mut expired: Vec<ExpiredLease> =
-            bind_list(sqlx::query(&sql).bind(application), executors)
-                .bind(limit)
-                .try_map(|row: MySqlRow| {
-                    Ok((
-                        row.try_get(0)?,
-                        row.try_get(1)?,
-                        row.try_get(2)?,
-                        row.try_get_unchecked(3)?,
-                        row.try_get(4)?,
-                    ))
-                })
-                .fetch_all(&mut *tx)
-                .await?;
-        // Rows are locked in id order, as the completer locks them: fewer deadlocks.
-        expired.sort_by_key(|e| e.0);
-        let mut rescued = Rescued::default();
-        for (id, attempt, max_attempts, owner, until) in expired {
-            let owner = owner.unwrap_or_default();
-            let error = format!(
-                "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
-                until.unwrap_or_default()
-            );
-            let dead = attempt >= max_attempts;
-            let done = sqlx::query(&format!(
-                "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
-                 lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-                 AND lease_until < {DB_NOW}"
-            ))
-            .bind(if dead { "dead" } else { "failed" })
-            .bind(&error)
-            .bind(now)
-            .bind(now)
-            .bind(id)
-            .bind(attempt)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                continue;
-            }
-            let log = AttemptLog {
-                request_id: id,
-                attempt,
-                worker: owner,
-                started: until.unwrap_or(now),
-                finished: now,
-                outcome: "lease_expired".into(),
-                error: Some(error),
-            };
-            insert_log(&mut tx, &log).await?;
-            if dead {
-                rescued.dead.push(id);
-            } else {
-                rescued.retried.push(id);
-            }
-        }
-        tx.commit().await?;
-        Ok(rescued)
+        rescue::rescue_once(self, application, executors, now, limit).await
     }
 
     async fn retry_now_once(

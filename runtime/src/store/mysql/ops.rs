@@ -365,8 +365,8 @@ fn audit_from(row: &MySqlRow) -> Result<AuditEntry> {
 mod tests {
     use super::*;
     use crate::query::{PageSpec, RequestQuery};
+    use crate::store::mysql::plan_fixture;
     use crate::store::page::PageSql;
-    use crate::store::Store;
 
     /// A page of one finished status reads `async_req_done_status` on its indexed
     /// virtual column (migration 20261202000002), both columns of it, in id order: the
@@ -377,30 +377,8 @@ mod tests {
         ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
     )]
     async fn a_status_page_reads_the_virtual_status_index() {
-        let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
-        let store = MySqlStore::connect(&url, 2).await.unwrap();
-        store.migrate().await.unwrap();
-        // What the optimizer sees in a service: many finished records, a few dead,
-        // requests waiting and running (on an empty application every index looks alike).
-        let application = format!("plan-test-{}", crate::record::now_ms());
-        sqlx::query(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, \
-               max_attempts, param_json, remark, idempotency_key, run_at, create_time, update_time) \
-             WITH RECURSIVE k (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < 1000), \
-               n (i) AS (SELECT a.i + 1000 * (b.i - 1) FROM k a JOIN k b ON b.i <= 5) \
-             SELECT ?, CONCAT('executor_', i % 7), 's', 'SaveAsync', \
-               CASE WHEN i % 50 = 0 THEN 'dead' WHEN i % 5 = 0 THEN 'init' \
-                 WHEN i % 7 = 0 THEN 'running' ELSE 'success' END, \
-               3, '{}', '', CASE WHEN i % 3 = 0 THEN CONCAT('key-', i) END, i, i, i FROM n",
-        )
-        .bind(&application)
-        .execute(&store.pool)
-        .await
-        .unwrap();
-        sqlx::query("ANALYZE TABLE async_req")
-            .execute(&store.pool)
-            .await
-            .unwrap();
+        let store = plan_fixture::store().await;
+        let application = plan_fixture::seeded_application(&store, "status").await;
         let query = RequestQuery::default().status(Status::Dead);
         let page = PageSpec::default();
         let s = PageSql::for_test(Dialect::MySql, &application, &query, &page, None).requests(50);
@@ -413,10 +391,6 @@ mod tests {
         assert!(!extra.unwrap_or_default().contains("filesort"), "{plan}");
         let reference: Option<String> = row.try_get_unchecked("ref").unwrap();
         assert_eq!(reference.as_deref(), Some("const,const"), "{plan}");
-        sqlx::query("DELETE FROM async_req WHERE application_name = ?")
-            .bind(&application)
-            .execute(&store.pool)
-            .await
-            .unwrap();
+        plan_fixture::remove(&store, &application).await;
     }
 }

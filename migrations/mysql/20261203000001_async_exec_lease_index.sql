@@ -1,0 +1,12 @@
+-- async-exec: MariaDB/MySQL's running records are read through the claim index.
+-- The same version on every backend (a no-op on PostgreSQL and SQLite, whose lease index
+-- is partial: only running records are in it, as the path every request takes wants).
+--
+-- MariaDB/MySQL has no partial indexes, so `async_req_lease (status, lease_until)` held
+-- every record: each insert wrote an entry, each claim and each heartbeat renewal moved
+-- one, each delete removed one. The claim index `async_req_due (application_name,
+-- status, priority DESC, run_at, id)` holds every record here too, and its range
+-- (application_name, 'running') is the running records, no more than the instances have
+-- claimed: the rescuer, the release at shutdown, the heartbeat's checks and the
+-- console's counts of running records read that range instead.
+ALTER TABLE async_req DROP INDEX async_req_lease;
