@@ -31,6 +31,85 @@ fn marks(n: usize) -> String {
     vec!["?"; n].join(",")
 }
 
+/// The `IN` list's length for `n` ids: the next power of two (up to [`CHUNK`]), so that a
+/// few statement texts serve every beat and stay prepared on the connection (a new text
+/// costs a round trip to prepare, which on a slow network is time a lease does not have).
+fn padded(n: usize) -> usize {
+    n.next_power_of_two().min(CHUNK)
+}
+
+/// `ids`, then its last id again up to `len`.
+fn ids_padded(ids: &[RequestId], len: usize) -> impl Iterator<Item = RequestId> + '_ {
+    let last = ids.last().copied().unwrap_or_default();
+    ids.iter()
+        .copied()
+        .chain(std::iter::repeat(last))
+        .take(len.max(ids.len()))
+}
+
+/// Extends the leases of `ids` (distinct, at most [`CHUNK`]) held by `owner` to the
+/// database's time plus `lease_ms`; whether every one of them was.
+async fn renew_all(
+    conn: &mut MySqlConnection,
+    owner: &str,
+    ids: &[RequestId],
+    lease_ms: i64,
+) -> Result<bool> {
+    let len = padded(ids.len());
+    let update = format!(
+        "UPDATE async_req SET lease_until = {} + ? \
+         WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
+        super::mysql::DB_NOW,
+        marks(len)
+    );
+    let mut query = sqlx::query(&update).bind(lease_ms).bind(owner);
+    for id in ids_padded(ids, len) {
+        query = query.bind(id);
+    }
+    let done = query.execute(&mut *conn).await?;
+    Ok(done.rows_affected() == ids.len() as u64)
+}
+
+/// Extends the leases of `ids` held by `owner` and says which were: the renewed rows are
+/// those that carry this renewal's `lease_until` under this owner afterwards (MariaDB has
+/// no `UPDATE ... RETURNING`). The lease end is read first, so that both statements name
+/// the same value (each in autocommit; a record taken over between the two is rightly not
+/// counted as renewed).
+async fn renew_noting(
+    conn: &mut MySqlConnection,
+    owner: &str,
+    ids: &[RequestId],
+    lease_ms: i64,
+) -> Result<Vec<RequestId>> {
+    let until: i64 = sqlx::query_scalar(&format!("SELECT {} + ?", super::mysql::DB_NOW))
+        .bind(lease_ms)
+        .fetch_one(&mut *conn)
+        .await?;
+    let len = padded(ids.len());
+    let update = format!(
+        "UPDATE async_req SET lease_until = ? \
+         WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
+        marks(len)
+    );
+    let mut query = sqlx::query(&update).bind(until).bind(owner);
+    for id in ids_padded(ids, len) {
+        query = query.bind(id);
+    }
+    query.execute(&mut *conn).await?;
+    let select = format!(
+        "SELECT id FROM async_req WHERE status = 'running' \
+         AND lease_owner = ? AND lease_until = ? AND id IN ({})",
+        marks(len)
+    );
+    let mut query = sqlx::query_scalar::<_, RequestId>(&select)
+        .bind(owner)
+        .bind(until);
+    for id in ids_padded(ids, len) {
+        query = query.bind(id);
+    }
+    Ok(query.fetch_all(&mut *conn).await?)
+}
+
 #[async_trait]
 impl LeaseKeeper for MySqlLeases {
     async fn renew(
@@ -48,45 +127,37 @@ impl LeaseKeeper for MySqlLeases {
         self.conn
             .run(patience, move |conn: &mut MySqlConnection| {
                 Box::pin(async move {
-                    // MariaDB has no UPDATE ... RETURNING: the renewed rows are those that
-                    // carry this beat's `lease_until` under this owner afterwards. The
-                    // lease is the database's time plus `lease_ms`, read first so that both
-                    // statements name the same value (each in autocommit; a record taken
-                    // over between the two is rightly not counted as renewed).
-                    let until: i64 =
-                        sqlx::query_scalar(&format!("SELECT {} + ?", super::mysql::DB_NOW))
-                            .bind(lease_ms)
-                            .fetch_one(&mut *conn)
-                            .await?;
                     let mut renewed = Vec::with_capacity(ids.len());
                     for chunk in ids.chunks(CHUNK) {
-                        let update = format!(
-                            "UPDATE async_req SET lease_until = ? \
-                             WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
-                            marks(chunk.len())
-                        );
-                        let mut query = sqlx::query(&update).bind(until).bind(&owner);
-                        for id in chunk {
-                            query = query.bind(id);
+                        // Usually one round trip: every lease of the chunk renewed (the
+                        // server counts the rows matched). Only when some were not (taken
+                        // over, gone, or renewed twice within a millisecond) is it found
+                        // out which, in two more.
+                        if renew_all(conn, &owner, chunk, lease_ms).await? {
+                            renewed.extend_from_slice(chunk);
+                        } else {
+                            renewed.extend(renew_noting(conn, &owner, chunk, lease_ms).await?);
                         }
-                        query.execute(&mut *conn).await?;
-                        let select = format!(
-                            "SELECT id FROM async_req WHERE status = 'running' \
-                             AND lease_owner = ? AND lease_until = ? AND id IN ({})",
-                            marks(chunk.len())
-                        );
-                        let mut query = sqlx::query_scalar::<_, RequestId>(&select)
-                            .bind(&owner)
-                            .bind(until);
-                        for id in chunk {
-                            query = query.bind(id);
-                        }
-                        renewed.extend(query.fetch_all(&mut *conn).await?);
                     }
                     // Locked rows are waited for (within the patience), never skipped.
                     Ok(Renewal::all(renewed))
                 })
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_lists_come_in_a_few_lengths() {
+        assert_eq!(padded(1), 1);
+        assert_eq!(padded(3), 4);
+        assert_eq!(padded(600), CHUNK);
+        assert_eq!(padded(CHUNK), CHUNK);
+        let ids: Vec<RequestId> = ids_padded(&[7, 9, 12], 4).collect();
+        assert_eq!(ids, [7, 9, 12, 12]);
     }
 }
