@@ -371,7 +371,8 @@ fn warnings(logs: &[std::path::PathBuf]) -> String {
         let text = cluster::read(path);
         let lines: Vec<&str> = text
             .lines()
-            .filter(|l| l.contains(" WARN ") || l.contains("ERROR"))
+            // The level is between colour codes: `\x1b[33m WARN\x1b[0m`.
+            .filter(|l| l.contains(" WARN") || l.contains("ERROR"))
             .collect();
         if lines.is_empty() {
             continue;
