@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Phases (`--phases submit,drain,latency,overhead,backlog`), for async-exec and for the
-//! baseline queue, repetitions interleaved (library, baseline, library, baseline, ...):
+//! baseline queue, repetitions interleaved (library, baseline, baseline, library, ...: in
+//! the drain and latency phases the two take turns going first; `--baseline-first` starts
+//! with the baseline):
 //!
 //! 1. `submit`: `--n` SaveAsync calls with the workers stopped: one call per transaction
 //!    (`submit_tx1`; baseline: one INSERT per transaction), transactions of 1000 calls
@@ -99,6 +101,11 @@ struct Args {
     /// A MySQL/MariaDB database to connect to; the benchmark creates its own beside it.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
     mysql_url: String,
+    /// Start the drain and latency phases of the first repetition with the baseline (the
+    /// two implementations take turns going first; this flips the turns, for series of
+    /// one-repetition runs).
+    #[arg(long)]
+    baseline_first: bool,
     /// Internal: run one phase in this process (`backlog`, as a child of the benchmark).
     #[arg(long, hide = true)]
     phase: Option<String>,
@@ -1035,13 +1042,26 @@ impl Bench<'_> {
             if has("submit") || has("drain") {
                 self.submit_phases::<DB>(rep, has("submit")).await?;
             }
+            // The two take turns going first: what one leaves in the database (WAL to
+            // flush, pages to write back) slows the one after it.
+            let library_first = (rep % 2 == 1) != self.args.baseline_first;
             if has("drain") {
-                self.drain_lib(rep).await?;
-                self.drain_baseline(rep).await?;
+                if library_first {
+                    self.drain_lib(rep).await?;
+                    self.drain_baseline(rep).await?;
+                } else {
+                    self.drain_baseline(rep).await?;
+                    self.drain_lib(rep).await?;
+                }
             }
             if has("latency") {
-                self.latency_lib::<DB>(rep).await?;
-                self.latency_baseline(rep).await?;
+                if library_first {
+                    self.latency_lib::<DB>(rep).await?;
+                    self.latency_baseline(rep).await?;
+                } else {
+                    self.latency_baseline(rep).await?;
+                    self.latency_lib::<DB>(rep).await?;
+                }
                 if self.kind == Kind::Postgres {
                     self.latency_other_instance::<DB>(rep).await?;
                 }
