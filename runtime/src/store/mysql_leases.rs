@@ -129,10 +129,10 @@ impl LeaseKeeper for MySqlLeases {
                 Box::pin(async move {
                     let mut renewed = Vec::with_capacity(ids.len());
                     for chunk in ids.chunks(CHUNK) {
-                        // Usually one round trip: every lease of the chunk renewed (the
-                        // server counts the rows matched). Only when some were not (taken
-                        // over, gone, or renewed twice within a millisecond) is it found
-                        // out which, in two more.
+                        // Usually one round trip: every lease of the chunk renewed (sqlx
+                        // asks for FOUND_ROWS: the rows matched are counted, changed or
+                        // not). Only when some were not (taken over, gone) is it found
+                        // out which, in three more.
                         if renew_all(conn, &owner, chunk, lease_ms).await? {
                             renewed.extend_from_slice(chunk);
                         } else {
@@ -150,6 +150,62 @@ impl LeaseKeeper for MySqlLeases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::mysql::MySqlStore;
+    use crate::store::Store;
+
+    /// Of three running records, one taken over by another instance: the one statement
+    /// matches two, so the renewal finds out which, and renews and reports only those.
+    #[tokio::test]
+    #[cfg_attr(
+        not(async_exec_test_mysql),
+        ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+    )]
+    async fn a_renewal_reports_only_the_leases_still_held() {
+        let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+        let store = MySqlStore::connect(&url, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        let application = format!("renew-test-{}", crate::record::now_ms());
+        let mut ids = Vec::new();
+        for owner in ["me", "thief", "me"] {
+            let done = sqlx::query(
+                "INSERT INTO async_req (application_name, executor, sign, strategy, status, \
+                   max_attempts, param_json, remark, run_at, lease_owner, lease_until, \
+                   create_time, update_time) \
+                 VALUES (?, 'e', 's', 'SaveAsync', 'running', 3, '{}', '', 1, ?, 1, 1, 1)",
+            )
+            .bind(&application)
+            .bind(owner)
+            .execute(store.pool())
+            .await
+            .unwrap();
+            ids.push(done.last_insert_id() as RequestId);
+        }
+        let keeper = MySqlLeases::new(store.pool());
+        let renewal = keeper
+            .renew("me", &ids, 60_000, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(renewal.renewed, [ids[0], ids[2]]);
+        // The owner as bytes: the `_bin` collation makes the column `VARBINARY` to sqlx.
+        let leases: Vec<(Vec<u8>, i64)> = sqlx::query_as(
+            "SELECT lease_owner, lease_until FROM async_req WHERE application_name = ? ORDER BY id",
+        )
+        .bind(&application)
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        assert!(leases[0].1 > 1 && leases[2].1 > 1, "{leases:?}");
+        assert_eq!(
+            leases[1],
+            (b"thief".to_vec(), 1),
+            "another's lease is left alone"
+        );
+        sqlx::query("DELETE FROM async_req WHERE application_name = ?")
+            .bind(&application)
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn in_lists_come_in_a_few_lengths() {

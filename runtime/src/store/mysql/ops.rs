@@ -384,13 +384,11 @@ mod tests {
         let s = PageSql::for_test(Dialect::MySql, &application, &query, &page, None).requests(50);
         let explain = s.prefixed("EXPLAIN");
         let row = bound(&explain).fetch_one(&store.pool).await.unwrap();
-        let key: Option<String> = row.try_get_unchecked("key").unwrap();
-        let extra: Option<String> = row.try_get_unchecked("Extra").unwrap();
-        let plan = format!("key {key:?}, extra {extra:?}: {}", s.text);
-        assert_eq!(key.as_deref(), Some("async_req_done_status"), "{plan}");
-        assert!(!extra.unwrap_or_default().contains("filesort"), "{plan}");
-        let reference: Option<String> = row.try_get_unchecked("ref").unwrap();
-        assert_eq!(reference.as_deref(), Some("const,const"), "{plan}");
+        let plan = plan_fixture::Plan::of(&row);
+        let said = format!("{plan:?}: {}", s.text);
+        assert_eq!(plan.key.as_deref(), Some("async_req_done_status"), "{said}");
+        assert!(!plan.extra.contains("filesort"), "{said}");
+        assert_eq!(plan.reference.as_deref(), Some("const,const"), "{said}");
         plan_fixture::remove(&store, &application).await;
     }
 }

@@ -1,8 +1,43 @@
 //! Records for the query-plan tests: what the optimizer sees in a service (on an empty
 //! application every index looks alike).
 
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+
 use super::MySqlStore;
 use crate::store::Store;
+
+/// What `EXPLAIN` says of a statement's first table.
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub(super) key: Option<String>,
+    pub(super) reference: Option<String>,
+    /// The optimizer's estimate of the rows it reads.
+    pub(super) rows: Option<i64>,
+    pub(super) extra: String,
+}
+
+impl Plan {
+    /// The plan in an `EXPLAIN` row.
+    pub(super) fn of(row: &MySqlRow) -> Plan {
+        // MariaDB answers `rows` as text, MySQL as a number.
+        let rows = row
+            .try_get_unchecked::<Option<String>, _>("rows")
+            .ok()
+            .flatten()
+            .and_then(|r| r.parse().ok())
+            .or_else(|| row.try_get_unchecked("rows").ok().flatten());
+        Plan {
+            key: row.try_get_unchecked("key").unwrap(),
+            reference: row.try_get_unchecked("ref").unwrap(),
+            rows,
+            extra: row
+                .try_get_unchecked::<Option<String>, _>("Extra")
+                .unwrap()
+                .unwrap_or_default(),
+        }
+    }
+}
 
 /// A store on `ASYNC_EXEC_TEST_MYSQL_URL`, migrated.
 pub(super) async fn store() -> MySqlStore {
@@ -12,9 +47,9 @@ pub(super) async fn store() -> MySqlStore {
     store
 }
 
-/// A new application (`name` and the time) holding 5,000 records, analyzed: mostly finished, one in fifty
-/// dead, a fifth waiting, some running (leased until `i` ms), a key on a third, seven
-/// executors (`executor_0` to `executor_6`).
+/// A new application (`name` and the time) holding 5,000 records, analyzed: mostly
+/// finished, one in fifty dead, a fifth waiting, some running (leased until `i` ms), a key
+/// on a third, seven executors (`executor_0` to `executor_6`).
 pub(super) async fn seeded_application(store: &MySqlStore, name: &str) -> String {
     let application = format!("plan-test-{name}-{}", crate::record::now_ms());
     sqlx::query(

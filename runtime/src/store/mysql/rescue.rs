@@ -94,8 +94,6 @@ pub(super) fn expired_leases_sql(executors: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Row;
-
     use super::super::plan_fixture;
     use super::expired_leases_sql;
 
@@ -119,20 +117,12 @@ mod tests {
             .fetch_one(&store.pool)
             .await
             .unwrap();
-        let key: Option<String> = row.try_get_unchecked("key").unwrap();
-        let reference: Option<String> = row.try_get_unchecked("ref").unwrap();
-        // MariaDB answers `rows` as text.
-        let rows: Option<i64> = row
-            .try_get_unchecked::<Option<String>, _>("rows")
-            .ok()
-            .flatten()
-            .and_then(|r| r.parse().ok())
-            .or_else(|| row.try_get_unchecked("rows").ok().flatten());
-        let plan = format!("key {key:?}, ref {reference:?}, rows {rows:?}: {sql}");
-        assert_eq!(key.as_deref(), Some("async_req_due"), "{plan}");
-        assert_eq!(reference.as_deref(), Some("const,const"), "{plan}");
+        let plan = plan_fixture::Plan::of(&row);
+        let said = format!("{plan:?}: {sql}");
+        assert_eq!(plan.key.as_deref(), Some("async_req_due"), "{said}");
+        assert_eq!(plan.reference.as_deref(), Some("const,const"), "{said}");
         // About 570 of the 5,000 records run; the optimizer's estimate, not a count.
-        assert!(rows.is_some_and(|r| r < 2_000), "{plan}");
+        assert!(plan.rows.is_some_and(|r| r < 2_000), "{said}");
         let lease_indexes: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() \
              AND table_name = 'async_req' AND column_name = 'lease_until'",
@@ -140,7 +130,7 @@ mod tests {
         .fetch_one(&store.pool)
         .await
         .unwrap();
-        assert_eq!(lease_indexes, 0, "an index holds lease_until: {plan}");
+        assert_eq!(lease_indexes, 0, "an index holds lease_until: {said}");
         plan_fixture::remove(&store, &application).await;
     }
 }
