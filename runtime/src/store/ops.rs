@@ -203,7 +203,8 @@ impl Sql {
             } else {
                 self.push(&format!(" AND status = '{}'", status.as_str()));
                 if !is_hot(status) {
-                    self.push(" AND ").push(FINISHED);
+                    let finished = finished(self.dialect);
+                    self.push(" AND ").push(finished);
                 }
             }
         }
@@ -284,12 +285,20 @@ impl Sql {
 }
 
 /// The predicate of the list indexes (`async_req_done_*`, migration
-/// `20261202000001_async_exec_list_indexes`): records neither waiting for their first
-/// run nor running. A request is written `init`, claimed `running` and (by default)
-/// deleted on success, so on that path nothing touches the indexes the list needs.
-pub(crate) const FINISHED: &str = "status NOT IN ('init', 'running')";
+/// `20261202000001_async_exec_list_indexes`), word for word as `dialect`'s migrations
+/// write it: records neither waiting for their first run nor running. A request is
+/// written `init`, claimed `running` and (by default) deleted on success, so on that path
+/// nothing enters the indexes the list needs. SQLite's says it as two comparisons
+/// (migration `20261203000002`): its `NOT IN` converts the status to a number on every
+/// row written.
+pub(crate) fn finished(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "status <> 'running' AND status <> 'init'",
+        Dialect::Postgres | Dialect::MySql => "status NOT IN ('init', 'running')",
+    }
+}
 
-/// The records [`FINISHED`] leaves out: waiting for their first run, or running.
+/// The records [`finished`] leaves out: waiting for their first run, or running.
 pub(crate) const LIVE: &str = "status IN ('init', 'running')";
 
 /// Whether `status` is one of the submit-claim-complete path's, which the list indexes

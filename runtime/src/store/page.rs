@@ -3,7 +3,7 @@
 //!
 //! Pages are in id order. Without a status, id or key to narrow it, a page is read in
 //! two parts, each from indexes that hold it in id order, merged by id: the finished
-//! records ([`FINISHED`]) from the list indexes (partial on PostgreSQL and SQLite, so
+//! records ([`finished`]) from the list indexes (partial on PostgreSQL and SQLite, so
 //! the path every request takes never writes them), the waiting and running ones
 //! ([`LIVE`], few) from the primary key and the claim and lease indexes.
 //!
@@ -24,7 +24,7 @@
 //! fields, in page order: first the window's last id is found (from the same indexes,
 //! with the same parts), then the page is read up to it.
 
-use super::ops::{Bind, Dialect, OpsStore, Sql, FINISHED, LIVE};
+use super::ops::{finished, Bind, Dialect, OpsStore, Sql, LIVE};
 use super::REQUEST_COLUMNS;
 use crate::error::Result;
 use crate::query::{Cursor, Order, Page, PageSpec, RequestQuery};
@@ -92,7 +92,7 @@ impl Ids {
 /// Which records a part of a page reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
-    /// [`FINISHED`] ones.
+    /// [`finished`] ones.
     Finished,
     /// [`LIVE`] ones.
     Live,
@@ -123,9 +123,9 @@ pub(crate) fn time_ids_sql(dialect: Dialect, query: &RequestQuery) -> Option<Sql
     // partial index word for word, so that SQLite uses it. The `LIMIT` in a derived table
     // also keeps PostgreSQL from answering MIN and MAX by the primary key (reading it from
     // one end until a record of the range turns up: 600,000 rows for a day 12 days back).
-    let (hint, finished) = match dialect {
+    let (hint, finished_only) = match dialect {
         Dialect::MySql => (" FORCE INDEX (async_req_done_created)", String::new()),
-        _ => ("", format!(" AND {FINISHED}")),
+        _ => ("", format!(" AND {}", finished(dialect))),
     };
     let mut sql = Sql::new(
         dialect,
@@ -139,7 +139,7 @@ pub(crate) fn time_ids_sql(dialect: Dialect, query: &RequestQuery) -> Option<Sql
     if let Some(to) = query.created_to {
         sql.push(" AND create_time < ").bind(Bind::Int(to));
     }
-    sql.push(&finished)
+    sql.push(&finished_only)
         .push(" LIMIT ")
         .bind(Bind::Int(TIME_IDS_MOST + 1))
         .push(") r");
@@ -228,7 +228,7 @@ impl<'a> PageSql<'a> {
         match part {
             // `filter` says it for a status.
             Part::Finished if self.query.status.is_none() => {
-                sql.push(" AND ").push(FINISHED);
+                sql.push(" AND ").push(finished(self.dialect));
             }
             Part::Live if self.query.status.is_none() => {
                 sql.push(" AND ").push(LIVE);
@@ -376,7 +376,7 @@ mod tests {
         let sql = plan.requests(3);
         assert!(
             sql.text.contains(
-                "AND status NOT IN ('init', 'running') AND id <= ? ORDER BY id DESC LIMIT ?) \
+                "AND status <> 'running' AND status <> 'init' AND id <= ? ORDER BY id DESC LIMIT ?) \
                  finished UNION ALL"
             ),
             "{}",
@@ -425,8 +425,8 @@ mod tests {
         assert_eq!(
             sql.text,
             "SELECT MIN(id), MAX(id), COUNT(*) FROM (SELECT id FROM async_req WHERE 1 = 1 \
-             AND create_time >= ? AND create_time < ? AND status NOT IN ('init', 'running') \
-             LIMIT ?) r"
+             AND create_time >= ? AND create_time < ? AND status <> 'running' \
+             AND status <> 'init' LIMIT ?) r"
         );
         let mysql = time_ids_sql(Dialect::MySql, &query).unwrap();
         assert!(mysql
