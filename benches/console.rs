@@ -66,6 +66,10 @@ struct Args {
     /// Server to create the MariaDB/MySQL database on.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
     mysql_url: String,
+    /// Leave the filled PostgreSQL/MariaDB database (and say where) instead of dropping
+    /// it, to look at query plans afterwards (a SQLite file is temporary either way).
+    #[arg(long)]
+    keep_database: bool,
     /// Accepted for `cargo bench` (libtest's flag); ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -460,7 +464,11 @@ impl Measured {
 async fn run_backend(kind: Kind, args: &Args, hash: &str) -> Result<Vec<Measured>> {
     let database = Database::create(kind, args).await?;
     let result = measure(kind, &database, args, hash).await;
-    database.drop_database().await?;
+    if args.keep_database {
+        eprintln!("[{}] kept the database: {}", kind.name(), database.url);
+    } else {
+        database.drop_database().await?;
+    }
     result
 }
 
