@@ -51,23 +51,25 @@ where
 
 pub(crate) fn claimed_from_row<'r, R: Row>(row: &'r R) -> Result<Claimed>
 where
-    &'static str: ColumnIndex<R>,
+    usize: ColumnIndex<R>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
     i32: Decode<'r, R::Database> + Type<R::Database>,
     String: Decode<'r, R::Database> + Type<R::Database>,
 {
-    let params: String = row.try_get("param_json")?;
+    // By position in [`CLAIMED_COLUMNS`] (`claimed_positions_follow_the_columns` checks):
+    // a name is hashed and looked up on every row, and a claim decodes hundreds at once.
+    let params: String = row.try_get(3)?;
     Ok(Claimed {
-        id: row.try_get("id")?,
-        executor: row.try_get("executor")?,
-        sign: row.try_get("sign")?,
+        id: row.try_get(0)?,
+        executor: row.try_get(1)?,
+        sign: row.try_get(2)?,
         param_json: params.into(),
-        attempt: row.try_get("exec_count")?,
-        max_attempts: row.try_get("max_attempts")?,
-        trace_json: row.try_get("trace_json")?,
-        priority: row.try_get("priority")?,
-        run_at: row.try_get("run_at")?,
-        idempotency_key: row.try_get("idempotency_key")?,
+        attempt: row.try_get(4)?,
+        max_attempts: row.try_get(5)?,
+        trace_json: row.try_get(6)?,
+        priority: row.try_get(7)?,
+        run_at: row.try_get(8)?,
+        idempotency_key: row.try_get(9)?,
     })
 }
 
@@ -87,4 +89,30 @@ where
         outcome: row.try_get("outcome")?,
         error: row.try_get("error")?,
     })
+}
+
+#[cfg(test)]
+mod claimed_tests {
+    use super::CLAIMED_COLUMNS;
+
+    /// `claimed_from_row` reads by position: the columns must stay in this order.
+    #[test]
+    fn claimed_positions_follow_the_columns() {
+        let columns: Vec<&str> = CLAIMED_COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(
+            columns,
+            [
+                "id",
+                "executor",
+                "sign",
+                "param_json",
+                "exec_count",
+                "max_attempts",
+                "trace_json",
+                "priority",
+                "run_at",
+                "idempotency_key"
+            ]
+        );
+    }
 }
