@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::sqlite::SqliteRow;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::rows::{
@@ -362,9 +363,14 @@ impl Store for SqliteStore {
     }
 
     async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
-        let mut writer = self.writer().await?;
-        let result = claim_due(writer.conn(), p).await;
-        writer.check(result)
+        // The rows are decoded after the writer is handed on: claims and outcome writes
+        // queue for it, and decoding a batch of hundreds is no work of the database's.
+        let rows = {
+            let mut writer = self.writer().await?;
+            let result = claim_due(writer.conn(), p).await;
+            writer.check(result)?
+        };
+        rows.iter().map(claimed_from_row).collect()
     }
 
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote> {
@@ -681,8 +687,8 @@ async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<C
         .collect())
 }
 
-/// Claims due records, in claim order.
-async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
+/// Claims due records; their rows ([`CLAIMED_COLUMNS`]), in no particular order.
+async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<SqliteRow>> {
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
@@ -734,8 +740,7 @@ async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<C
     if !p.skip.is_empty() {
         query = query.bind(json_list(p.skip));
     }
-    let rows = query.fetch_all(&mut *conn).await?;
-    rows.iter().map(claimed_from_row).collect()
+    Ok(query.fetch_all(&mut *conn).await?)
 }
 
 /// Extends the leases of these records while `owner` holds them.
