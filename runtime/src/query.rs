@@ -93,6 +93,12 @@ impl RequestQuery {
         self
     }
 
+    /// Whether it searches text (remark or last error): rows read one by one, within a
+    /// search window.
+    pub(crate) fn searches_text(&self) -> bool {
+        self.remark.is_some() || self.error.is_some()
+    }
+
     /// Requests created in `[from, to)` (unix ms; either end open when `None`).
     pub fn created_between(mut self, from: Option<i64>, to: Option<i64>) -> Self {
         self.created_from = from;

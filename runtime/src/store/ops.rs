@@ -203,8 +203,8 @@ impl Sql {
             } else {
                 self.push(&format!(" AND status = '{}'", status.as_str()));
                 if !is_hot(status) {
-                    let finished = finished(self.dialect);
-                    self.push(" AND ").push(finished);
+                    let predicate = finished(self.dialect);
+                    self.push(" AND ").push(predicate);
                 }
             }
         }

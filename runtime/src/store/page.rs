@@ -258,11 +258,6 @@ impl<'a> PageSql<'a> {
         }
     }
 
-    /// Whether the page searches text (rows read one by one).
-    fn searches(&self) -> bool {
-        self.query.remark.is_some() || self.query.error.is_some()
-    }
-
     /// The page's `columns`, `limit` of them from `offset` on, in its order, from `part`
     /// (`None`: both parts, merged).
     fn select(&self, columns: &str, limit: i64, offset: i64, part: Option<Part>) -> Sql {
@@ -291,7 +286,7 @@ impl<'a> PageSql<'a> {
 
     /// The page of requests, `limit` of them.
     pub(crate) fn requests(&self, limit: i64) -> Sql {
-        let part = match self.searches() {
+        let part = match self.query.searches_text() {
             true => self.scanned_part(),
             false => self.single_part(),
         };
@@ -344,7 +339,7 @@ pub(crate) async fn request_page<S: OpsStore + ?Sized>(
     if let Some(sql) = time_ids_sql(dialect, query) {
         plan.time = time_ids(dialect, &store.fetch_ints(&sql).await?);
     }
-    let edge = if query.remark.is_some() || query.error.is_some() {
+    let edge = if query.searches_text() {
         let mut others = query.clone();
         (others.remark, others.error) = (None, None);
         let window = PageSql {
@@ -528,6 +523,7 @@ mod tests {
             }
         );
     }
+
     #[test]
     fn a_search_reads_one_part_on_mysql_and_two_elsewhere() {
         let searched = RequestQuery::default().error_contains("timeout");

@@ -391,6 +391,7 @@ mod tests {
         assert_eq!(plan.reference.as_deref(), Some("const,const"), "{said}");
         plan_fixture::remove(&store, &application).await;
     }
+
     /// The end of a text search's window, unfiltered: one read of the table, not the union
     /// of the two parts, which sorted every waiting and running record (44 to 95 ms at
     /// 1,000,000 records with 150,000 waiting; one read of the primary key in id order,
