@@ -6,7 +6,7 @@
 //! every [`SYNC_INTERVAL`], carried forward in between by this process's monotonic clock
 //! (which a wall-clock step, NTP or a person, does not move).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
@@ -17,42 +17,59 @@ use crate::store::Store;
 /// million: milliseconds a day).
 pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(60);
 
+/// [`Clock::base_ns`] before the database's clock was first read.
+const UNREAD: i64 = i64::MIN;
+
 /// The database's time, as this process knows it.
 #[derive(Debug)]
 pub(crate) struct Clock {
     /// What this process's wall clock is off by, for fault-injection tests
     /// ([`Builder::simulated_clock_offset`](crate::Builder::simulated_clock_offset)).
     wall_offset_ms: i64,
-    /// The database's time (unix ms) at a monotonic instant.
-    base: Mutex<Option<(i64, Instant)>>,
+    /// A monotonic instant fixed at creation: `base_ns` is the database's time at it.
+    anchor: Instant,
+    /// The database's time (unix ns) at `anchor`, as the last reading puts it;
+    /// [`UNREAD`] until the first. Read on every job, so an atomic rather than a lock.
+    base_ns: AtomicI64,
     /// How long the last reading's round trip took (ms): how far behind the database's
     /// clock [`Clock::now_ms`] may be.
-    lag_ms: std::sync::atomic::AtomicI64,
+    lag_ms: AtomicI64,
 }
 
 impl Clock {
     pub(crate) fn new(wall_offset_ms: i64) -> Self {
         Clock {
             wall_offset_ms,
-            base: Mutex::new(None),
-            lag_ms: std::sync::atomic::AtomicI64::new(0),
+            anchor: Instant::now(),
+            base_ns: AtomicI64::new(UNREAD),
+            lag_ms: AtomicI64::new(0),
         }
     }
 
     /// Now, in unix milliseconds of the database's clock (of this process's wall clock
     /// until the database's was first read).
     pub(crate) fn now_ms(&self) -> i64 {
-        match *self.base.lock().expect("clock lock") {
-            Some((db, at)) => db.saturating_add(at.elapsed().as_millis() as i64),
-            None => wall_ms().saturating_add(self.wall_offset_ms),
+        match self.base_ns.load(Ordering::Acquire) {
+            UNREAD => wall_ms().saturating_add(self.wall_offset_ms),
+            base => base
+                .saturating_add(nanos(self.anchor.elapsed()))
+                .div_euclid(1_000_000),
         }
+    }
+
+    /// Takes `db` (unix ms) to be the database's time at the instant `at`: from then on
+    /// [`Clock::now_ms`] is `db` plus the whole milliseconds since `at`.
+    fn set_base(&self, db: i64, at: Instant) {
+        let since_anchor = nanos(at.saturating_duration_since(self.anchor));
+        let base = db.saturating_mul(1_000_000).saturating_sub(since_anchor);
+        self.base_ns.store(base.max(UNREAD + 1), Ordering::Release);
     }
 
     /// Now by the database's clock, never earlier than it: [`Clock::now_ms`] plus the last
     /// reading's round trip. For times that must not come early (the end of a delay).
     pub(crate) fn latest_ms(&self) -> i64 {
         self.now_ms()
-            .saturating_add(self.lag_ms.load(std::sync::atomic::Ordering::Relaxed))
+            .saturating_add(self.lag_ms.load(Ordering::Relaxed))
     }
 
     /// Reads the database's clock; the answer is taken to be the time at the end of the
@@ -80,8 +97,8 @@ impl Clock {
             .unwrap_or(i64::MAX)
             .saturating_add(2);
         let before = self.now_ms();
-        *self.base.lock().expect("clock lock") = Some((db, at));
-        self.lag_ms.store(lag, std::sync::atomic::Ordering::Relaxed);
+        self.set_base(db, at);
+        self.lag_ms.store(lag, Ordering::Relaxed);
         let moved = self.now_ms() - before;
         if moved.abs() > 1_000 {
             crate::log::info!(
@@ -108,6 +125,11 @@ impl Clock {
             }
         }
     }
+}
+
+/// A duration in whole nanoseconds (saturated: `i64` holds 292 years).
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -174,7 +196,7 @@ mod tests {
     #[test]
     fn after_a_sync_the_base_moves_with_the_monotonic_clock() {
         let clock = Clock::new(0);
-        *clock.base.lock().unwrap() = Some((1_000, Instant::now()));
+        clock.set_base(1_000, Instant::now());
         std::thread::sleep(Duration::from_millis(20));
         let now = clock.now_ms();
         assert!((1_020..1_500).contains(&now), "{now}");

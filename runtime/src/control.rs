@@ -9,11 +9,11 @@
 //!   this instance's counts not written yet, so that the console's charts show the
 //!   current minute.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
@@ -42,8 +42,9 @@ const STAT_KEEP_MS: i64 = 2 * 24 * 3600 * 1000;
 #[derive(Debug, Default)]
 pub(crate) struct Control {
     paused: RwLock<Arc<Vec<String>>>,
-    /// `(executor, minute)` to succeeded, failed (dead), retried.
-    counts: Mutex<HashMap<(&'static str, i64), [i64; 3]>>,
+    /// `(executor, minute)` to succeeded, failed (dead), retried. Counted on every job:
+    /// a fast hash (the keys are the binary's executor names and times).
+    counts: Mutex<FxHashMap<(&'static str, i64), [i64; 3]>>,
 }
 
 impl Control {

@@ -181,7 +181,7 @@ impl Inner {
         mut call: Submission,
         writer: &mut impl Writer,
     ) -> Result<Receipt> {
-        crate::metrics::submitted(call.def.name, call.def.strategy);
+        crate::metrics::submitted(call.def);
         match call.def.strategy {
             Strategy::SaveAsync => {
                 let request = call.request(self);
@@ -288,7 +288,7 @@ impl Inner {
         let mut receipts: Vec<Option<Receipt>> = vec![None; stored.len() + others.len()];
         if !stored.is_empty() {
             for (_, call) in &stored {
-                crate::metrics::submitted(call.def.name, call.def.strategy);
+                crate::metrics::submitted(call.def);
             }
             let requests: Vec<NewRequest> =
                 stored.iter().map(|(_, call)| call.request(self)).collect();

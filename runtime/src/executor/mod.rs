@@ -316,10 +316,7 @@ impl Executor {
         };
         let timeout = self.timeout_of(def);
         let started = self.clock.now_ms();
-        crate::metrics::started(def.name);
-        if let Some(due) = job.due {
-            crate::metrics::start_latency(def.name, started - due);
-        }
+        crate::metrics::started(def, job.due.map(|due| started - due));
         let began = std::time::Instant::now();
         let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
         let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
@@ -336,7 +333,7 @@ impl Executor {
             )),
         };
         let finished = self.clock.now_ms();
-        crate::metrics::finished(def.name, result.is_ok(), began.elapsed());
+        crate::metrics::finished(def, result.is_ok(), began.elapsed());
         span.in_scope(|| match &result {
             Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
             Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),

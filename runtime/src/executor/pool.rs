@@ -3,10 +3,10 @@
 //! The heartbeat renews what it lists, the completer forgets what it wrote, shutdown waits
 //! for and aborts what runs.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +57,9 @@ impl InFlight {
 #[derive(Debug)]
 pub(crate) struct ExecutorPool {
     pub(crate) permits: Arc<Semaphore>,
-    in_flight: Mutex<HashMap<RequestId, InFlight>>,
+    /// By record id: ids are the database's, hashed five times a job, and not chosen by
+    /// anyone who could make them collide; hence a fast hash rather than SipHash.
+    in_flight: Mutex<FxHashMap<RequestId, InFlight>>,
     /// Every body running in this instance, pooled or not.
     pub(crate) tasks: TaskTracker,
 }
@@ -66,7 +68,7 @@ impl ExecutorPool {
     pub(crate) fn new(concurrency: usize) -> Self {
         ExecutorPool {
             permits: Arc::new(Semaphore::new(concurrency)),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(FxHashMap::default()),
             tasks: TaskTracker::new(),
         }
     }
