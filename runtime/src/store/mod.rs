@@ -637,6 +637,8 @@ pub(crate) mod sealed {
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod cancel_tests;
 #[cfg(test)]
+mod claim_tests;
+#[cfg(test)]
 mod due_tests;
 #[cfg(test)]
 mod tests;

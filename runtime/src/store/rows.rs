@@ -73,6 +73,37 @@ where
     })
 }
 
+/// A claimed record from one JSON array of its [`CLAIMED_COLUMNS`], in their order (how
+/// SQLite returns claims: see `store::sqlite::claim_due`).
+pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
+    type Columns = (
+        i64,
+        String,
+        String,
+        String,
+        i32,
+        i32,
+        Option<String>,
+        i32,
+        i64,
+        Option<String>,
+    );
+    let (id, executor, sign, params, attempt, max_attempts, trace_json, priority, run_at, key): Columns =
+        serde_json::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))?;
+    Ok(Claimed {
+        id,
+        executor,
+        sign,
+        param_json: params.into(),
+        attempt,
+        max_attempts,
+        trace_json,
+        priority,
+        run_at,
+        idempotency_key: key,
+    })
+}
+
 pub(crate) fn log_from_row<'r, R: Row>(row: &'r R) -> Result<AttemptLog>
 where
     &'static str: ColumnIndex<R>,
