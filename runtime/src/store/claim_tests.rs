@@ -1,6 +1,6 @@
 //! A claim of due records hands back each record as it was written, on each compiled
 //! backend, whatever its text holds: quotes, backslashes, control characters, non-ASCII
-//! (SQLite returns a claim as one JSON array per record, see `sqlite::claim_due`).
+//! (SQLite returns a claim as one JSON array per record, see `sqlite::claims::claim_due`).
 //! PostgreSQL and MySQL run when `ASYNC_EXEC_TEST_POSTGRES_URL` /
 //! `ASYNC_EXEC_TEST_MYSQL_URL` name a database (and fail when it is unreachable).
 

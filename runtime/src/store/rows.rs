@@ -74,7 +74,7 @@ where
 }
 
 /// A claimed record from one JSON array of its [`CLAIMED_COLUMNS`], in their order (how
-/// SQLite returns claims: see `store::sqlite::claim_due`).
+/// SQLite returns claims: see `store::sqlite::claims::claim_due`).
 pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
     type Columns = (
         i64,

@@ -6,16 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::SqliteRow;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
-use super::rows::{
-    claimed_from_json, log_from_row, request_from_row, CLAIMED_COLUMNS, REQUEST_COLUMNS,
-};
+use super::rows::{claimed_from_json, log_from_row, request_from_row, REQUEST_COLUMNS};
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, ExpiredLease, KeyClaim, PurgeBatch, Purged,
-    Rescued, Store, StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, KeyClaim, PurgeBatch, Purged, Rescued, Store,
+    StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -23,6 +20,9 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod claims;
+
+use claims::{claim_due, claim_ids, release, rescue, SqliteLeases};
 mod complete;
 mod instances;
 mod keys;
@@ -655,7 +655,8 @@ async fn release_owner(
     Ok(done.rows_affected())
 }
 
-// The runtime's own writes, on the writer connection (`SqliteStore::writer`).
+// The runtime's own writes, on the writer connection (`SqliteStore::writer`): the claims
+// and leases in `claims.rs`, the outcomes in `complete.rs`.
 
 /// The database's clock in unix ms, as SQL (the same in every statement of one file's
 /// users on one machine; kept like the other backends so that the SQL reads the same).
@@ -664,244 +665,6 @@ async fn release_owner(
 /// is exact (truncated, half the readings were a millisecond short).
 pub(super) const DB_NOW: &str =
     "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
-
-/// Claims the given `init` records.
-async fn claim_ids(conn: &mut SqliteConnection, p: ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
-    if p.ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sql = format!(
-        "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = {DB_NOW} + ?, \
-         exec_count = exec_count + 1, update_time = ? \
-         WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
-         RETURNING id, exec_count"
-    );
-    let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)
-        .bind(p.owner)
-        .bind(p.lease_ms)
-        .bind(p.now)
-        .bind(json_list(p.ids))
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, attempt)| ClaimedId { id, attempt })
-        .collect())
-}
-
-/// Claims due records; their rows, in no particular order: each one JSON array of its
-/// [`CLAIMED_COLUMNS`] (decoded by `claimed_from_json`). One value rather than ten: sqlx
-/// copies every value of every row on the connection's thread (a copy and two
-/// allocations each) while the claim holds the writer and SQLite's write lock, and a
-/// claim returns hundreds of rows. In alternating runs (20,000 jobs, `synchronous =
-/// NORMAL`) a drain ran at 1.19x-1.22x the hand-written queue with it, 0.91x-0.96x with
-/// ten columns, 1.04x with the seven that `a7d368d` returned.
-async fn claim_due(conn: &mut SqliteConnection, p: ClaimDue<'_>) -> Result<Vec<SqliteRow>> {
-    if p.executors.is_empty() || p.limit <= 0 {
-        return Ok(Vec::new());
-    }
-    // Due by the database's clock: `?5` is how long past due (0, or the staleness).
-    let (condition, past_due) = match p.kind {
-        DueKind::Scheduled => (
-            format!(
-                "((status = 'failed' AND run_at <= {DB_NOW} - ?5) \
-                 OR (status = 'init' AND run_at <= {DB_NOW} - ?5 AND run_at > create_time))"
-            ),
-            0,
-        ),
-        DueKind::Stale { older_than } => (
-            format!("(status = 'init' AND run_at <= {DB_NOW} - ?5)"),
-            older_than,
-        ),
-    };
-    let sql = format!(
-        "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
-         exec_count = exec_count + 1, update_time = ?3 \
-         WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
-           AND status IN ('init', 'failed') AND {condition} \
-           AND executor IN ({executors}){skip} \
-           ORDER BY priority DESC, run_at, id LIMIT ?6) \
-         RETURNING json_array({CLAIMED_COLUMNS})",
-        executors = executor_marks(p.executors.len()),
-        skip = if p.skip.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " AND (sign || ':' || executor) NOT IN (SELECT value FROM json_each(?{}))",
-                7 + executor_count(p.executors.len())
-            )
-        },
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(p.owner)
-        .bind(p.lease_ms)
-        .bind(p.now)
-        .bind(p.application)
-        .bind(past_due)
-        .bind(p.limit);
-    // Padded to a power of two, repeating the last name: a few statements, each
-    // prepared once, serve every number of executors.
-    let n = executor_count(p.executors.len());
-    for i in 0..n {
-        query = query.bind(p.executors[i.min(p.executors.len() - 1)]);
-    }
-    if !p.skip.is_empty() {
-        query = query.bind(json_list(p.skip));
-    }
-    Ok(query.fetch_all(&mut *conn).await?)
-}
-
-/// Extends the leases of these records while `owner` holds them.
-async fn renew(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    ids: &[RequestId],
-    lease_ms: i64,
-) -> Result<Vec<RequestId>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let renewed = sqlx::query_scalar(&format!(
-        "UPDATE async_req SET lease_until = {DB_NOW} + ? WHERE status = 'running' AND lease_owner = ? \
-         AND id IN (SELECT value FROM json_each(?)) RETURNING id"
-    ))
-    .bind(lease_ms)
-    .bind(owner)
-    .bind(json_list(ids))
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(renewed)
-}
-
-/// Lease renewals on SQLite: on the runtime's writer connection, which is the runtime's
-/// own already (the application's transactions use the pool).
-#[derive(Debug)]
-struct SqliteLeases {
-    store: SqliteStore,
-}
-
-#[async_trait]
-impl super::LeaseKeeper for SqliteLeases {
-    async fn renew(
-        &self,
-        owner: &str,
-        ids: &[RequestId],
-        lease_ms: i64,
-        patience: std::time::Duration,
-    ) -> Result<super::Renewal> {
-        let work = async {
-            let mut writer = self.store.writer().await?;
-            let result = renew(writer.conn(), owner, ids, lease_ms).await;
-            writer.check(result).map(super::Renewal::all)
-        };
-        tokio::time::timeout(patience, work)
-            .await
-            .unwrap_or(Err(crate::Error::NoAnswer(patience)))
-    }
-}
-
-/// Hands records back to the queue without counting the attempt.
-async fn release(
-    conn: &mut SqliteConnection,
-    owner: &str,
-    ids: &[RequestId],
-    now: i64,
-) -> Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let done = sqlx::query(
-        "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
-         lease_owner = NULL, lease_until = NULL, update_time = ? \
-         WHERE status = 'running' AND lease_owner = ? AND id IN (SELECT value FROM json_each(?))",
-    )
-    .bind(now.max(1))
-    .bind(now)
-    .bind(owner)
-    .bind(json_list(ids))
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
-}
-
-/// Running records whose lease expired: back to `failed`, or `dead`.
-async fn rescue(
-    conn: &mut SqliteConnection,
-    application: &str,
-    executors: &[&'static str],
-    now: i64,
-    limit: i64,
-) -> Result<Rescued> {
-    // It reads, then writes: a deferred transaction would fail with SQLITE_BUSY_SNAPSHOT
-    // (517, "database is locked", no busy wait) when another connection commits between
-    // the two. IMMEDIATE takes the write lock first, waiting as long as busy_timeout.
-    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
-    let sql = format!(
-        "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-         WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
-         AND executor IN (SELECT value FROM json_each(?)) ORDER BY lease_until LIMIT ?"
-    );
-    let expired: Vec<ExpiredLease> = sqlx::query_as(&sql)
-        .bind(application)
-        .bind(json_list(executors))
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut rescued = Rescued::default();
-    for (id, attempt, max_attempts, owner, until) in expired {
-        let owner = owner.unwrap_or_default();
-        let error = format!(
-            "attempt {attempt} was lost: the lease of `{owner}` expired at {} without a result",
-            until.unwrap_or_default()
-        );
-        let dead = attempt >= max_attempts;
-        let done = sqlx::query(&format!(
-            "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
-             lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-             AND lease_until < {DB_NOW}"
-        ))
-        .bind(if dead { "dead" } else { "failed" })
-        .bind(&error)
-        .bind(now)
-        .bind(now)
-        .bind(id)
-        .bind(attempt)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            continue;
-        }
-        let log = AttemptLog {
-            request_id: id,
-            attempt,
-            worker: owner,
-            started: until.unwrap_or(now),
-            finished: now,
-            outcome: "lease_expired".into(),
-            error: Some(error),
-        };
-        insert_log(&mut tx, &log).await?;
-        if dead {
-            rescued.dead.push(id);
-        } else {
-            rescued.retried.push(id);
-        }
-    }
-    tx.commit().await?;
-    Ok(rescued)
-}
-
-/// Placeholders `?7, ?8, ...` for the executors of a claim, padded to a power of two.
-fn executor_marks(n: usize) -> String {
-    (0..executor_count(n))
-        .map(|i| format!("?{}", i + 7))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn executor_count(n: usize) -> usize {
-    n.max(1).next_power_of_two()
-}
 
 async fn current_status(
     conn: &mut SqliteConnection,
