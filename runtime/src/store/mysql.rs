@@ -14,16 +14,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::mysql::{
-    MySqlArguments, MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions, MySqlRow,
-};
+use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlConnection, MySqlPool, Row, Transaction};
 
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, Rescued, Store,
-    StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, PurgeBatch, Purged, Rescued, Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -31,7 +28,9 @@ use crate::record::{
 };
 use crate::registry::BoxFuture;
 
+mod claims;
 mod complete;
+mod insert;
 mod instances;
 mod keys;
 mod ops;
@@ -39,6 +38,10 @@ mod ops;
 mod plan_fixture;
 mod purge;
 mod rescue;
+mod rows;
+
+use insert::{insert_log, insert_many, insert_request};
+use rows::{claimed_from_row, log_from_row, request_from_row, status_from, text};
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -138,74 +141,6 @@ where
     query
 }
 
-/// Text columns have a binary collation, which MySQL reports with the `BINARY` flag that
-/// sqlx reads as "not text": decode them without the type check (they hold UTF-8).
-fn text(row: &MySqlRow, column: &str) -> Result<String> {
-    Ok(row.try_get_unchecked(column)?)
-}
-
-/// A nullable text column; see [`text`].
-fn opt_text(row: &MySqlRow, column: &str) -> Result<Option<String>> {
-    Ok(row.try_get_unchecked(column)?)
-}
-
-fn status_from(s: &str) -> Result<Status> {
-    Status::from_str(s).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
-}
-
-fn request_from_row(row: &MySqlRow) -> Result<Request> {
-    Ok(Request {
-        id: row.try_get("id")?,
-        application_name: text(row, "application_name")?,
-        executor: text(row, "executor")?,
-        sign: text(row, "sign")?,
-        strategy: text(row, "strategy")?,
-        status: status_from(&text(row, "status")?)?,
-        exec_count: row.try_get("exec_count")?,
-        max_attempts: row.try_get("max_attempts")?,
-        param_json: text(row, "param_json")?,
-        remark: text(row, "remark")?,
-        idempotency_key: opt_text(row, "idempotency_key")?,
-        priority: row.try_get("priority")?,
-        run_at: row.try_get("run_at")?,
-        lease_owner: opt_text(row, "lease_owner")?,
-        lease_until: row.try_get("lease_until")?,
-        last_error: opt_text(row, "last_error")?,
-        trace_json: opt_text(row, "trace_json")?,
-        create_time: row.try_get("create_time")?,
-        update_time: row.try_get("update_time")?,
-    })
-}
-
-/// A row locked for a claim; `exec_count` is read before the claim counts the attempt.
-fn claimed_from_row(row: &MySqlRow) -> Result<Claimed> {
-    let exec_count: i32 = row.try_get("exec_count")?;
-    Ok(Claimed {
-        id: row.try_get("id")?,
-        executor: text(row, "executor")?,
-        sign: text(row, "sign")?,
-        param_json: text(row, "param_json")?.into(),
-        attempt: exec_count + 1,
-        max_attempts: row.try_get("max_attempts")?,
-        trace_json: opt_text(row, "trace_json")?,
-        priority: row.try_get("priority")?,
-        run_at: row.try_get("run_at")?,
-        idempotency_key: opt_text(row, "idempotency_key")?,
-    })
-}
-
-fn log_from_row(row: &MySqlRow) -> Result<AttemptLog> {
-    Ok(AttemptLog {
-        request_id: row.try_get("req_id")?,
-        attempt: row.try_get("attempt")?,
-        worker: text(row, "worker")?,
-        started: row.try_get("started")?,
-        finished: row.try_get("finished")?,
-        outcome: text(row, "outcome")?,
-        error: opt_text(row, "error")?,
-    })
-}
-
 /// The server's error number, when the error is the server's.
 fn error_number(error: &sqlx::Error) -> Option<u16> {
     match error {
@@ -240,121 +175,6 @@ where
             result => return result,
         }
     }
-}
-
-async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(log.request_id)
-    .bind(log.attempt)
-    .bind(&log.worker)
-    .bind(log.started)
-    .bind(log.finished)
-    .bind(&log.outcome)
-    .bind(&log.error)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Inserts a request on `conn`, in its transaction if it is in one; a request with a key
-/// needs one (its key is claimed first, then the request is written).
-async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
-    if r.idempotency_key.is_some() {
-        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
-            return Ok(Inserted::Existing(id));
-        }
-    }
-    let done = sqlx::query(
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&*r.application_name)
-    .bind(r.executor)
-    .bind(r.sign)
-    .bind(r.strategy)
-    .bind(r.status.as_str())
-    .bind(r.exec_count)
-    .bind(r.max_attempts)
-    .bind(&*r.param_json)
-    .bind(r.remark)
-    .bind(&r.idempotency_key)
-    .bind(r.priority)
-    .bind(r.run_at)
-    .bind(&r.last_error)
-    .bind(&r.trace_json)
-    .bind(r.now)
-    .bind(r.now)
-    .execute(&mut *conn)
-    .await?;
-    let id = done.last_insert_id() as i64;
-    if r.idempotency_key.is_some() {
-        keys::assign(&mut *conn, r, Some(id)).await?;
-    }
-    if let Some(log) = &r.log {
-        let log = AttemptLog {
-            request_id: id,
-            ..log.clone()
-        };
-        insert_log(conn, &log).await?;
-    }
-    Ok(Inserted::New(id))
-}
-
-/// Rows per multi-row INSERT.
-const INSERT_CHUNK: usize = 500;
-
-/// Inserts many requests: those without an idempotency key or a logged attempt in
-/// multi-row statements when the server hands out consecutive ids to one statement
-/// (`innodb_autoinc_lock_mode` 0 or 1, MariaDB's default), the others one by one.
-/// Ids come back in input order.
-async fn insert_many(conn: &mut MySqlConnection, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
-    let (lock_mode, step): (i64, i64) =
-        sqlx::query_as("SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED), CAST(@@auto_increment_increment AS SIGNED)")
-            .fetch_one(&mut *conn)
-            .await?;
-    let mut inserted = vec![Inserted::New(0); requests.len()];
-    let (plain, special): (Vec<usize>, Vec<usize>) = if lock_mode == 2 {
-        (Vec::new(), (0..requests.len()).collect())
-    } else {
-        (0..requests.len())
-            .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none())
-    };
-    for chunk in plain.chunks(INSERT_CHUNK) {
-        let mut query = sqlx::QueryBuilder::<MySql>::new(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) ",
-        );
-        query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
-            row.push_bind(&*r.application_name)
-                .push_bind(r.executor)
-                .push_bind(r.sign)
-                .push_bind(r.strategy)
-                .push_bind(r.status.as_str())
-                .push_bind(r.exec_count)
-                .push_bind(r.max_attempts)
-                .push_bind(&*r.param_json)
-                .push_bind(r.remark)
-                .push_bind(r.priority)
-                .push_bind(r.run_at)
-                .push_bind(&r.trace_json)
-                .push_bind(r.now)
-                .push_bind(r.now);
-        });
-        let done = query.build().execute(&mut *conn).await?;
-        // The first id of the statement; the others follow it, `step` apart.
-        let first = done.last_insert_id() as i64;
-        for (k, &i) in chunk.iter().enumerate() {
-            inserted[i] = Inserted::New(first + k as i64 * step);
-        }
-    }
-    for i in special {
-        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
-    }
-    Ok(inserted)
 }
 
 #[allow(private_interfaces)]
@@ -411,138 +231,7 @@ impl Backend for MySql {
 /// statement itself, so that instances whose clocks differ agree on them.
 pub(super) const DB_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
-/// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
-/// counted.
-const CLAIM_SET: &str = "UPDATE async_req SET status = 'running', lease_owner = ?, \
-     lease_until = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?, \
-     exec_count = exec_count + 1, update_time = ?";
-
-/// Marks locked rows as claimed.
-async fn mark_claimed(
-    conn: &mut MySqlConnection,
-    ids: &[RequestId],
-    owner: &str,
-    now: i64,
-    lease_ms: i64,
-) -> Result<()> {
-    for chunk in ids.chunks(MAX_IN) {
-        let sql = format!("{CLAIM_SET} WHERE id IN ({})", marks(chunk.len()));
-        let query = sqlx::query(&sql).bind(owner).bind(lease_ms).bind(now);
-        bind_list(query, chunk).execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
 impl MySqlStore {
-    async fn claim_ids_once(&self, p: &ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
-        // Fresh records, just written by this instance: one autocommit UPDATE through the
-        // primary key claims them (`exec_count = 0`, so the attempt is 1). A row locked by
-        // another claimer is waited for and then re-checked, so it is never claimed twice.
-        let mut claimed = Vec::with_capacity(p.ids.len());
-        for chunk in p.ids.chunks(MAX_IN) {
-            let sql = format!(
-                "{CLAIM_SET} WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
-                marks(chunk.len())
-            );
-            let query = sqlx::query(&sql).bind(p.owner).bind(p.lease_ms).bind(p.now);
-            let matched = bind_list(query, chunk)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-            if matched == chunk.len() as u64 {
-                claimed.extend(chunk.iter().map(|&id| ClaimedId { id, attempt: 1 }));
-                continue;
-            }
-            // Some were taken elsewhere: which ones carry this claim's stamp?
-            let sql = format!(
-                "SELECT id FROM async_req WHERE id IN ({}) AND status = 'running' \
-                 AND lease_owner = ? AND update_time = ? AND exec_count = 1",
-                marks(chunk.len())
-            );
-            let ours: Vec<i64> = bind_list(sqlx::query(&sql), chunk)
-                .bind(p.owner)
-                .bind(p.now)
-                .try_map(|row: MySqlRow| row.try_get(0))
-                .fetch_all(&self.pool)
-                .await?;
-            claimed.extend(ours.into_iter().map(|id| ClaimedId { id, attempt: 1 }));
-        }
-        Ok(claimed)
-    }
-
-    async fn claim_due_once(&self, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
-        // Due by the database's clock; the two binds say how long past due (0, or the
-        // staleness).
-        let (condition, past_due) = match p.kind {
-            DueKind::Scheduled => (
-                format!(
-                    "((status = 'failed' AND run_at <= {DB_NOW} - ?) \
-                     OR (status = 'init' AND run_at <= {DB_NOW} - ? AND run_at > create_time))"
-                ),
-                0,
-            ),
-            DueKind::Stale { older_than } => (
-                format!("(status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?)"),
-                older_than,
-            ),
-        };
-        let mut tx = self.begin().await?;
-        // First the candidates, by a plain read that locks nothing: a locking read of the
-        // range would lock, if only for a moment, records that it then filters out, and the
-        // dispatcher's claim of a fresh record would skip it.
-        let sql = format!(
-            "SELECT id FROM async_req WHERE application_name = ? AND {condition} \
-             AND executor IN ({}){skip} ORDER BY priority DESC, run_at, id LIMIT ?",
-            marks(p.executors.len()),
-            skip = if p.skip.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " AND CONCAT(sign, ':', executor) NOT IN ({})",
-                    marks(p.skip.len())
-                )
-            }
-        );
-        let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
-        let query = sqlx::query(&sql)
-            .bind(p.application)
-            .bind(past_due)
-            .bind(past_due);
-        let mut query = bind_list(query, p.executors);
-        if !skip.is_empty() {
-            query = bind_list(query, &skip);
-        }
-        let candidates: Vec<RequestId> = query
-            .bind(p.limit)
-            .try_map(|row: MySqlRow| row.try_get(0))
-            .fetch_all(&mut *tx)
-            .await?;
-        // Then those still due, locked; another instance's claims are skipped.
-        let mut claimed = Vec::with_capacity(candidates.len());
-        for chunk in candidates.chunks(MAX_IN) {
-            let sql = format!(
-                "SELECT {CLAIMED_COLUMNS} FROM async_req FORCE INDEX (PRIMARY) \
-                 WHERE id IN ({}) AND {condition} \
-                 ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED",
-                marks(chunk.len())
-            );
-            let rows = bind_list(sqlx::query(&sql), chunk)
-                .bind(past_due)
-                .bind(past_due)
-                .fetch_all(&mut *tx)
-                .await?;
-            for row in &rows {
-                claimed.push(claimed_from_row(row)?);
-            }
-        }
-        if !claimed.is_empty() {
-            let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
-            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_ms).await?;
-        }
-        tx.commit().await?;
-        Ok(claimed)
-    }
-
     /// Running records whose lease expired: back to `failed`, or `dead`.
     async fn rescue_once(
         &self,

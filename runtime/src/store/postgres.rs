@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::mpsc;
 
@@ -15,7 +15,7 @@ use super::rows::{
 };
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, KeyClaim, PurgeBatch, Purged, Rescued, Store,
+    Backend, ClaimDue, ClaimIds, Completion, DueKind, PurgeBatch, Purged, Rescued, Store,
     StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
@@ -25,10 +25,15 @@ use crate::record::{
 use crate::registry::BoxFuture;
 
 mod complete;
+mod insert;
 mod instances;
 mod keys;
+mod listen;
 mod ops;
 mod purge;
+
+use insert::{insert_log, insert_many, insert_request};
+use listen::{forward_wakes, Listening};
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
 /// statement itself, so that instances whose clocks differ agree on them.
@@ -88,143 +93,6 @@ struct Wake<'a> {
     owner: &'a str,
 }
 
-async fn insert_log(conn: &mut PgConnection, log: &AttemptLog) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(log.request_id)
-    .bind(log.attempt)
-    .bind(&log.worker)
-    .bind(log.started)
-    .bind(log.finished)
-    .bind(&log.outcome)
-    .bind(&log.error)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
-    // A key is claimed first, in the same transaction: a concurrent transaction holding
-    // the same key makes the claim wait for its outcome (see `keys::claim`).
-    if r.idempotency_key.is_some() {
-        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
-            return Ok(Inserted::Existing(id));
-        }
-    }
-    // The NOTIFY rides in the same statement (one round trip) and, like the row, is
-    // delivered only on commit.
-    const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
-         RETURNING id";
-    let payload = r.notify.as_ref().map(|owner| {
-        serde_json::to_string(&Wake {
-            app: &r.application_name,
-            owner,
-        })
-        .expect("two strings serialize")
-    });
-    let sql = match payload {
-        Some(_) => format!(
-            "WITH inserted AS ({INSERT}) SELECT id FROM inserted \
-             CROSS JOIN LATERAL (SELECT pg_notify($16, $17)) AS notified"
-        ),
-        None => INSERT.to_string(),
-    };
-    let mut query = sqlx::query_as::<_, (i64,)>(&sql)
-        .bind(&*r.application_name)
-        .bind(r.executor)
-        .bind(r.sign)
-        .bind(r.strategy)
-        .bind(r.status.as_str())
-        .bind(r.exec_count)
-        .bind(r.max_attempts)
-        .bind(&*r.param_json)
-        .bind(r.remark)
-        .bind(&r.idempotency_key)
-        .bind(r.priority)
-        .bind(r.run_at)
-        .bind(&r.last_error)
-        .bind(&r.trace_json)
-        .bind(r.now);
-    if let Some(payload) = payload {
-        query = query.bind(CHANNEL).bind(payload);
-    }
-    let (id,) = query.fetch_one(&mut *conn).await?;
-    if r.idempotency_key.is_some() {
-        keys::assign(&mut *conn, r, Some(id)).await?;
-    }
-    if let Some(log) = &r.log {
-        let log = AttemptLog {
-            request_id: id,
-            ..log.clone()
-        };
-        insert_log(conn, &log).await?;
-    }
-    Ok(Inserted::New(id))
-}
-
-/// Inserts many requests: those without an idempotency key or a logged attempt with one
-/// multi-row statement over arrays (one round trip), the others one by one; one NOTIFY for
-/// the lot. Ids come back in input order.
-async fn insert_many(conn: &mut PgConnection, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
-    let mut inserted = vec![Inserted::New(0); requests.len()];
-    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
-        .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none());
-    if !plain.is_empty() {
-        let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();
-        let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();
-        let mut ids: Vec<(i64,)> = sqlx::query_as(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) \
-             SELECT a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, now FROM UNNEST( \
-               $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], \
-               $8::text[], $9::text[], $10::int[], $11::bigint[], $12::text[], $13::bigint[]) \
-             AS u(a, e, s, st, stat, c, m, p, rem, pri, run, tr, now) RETURNING id",
-        )
-        .bind(column(|r| &r.application_name))
-        .bind(column(|r| r.executor))
-        .bind(column(|r| r.sign))
-        .bind(column(|r| r.strategy))
-        .bind(column(|r| r.status.as_str()))
-        .bind(rows.iter().map(|r| r.exec_count).collect::<Vec<i32>>())
-        .bind(rows.iter().map(|r| r.max_attempts).collect::<Vec<i32>>())
-        .bind(column(|r| &r.param_json))
-        .bind(column(|r| r.remark))
-        .bind(rows.iter().map(|r| r.priority).collect::<Vec<i32>>())
-        .bind(rows.iter().map(|r| r.run_at).collect::<Vec<i64>>())
-        .bind(rows.iter().map(|r| r.trace_json.as_deref()).collect::<Vec<Option<&str>>>())
-        .bind(rows.iter().map(|r| r.now).collect::<Vec<i64>>())
-        .fetch_all(&mut *conn)
-        .await?;
-        // Ids are drawn in row order; RETURNING's own order is unspecified.
-        ids.sort_unstable();
-        for (&i, (id,)) in plain.iter().zip(ids) {
-            inserted[i] = Inserted::New(id);
-        }
-        if let Some(r) = rows.iter().find(|r| r.notify.is_some()) {
-            let owner = r.notify.as_deref().unwrap_or_default();
-            let payload = serde_json::to_string(&Wake {
-                app: &r.application_name,
-                owner,
-            })
-            .expect("two strings serialize");
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(payload)
-                .execute(&mut *conn)
-                .await?;
-        }
-    }
-    for i in special {
-        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
-    }
-    Ok(inserted)
-}
-
 #[allow(private_interfaces)]
 impl BackendOps for Postgres {
     fn begin_on(
@@ -272,137 +140,6 @@ impl Backend for Postgres {
 
     fn executor(conn: &mut sqlx::PgConnection) -> &mut sqlx::PgConnection {
         conn
-    }
-}
-
-/// A listener on its own one-connection pool (so that it never takes a connection of the
-/// store's pool), subscribed to [`CHANNEL`].
-struct Listening {
-    listener: PgListener,
-    pool: PgPool,
-}
-
-impl Listening {
-    async fn connect(store_pool: &PgPool) -> std::result::Result<Self, sqlx::Error> {
-        let options = (*store_pool.connect_options()).clone();
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .acquire_timeout(BACKOFF_MAX)
-            .connect_lazy_with(options);
-        let subscribed = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            // The pool is this listener's alone, and only `close` closes it.
-            listener.ignore_pool_close_event(true);
-            listener.listen(CHANNEL).await?;
-            Ok(listener)
-        }
-        .await;
-        match subscribed {
-            Ok(listener) => Ok(Listening { listener, pool }),
-            Err(error) => {
-                pool.close().await;
-                Err(error)
-            }
-        }
-    }
-
-    /// Closes the connection now (a lingering one would keep the database busy).
-    async fn close(self) {
-        drop(self.listener);
-        self.pool.close().await;
-    }
-}
-
-/// Sends one wake-up unless one is pending already; `false` when nobody receives them any more.
-fn wake(tx: &mpsc::Sender<()>) -> bool {
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(())))
-}
-
-/// Forwards the wake-ups for `application` not sent by `owner` until the receiver of `tx`
-/// is dropped. Without a listener (it could not connect, or its connection failed), it
-/// connects again with a backoff, then sends one wake-up for what the gap may have hidden.
-async fn forward_wakes(
-    store_pool: PgPool,
-    mut listening: Option<Listening>,
-    application: String,
-    owner: String,
-    tx: mpsc::Sender<()>,
-) {
-    #[derive(serde::Deserialize)]
-    struct Received {
-        app: String,
-        owner: String,
-    }
-
-    loop {
-        let Some(current) = listening.as_mut() else {
-            let mut delay = BACKOFF_MIN;
-            let connected = loop {
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                match Listening::connect(&store_pool).await {
-                    Ok(connected) => break connected,
-                    Err(error) => {
-                        delay = (delay * 2).min(BACKOFF_MAX);
-                        crate::log::warn!(
-                            %error,
-                            retry_in_ms = delay.as_millis() as u64,
-                            "async-exec: could not connect the PostgreSQL LISTEN connection"
-                        );
-                    }
-                }
-            };
-            crate::log::info!("async-exec: the PostgreSQL LISTEN connection is back");
-            listening = Some(connected);
-            if !wake(&tx) {
-                break;
-            }
-            continue;
-        };
-        let received = tokio::select! {
-            _ = tx.closed() => break,
-            received = current.listener.try_recv() => received,
-        };
-        match received {
-            Ok(Some(notification)) => {
-                let Ok(received) = serde_json::from_str::<Received>(notification.payload()) else {
-                    crate::log::debug!(
-                        payload = notification.payload(),
-                        "async-exec: ignored a notification that is not a wake-up"
-                    );
-                    continue;
-                };
-                if received.app == application && received.owner != owner && !wake(&tx) {
-                    break;
-                }
-            }
-            Ok(None) => {
-                // Lost and re-connected already: notifications sent in between are gone.
-                crate::log::warn!(
-                    "async-exec: the PostgreSQL LISTEN connection was lost and re-established"
-                );
-                if !wake(&tx) {
-                    break;
-                }
-            }
-            Err(error) => {
-                crate::log::warn!(
-                    %error,
-                    "async-exec: the PostgreSQL LISTEN connection failed; re-connecting"
-                );
-                if let Some(failed) = listening.take() {
-                    failed.close().await;
-                }
-            }
-        }
-    }
-    if let Some(listening) = listening {
-        listening.close().await;
     }
 }
 

@@ -1,0 +1,144 @@
+//! Claims on MySQL/MariaDB: a transaction that locks the rows (`SELECT ... FOR UPDATE SKIP
+//! LOCKED`), marks them `running` under this instance's lease (from the database's
+//! clock) and commits; fresh records claimed by id in one autocommit `UPDATE`.
+
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySqlConnection, Row};
+
+use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
+use crate::error::Result;
+use crate::record::{Claimed, ClaimedId, RequestId};
+use crate::store::{ClaimDue, ClaimIds, DueKind};
+
+/// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
+/// counted.
+const CLAIM_SET: &str = "UPDATE async_req SET status = 'running', lease_owner = ?, \
+     lease_until = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + ?, \
+     exec_count = exec_count + 1, update_time = ?";
+
+/// Marks locked rows as claimed.
+async fn mark_claimed(
+    conn: &mut MySqlConnection,
+    ids: &[RequestId],
+    owner: &str,
+    now: i64,
+    lease_ms: i64,
+) -> Result<()> {
+    for chunk in ids.chunks(MAX_IN) {
+        let sql = format!("{CLAIM_SET} WHERE id IN ({})", marks(chunk.len()));
+        let query = sqlx::query(&sql).bind(owner).bind(lease_ms).bind(now);
+        bind_list(query, chunk).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+impl MySqlStore {
+    pub(super) async fn claim_ids_once(&self, p: &ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
+        // Fresh records, just written by this instance: one autocommit UPDATE through the
+        // primary key claims them (`exec_count = 0`, so the attempt is 1). A row locked by
+        // another claimer is waited for and then re-checked, so it is never claimed twice.
+        let mut claimed = Vec::with_capacity(p.ids.len());
+        for chunk in p.ids.chunks(MAX_IN) {
+            let sql = format!(
+                "{CLAIM_SET} WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
+                marks(chunk.len())
+            );
+            let query = sqlx::query(&sql).bind(p.owner).bind(p.lease_ms).bind(p.now);
+            let matched = bind_list(query, chunk)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if matched == chunk.len() as u64 {
+                claimed.extend(chunk.iter().map(|&id| ClaimedId { id, attempt: 1 }));
+                continue;
+            }
+            // Some were taken elsewhere: which ones carry this claim's stamp?
+            let sql = format!(
+                "SELECT id FROM async_req WHERE id IN ({}) AND status = 'running' \
+                 AND lease_owner = ? AND update_time = ? AND exec_count = 1",
+                marks(chunk.len())
+            );
+            let ours: Vec<i64> = bind_list(sqlx::query(&sql), chunk)
+                .bind(p.owner)
+                .bind(p.now)
+                .try_map(|row: MySqlRow| row.try_get(0))
+                .fetch_all(&self.pool)
+                .await?;
+            claimed.extend(ours.into_iter().map(|id| ClaimedId { id, attempt: 1 }));
+        }
+        Ok(claimed)
+    }
+
+    pub(super) async fn claim_due_once(&self, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
+        // Due by the database's clock; the two binds say how long past due (0, or the
+        // staleness).
+        let (condition, past_due) = match p.kind {
+            DueKind::Scheduled => (
+                format!(
+                    "((status = 'failed' AND run_at <= {DB_NOW} - ?) \
+                     OR (status = 'init' AND run_at <= {DB_NOW} - ? AND run_at > create_time))"
+                ),
+                0,
+            ),
+            DueKind::Stale { older_than } => (
+                format!("(status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?)"),
+                older_than,
+            ),
+        };
+        let mut tx = self.begin().await?;
+        // First the candidates, by a plain read that locks nothing: a locking read of the
+        // range would lock, if only for a moment, records that it then filters out, and the
+        // dispatcher's claim of a fresh record would skip it.
+        let sql = format!(
+            "SELECT id FROM async_req WHERE application_name = ? AND {condition} \
+             AND executor IN ({}){skip} ORDER BY priority DESC, run_at, id LIMIT ?",
+            marks(p.executors.len()),
+            skip = if p.skip.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " AND CONCAT(sign, ':', executor) NOT IN ({})",
+                    marks(p.skip.len())
+                )
+            }
+        );
+        let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
+        let query = sqlx::query(&sql)
+            .bind(p.application)
+            .bind(past_due)
+            .bind(past_due);
+        let mut query = bind_list(query, p.executors);
+        if !skip.is_empty() {
+            query = bind_list(query, &skip);
+        }
+        let candidates: Vec<RequestId> = query
+            .bind(p.limit)
+            .try_map(|row: MySqlRow| row.try_get(0))
+            .fetch_all(&mut *tx)
+            .await?;
+        // Then those still due, locked; another instance's claims are skipped.
+        let mut claimed = Vec::with_capacity(candidates.len());
+        for chunk in candidates.chunks(MAX_IN) {
+            let sql = format!(
+                "SELECT {CLAIMED_COLUMNS} FROM async_req FORCE INDEX (PRIMARY) \
+                 WHERE id IN ({}) AND {condition} \
+                 ORDER BY priority DESC, run_at, id FOR UPDATE SKIP LOCKED",
+                marks(chunk.len())
+            );
+            let rows = bind_list(sqlx::query(&sql), chunk)
+                .bind(past_due)
+                .bind(past_due)
+                .fetch_all(&mut *tx)
+                .await?;
+            for row in &rows {
+                claimed.push(claimed_from_row(row)?);
+            }
+        }
+        if !claimed.is_empty() {
+            let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
+            mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_ms).await?;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+}

@@ -1,0 +1,128 @@
+//! Writing request records on MySQL/MariaDB: one, many (multi-row `INSERT`s when the
+//! server hands one statement consecutive ids), and their attempt logs; an idempotency
+//! key is claimed first, in the same transaction.
+
+use sqlx::{MySql, MySqlConnection};
+
+use super::keys;
+use crate::error::Result;
+use crate::record::{AttemptLog, Inserted, NewRequest};
+use crate::store::KeyClaim;
+
+pub(super) async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(log.request_id)
+    .bind(log.attempt)
+    .bind(&log.worker)
+    .bind(log.started)
+    .bind(log.finished)
+    .bind(&log.outcome)
+    .bind(&log.error)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts a request on `conn`, in its transaction if it is in one; a request with a key
+/// needs one (its key is claimed first, then the request is written).
+pub(super) async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
+    if r.idempotency_key.is_some() {
+        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
+            return Ok(Inserted::Existing(id));
+        }
+    }
+    let done = sqlx::query(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
+         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&*r.application_name)
+    .bind(r.executor)
+    .bind(r.sign)
+    .bind(r.strategy)
+    .bind(r.status.as_str())
+    .bind(r.exec_count)
+    .bind(r.max_attempts)
+    .bind(&*r.param_json)
+    .bind(r.remark)
+    .bind(&r.idempotency_key)
+    .bind(r.priority)
+    .bind(r.run_at)
+    .bind(&r.last_error)
+    .bind(&r.trace_json)
+    .bind(r.now)
+    .bind(r.now)
+    .execute(&mut *conn)
+    .await?;
+    let id = done.last_insert_id() as i64;
+    if r.idempotency_key.is_some() {
+        keys::assign(&mut *conn, r, Some(id)).await?;
+    }
+    if let Some(log) = &r.log {
+        let log = AttemptLog {
+            request_id: id,
+            ..log.clone()
+        };
+        insert_log(conn, &log).await?;
+    }
+    Ok(Inserted::New(id))
+}
+
+/// Rows per multi-row INSERT.
+pub(super) const INSERT_CHUNK: usize = 500;
+
+/// Inserts many requests: those without an idempotency key or a logged attempt in
+/// multi-row statements when the server hands out consecutive ids to one statement
+/// (`innodb_autoinc_lock_mode` 0 or 1, MariaDB's default), the others one by one.
+/// Ids come back in input order.
+pub(super) async fn insert_many(
+    conn: &mut MySqlConnection,
+    requests: &[NewRequest],
+) -> Result<Vec<Inserted>> {
+    let (lock_mode, step): (i64, i64) =
+        sqlx::query_as("SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED), CAST(@@auto_increment_increment AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await?;
+    let mut inserted = vec![Inserted::New(0); requests.len()];
+    let (plain, special): (Vec<usize>, Vec<usize>) = if lock_mode == 2 {
+        (Vec::new(), (0..requests.len()).collect())
+    } else {
+        (0..requests.len())
+            .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none())
+    };
+    for chunk in plain.chunks(INSERT_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<MySql>::new(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) ",
+        );
+        query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
+            row.push_bind(&*r.application_name)
+                .push_bind(r.executor)
+                .push_bind(r.sign)
+                .push_bind(r.strategy)
+                .push_bind(r.status.as_str())
+                .push_bind(r.exec_count)
+                .push_bind(r.max_attempts)
+                .push_bind(&*r.param_json)
+                .push_bind(r.remark)
+                .push_bind(r.priority)
+                .push_bind(r.run_at)
+                .push_bind(&r.trace_json)
+                .push_bind(r.now)
+                .push_bind(r.now);
+        });
+        let done = query.build().execute(&mut *conn).await?;
+        // The first id of the statement; the others follow it, `step` apart.
+        let first = done.last_insert_id() as i64;
+        for (k, &i) in chunk.iter().enumerate() {
+            inserted[i] = Inserted::New(first + k as i64 * step);
+        }
+    }
+    for i in special {
+        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
+    }
+    Ok(inserted)
+}
