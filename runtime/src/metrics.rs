@@ -281,3 +281,47 @@ pub(crate) mod counting {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::counting::Counting;
+    use super::*;
+    use crate::strategy::Strategy;
+
+    static COUNTED: ExecutorDef = ExecutorDef {
+        name: "metrics_test::counted",
+        path: "metrics_test::counted",
+        sign: "0000000000000000",
+        signature: "()",
+        remark: "",
+        strategy: Strategy::SaveAsync,
+        max_attempts: None,
+        timeout_ms: None,
+        data: &[],
+        run: |_| Box::pin(async { Ok(()) }),
+    };
+
+    const STARTED: &str = "async_exec_started_total{executor=metrics_test::counted}";
+    const SUCCEEDED: &str =
+        "async_exec_finished_total{executor=metrics_test::counted,outcome=success}";
+
+    /// The handles are registered once, with the recorder in effect then: a recorder that
+    /// comes later (installed after the runtime started) still gets every count, and the
+    /// one before gets no more.
+    #[test]
+    fn a_recorder_in_effect_later_gets_the_counts_from_then_on() {
+        started(&COUNTED, None); // registered with the no-op recorder
+        let first = Counting::default();
+        metrics::with_local_recorder(&first, || {
+            started(&COUNTED, Some(5));
+            finished(&COUNTED, true, Duration::from_millis(1));
+        });
+        let second = Counting::default();
+        metrics::with_local_recorder(&second, || {
+            started(&COUNTED, None);
+            started(&COUNTED, None);
+        });
+        assert_eq!((first.get(STARTED), first.get(SUCCEEDED)), (1, 1));
+        assert_eq!((second.get(STARTED), second.get(SUCCEEDED)), (2, 0));
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{ClaimDue, DueKind, Store};
+use super::{DueKind, Store};
 use crate::record::{now_ms, Claimed, Inserted};
 
 /// Text no record holds as is in JSON, SQL or either's escapes.
@@ -34,19 +34,9 @@ async fn a_claim_returns_every_column_as_written(store: &dyn Store) {
             Inserted::Existing(id) => panic!("a new key, yet {id:?} existed"),
         }
     }
-    let mut claimed: Vec<Claimed> = store
-        .request_claim_due(ClaimDue {
-            application: &application,
-            executors: &["claim_test"],
-            kind: DueKind::Stale { older_than: 0 },
-            owner: "claimer",
-            now: now_ms(),
-            lease_ms: 60_000,
-            limit: 10,
-            skip: &[],
-        })
-        .await
-        .unwrap();
+    let stale = DueKind::Stale { older_than: 0 };
+    let mut claimed: Vec<Claimed> =
+        super::fixture::claim_due(store, &application, "claim_test", stale, "claimer").await;
     claimed.sort_by_key(|c| c.id);
     assert_eq!(claimed.len(), 2, "{claimed:?}");
     for ((c, w), id) in claimed.iter().zip(&written).zip(&ids) {

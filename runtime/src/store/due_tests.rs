@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{fixture, ClaimDue, DueKind, Store};
+use super::{fixture, DueKind, Store};
 use crate::record::{now_ms, Inserted, NewRequest, Status};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -28,19 +28,14 @@ async fn a_record_made_due_is_claimed_at_once(store: &dyn Store) {
             ref other => panic!("one new record, not {other:?}"),
         };
         assert_eq!(store.request_make_due(&application).await.unwrap(), 1);
-        let claimed = store
-            .request_claim_due(ClaimDue {
-                application: &application,
-                executors: &["due_test"],
-                kind: DueKind::Scheduled,
-                owner: "due-test",
-                now: now_ms(),
-                lease_ms: 60_000,
-                limit: 10,
-                skip: &[],
-            })
-            .await
-            .unwrap();
+        let claimed = fixture::claim_due(
+            store,
+            &application,
+            "due_test",
+            DueKind::Scheduled,
+            "due-test",
+        )
+        .await;
         assert_eq!(
             claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
             vec![id],

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Store;
-use crate::record::{now_ms, NewRequest, Status};
+use super::{ClaimDue, DueKind, Store};
+use crate::record::{now_ms, Claimed, NewRequest, Status};
 
 /// A fresh request (`init`, never attempted, due now, three attempts) of `executor` with
 /// signature `sign`: change what a test needs with `NewRequest { .., ..new_request(..) }`.
@@ -35,6 +35,29 @@ pub(crate) fn new_request(
         notify: None,
         log: None,
     }
+}
+
+/// Claims up to 10 due records of `executor` (`kind`) for `owner`, with a minute's lease.
+pub(crate) async fn claim_due(
+    store: &dyn Store,
+    application: &str,
+    executor: &'static str,
+    kind: DueKind,
+    owner: &str,
+) -> Vec<Claimed> {
+    store
+        .request_claim_due(ClaimDue {
+            application,
+            executors: &[executor],
+            kind,
+            owner,
+            now: now_ms(),
+            lease_ms: 60_000,
+            limit: 10,
+            skip: &[],
+        })
+        .await
+        .unwrap()
 }
 
 /// A migrated SQLite store in a file of `dir`.

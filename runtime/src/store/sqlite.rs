@@ -21,14 +21,14 @@ use crate::record::{
 use crate::registry::BoxFuture;
 
 mod claims;
-
-use claims::{claim_due, claim_ids, release, rescue, SqliteLeases};
 mod complete;
 mod instances;
 mod keys;
 mod open;
 mod ops;
 mod purge;
+
+use claims::{claim_due, claim_ids, release, rescue, SqliteLeases};
 
 /// Records in a SQLite database file (WAL mode).
 #[derive(Debug, Clone)]
