@@ -193,7 +193,9 @@ async fn an_expired_key_no_longer_deduplicates<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
         .delete_on_success(false)
-        .key_retention(Duration::from_millis(300))
+        // Long enough for three keyed calls and a sweep on a loaded CI machine (300 ms
+        // was not: MariaDB, the file's tests running side by side, 2 cores).
+        .key_retention(Duration::from_millis(2_000))
         .start()
         .await
         .unwrap();
@@ -210,7 +212,7 @@ async fn an_expired_key_no_longer_deduplicates<DB: Backend>(db: TestDb) {
     assert_eq!(db.count("async_key").await, 2, "no key expired yet");
     wait_for(|| async { runs(&label) == 2 }).await;
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert!(rt.find_by_key(&key).await.unwrap().is_none(), "expired");
 
     // Expired, not swept: the row is replaced.
