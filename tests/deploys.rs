@@ -105,6 +105,65 @@ async fn a_record_of_another_signature_waits_for_the_instance_that_has_it<DB: Ba
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 18 item 5: a newer instance announces itself after this one last read the live
+/// instances, and writes a record at once: this instance's skip list does not know the
+/// newer signature yet, so its claim takes the record; it must read the live instances
+/// again before running it, and hand it back (its attempt not counted) to the instance
+/// that has the signature.
+async fn a_record_written_just_after_a_newer_instance_announced_itself_is_left_to_it<
+    DB: Backend,
+>(
+    db: TestDb,
+) {
+    let rt = db
+        .builder()
+        .stale_after(Duration::from_millis(1))
+        .lease(Duration::from_secs(30))
+        .heartbeat_interval(Duration::from_secs(10))
+        .start()
+        .await
+        .unwrap();
+    // The skip list was read at the start; the next read is 10 s away.
+    announce_other(&db, "newer@1:0004", "00000000000000cc", 0).await;
+    let id = db
+        .insert_raw(
+            "deploys::versioned",
+            "00000000000000cc",
+            r#"{"label":"v3"}"#,
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    rt.compensator().run_once().await.unwrap();
+    rt.wait_idle().await;
+    let probe = rt.data::<Probe>().unwrap();
+    assert_eq!(probe.runs("v3:extra=None"), 0, "an older instance ran it");
+    let record = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Init, "left for the newer instance");
+    assert_eq!(
+        record.exec_count, 0,
+        "no attempt counted for a claim handed back"
+    );
+    // Claimed again by the next sweep? No: the list read for the claim says who has it.
+    rt.compensator().run_once().await.unwrap();
+    rt.wait_idle().await;
+    assert_eq!(probe.runs("v3:extra=None"), 0);
+    // The newer instance is gone: this one runs it (compatible) once its next read of the
+    // live instances (every heartbeat interval, 10 s) says so.
+    db.exec("UPDATE async_instance SET seen = seen - 3600000 WHERE owner = 'newer@1:0004'")
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while probe.runs("v3:extra=None") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not run 15 s after the newer instance went"
+        );
+        let _ = rt.compensator().run_once().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(probe.runs("v3:extra=None"), 1);
+    rt.shutdown().await.unwrap();
+}
+
 async fn a_submit_only_instance_does_not_hold_records_back<DB: Backend>(db: TestDb) {
     db.builder()
         .start()
@@ -170,6 +229,53 @@ async fn the_rescuer_leaves_running_records_of_unknown_executors_alone<DB: Backe
 backend_suite!(
     instances_announce_themselves,
     a_record_of_another_signature_waits_for_the_instance_that_has_it,
+    a_record_written_just_after_a_newer_instance_announced_itself_is_left_to_it,
     a_submit_only_instance_does_not_hold_records_back,
     the_rescuer_leaves_running_records_of_unknown_executors_alone,
 );
+
+/// PostgreSQL and MariaDB only: they announce on a connection of their own.
+mod busy_pool {
+    use super::*;
+    use common::Kind;
+
+    /// Issue 18 item 5: an instance whose pool is taken (the application's transactions hold
+    /// every connection for longer than a lease) still announces itself, on a connection of
+    /// its own: it does not look gone to the others.
+    async fn a_busy_pool_does_not_make_a_live_instance_look_gone(db: TestDb) {
+        let rt = db
+            .builder()
+            .max_connections(2)
+            .lease(Duration::from_secs(2))
+            .heartbeat_interval(Duration::from_millis(200))
+            .start()
+            .await
+            .unwrap();
+        let held: Box<dyn Send> = match db.kind {
+            Kind::Postgres => Box::new((
+                rt.begin::<sqlx::Postgres>().await.unwrap(),
+                rt.begin::<sqlx::Postgres>().await.unwrap(),
+            )),
+            Kind::MySql => Box::new((
+                rt.begin::<sqlx::MySql>().await.unwrap(),
+                rt.begin::<sqlx::MySql>().await.unwrap(),
+            )),
+            Kind::Sqlite => unreachable!("a network suite"),
+        };
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let recently = now_ms() - 1_000;
+        assert_eq!(
+            db.count(&format!(
+                "async_instance WHERE owner = '{}' AND seen >= {recently}",
+                rt.instance()
+            ))
+            .await,
+            1,
+            "the instance stopped announcing itself while its pool was busy"
+        );
+        drop(held);
+        rt.shutdown().await.unwrap();
+    }
+
+    network_suite!(a_busy_pool_does_not_make_a_live_instance_look_gone);
+}

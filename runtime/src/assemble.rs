@@ -124,7 +124,14 @@ impl Core {
                 registry: shared.registry.clone(),
                 owner: shared.owner.clone(),
                 clock: shared.clock.clone(),
-                skip: shared.skip.clone(),
+                roster: crate::instances::Roster::new(
+                    shared.store.clone(),
+                    shared.application.clone(),
+                    shared.owner.clone(),
+                    &shared.registry,
+                    settings.lease,
+                    shared.skip.clone(),
+                ),
                 control: shared.control.clone(),
                 executor: executor.clone(),
                 shutdown: shared.shutdown.clone(),
@@ -445,17 +452,22 @@ impl Runtime {
     pub(crate) fn presence(&self) -> crate::instances::Presence {
         let inner = &self.inner;
         let settings = &inner.settings;
-        let ours = crate::instances::Presence::executors_of(&inner.registry);
+        let roster = crate::instances::Roster::new(
+            inner.store.clone(),
+            inner.app.clone(),
+            inner.owner.clone(),
+            &inner.registry,
+            settings.lease,
+            inner.skip.clone(),
+        );
         crate::instances::Presence {
             store: inner.store.clone(),
             application: inner.app.clone(),
             owner: inner.owner.clone(),
             workers: inner.workers_on.clone(),
-            executors: serde_json::to_string(&ours).expect("names and signs serialize"),
-            ours,
-            alive_within: settings.lease,
+            executors: serde_json::to_string(roster.ours()).expect("names and signs serialize"),
             interval: settings.heartbeat_interval,
-            skip: inner.skip.clone(),
+            roster,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::control::Control;
 use crate::error::Result;
 use crate::executor::{Executor, ExecutorPool, Job, RecordRef};
-use crate::instances::SkipList;
+use crate::instances::{skip_key, Roster};
 use crate::record::{Claimed, ClaimedId, RequestId};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::Settings;
@@ -50,7 +50,8 @@ pub(crate) struct Claimer {
     registry: Arc<Registry>,
     owner: Arc<str>,
     clock: Arc<Clock>,
-    skip: SkipList,
+    /// The skip list of a rolling deploy, and how to read it afresh.
+    roster: Roster,
     /// Paused executors are not claimed.
     control: Arc<Control>,
     executor: Arc<Executor>,
@@ -79,7 +80,7 @@ pub(crate) struct ClaimerParts {
     pub(crate) registry: Arc<Registry>,
     pub(crate) owner: Arc<str>,
     pub(crate) clock: Arc<Clock>,
-    pub(crate) skip: SkipList,
+    pub(crate) roster: Roster,
     pub(crate) control: Arc<Control>,
     pub(crate) executor: Arc<Executor>,
     pub(crate) shutdown: CancellationToken,
@@ -94,7 +95,7 @@ impl Claimer {
             registry,
             owner,
             clock,
-            skip,
+            roster,
             control,
             executor,
             shutdown,
@@ -106,7 +107,7 @@ impl Claimer {
             registry,
             owner,
             clock,
-            skip,
+            roster,
             control,
             executor,
             shutdown,
@@ -139,7 +140,7 @@ impl Claimer {
     pub(crate) async fn claim_due(&self, kind: DueKind, limit: i64) -> Result<Vec<Job>> {
         let now = self.clock.now_ms();
         let lease_until = now + self.lease_ms();
-        let skip = self.skip.read().expect("skip list lock").clone();
+        let skip = self.roster.current();
         let executors = self.control.claimable(self.registry.names());
         if executors.is_empty() {
             return Ok(Vec::new()); // every executor paused
@@ -157,11 +158,68 @@ impl Claimer {
                 skip: &skip,
             })
             .await?;
+        if claimed.iter().any(|c| self.is_foreign(c)) {
+            claimed = self.leave_to_their_instances(claimed).await;
+        }
         Claimed::sort_for_start(&mut claimed);
         Ok(claimed
             .into_iter()
             .filter_map(|c| self.job_from_claim(c, lease_until))
             .collect())
+    }
+
+    /// Whether a claimed record carries a signature this binary does not have for its
+    /// executor (written by another version).
+    fn is_foreign(&self, claimed: &Claimed) -> bool {
+        self.registry
+            .get(&claimed.executor)
+            .is_some_and(|def| def.sign != claimed.sign)
+    }
+
+    /// A claim met signatures this binary does not have: the skip list it claimed with
+    /// may predate the instance that has them (a newer version that announced itself and
+    /// wrote a record since the last read). Reads the live instances again, and hands
+    /// back, without counting an attempt, the records whose signature a live worker
+    /// instance has; the others are this instance's to try (a compatible change runs, an
+    /// incompatible one goes `dead` naming both signatures). When the instances cannot be
+    /// read, every such record is handed back, to be tried again later.
+    async fn leave_to_their_instances(&self, claimed: Vec<Claimed>) -> Vec<Claimed> {
+        let skip = match self.roster.refresh().await {
+            Ok(skip) => Some(skip),
+            Err(error) => {
+                crate::log::warn!(%error, "could not read the live instances for records of \
+                    another signature; handing them back to be tried later");
+                None
+            }
+        };
+        let (theirs, ours): (Vec<Claimed>, Vec<Claimed>) = claimed.into_iter().partition(|c| {
+            self.is_foreign(c)
+                && skip.as_ref().map_or(true, |skip| {
+                    skip.binary_search(&skip_key(&c.executor, &c.sign)).is_ok()
+                })
+        });
+        if theirs.is_empty() {
+            return ours;
+        }
+        let ids: Vec<RequestId> = theirs.iter().map(|c| c.id).collect();
+        match self
+            .store
+            .lease_release(&self.owner, &ids, self.clock.now_ms())
+            .await
+        {
+            Ok(_) => crate::log::info!(
+                requests = ?ids,
+                "not started: claimed records of a signature that a live instance has; \
+                 handed back to it, no attempt counted"
+            ),
+            Err(error) => crate::log::warn!(
+                %error,
+                requests = ?ids,
+                "not started: could not hand back records of a signature that a live \
+                 instance has; they run again when their lease ends"
+            ),
+        }
+        ours
     }
 
     /// Claims the records `ids` (just dispatched through the channel) and reserves those

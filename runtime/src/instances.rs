@@ -53,6 +53,104 @@ pub(crate) fn skip_key(executor: &str, sign: &str) -> String {
     format!("{sign}:{executor}")
 }
 
+/// What this instance knows of the others' signatures: the skip list, and how to read it
+/// afresh. Shared by the presence part (which reads it every heartbeat interval) and the
+/// claimer (which reads it again when a claim meets a signature this binary does not
+/// have: a newer instance may have announced itself since the last read).
+#[derive(Clone)]
+pub(crate) struct Roster {
+    store: Arc<dyn Store>,
+    application: Arc<str>,
+    owner: Arc<str>,
+    /// Our executors and their signs, to compare with other instances'.
+    ours: Arc<Vec<ExecutorSign>>,
+    /// An instance not seen for this long is gone (the lease: its records are rescued by
+    /// then too).
+    alive_within: Duration,
+    skip: SkipList,
+}
+
+impl std::fmt::Debug for Roster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Roster")
+            .field("owner", &self.owner)
+            .field("alive_within", &self.alive_within)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Roster {
+    /// The roster of instance `owner` of `application`, whose executors are `registry`'s.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        application: Arc<str>,
+        owner: Arc<str>,
+        registry: &Registry,
+        alive_within: Duration,
+        skip: SkipList,
+    ) -> Self {
+        Roster {
+            store,
+            application,
+            owner,
+            ours: Arc::new(executors_of(registry)),
+            alive_within,
+            skip,
+        }
+    }
+
+    /// Our executors and their signs.
+    pub(crate) fn ours(&self) -> &[ExecutorSign] {
+        &self.ours
+    }
+
+    /// The skip list as last read.
+    pub(crate) fn current(&self) -> Arc<Vec<String>> {
+        self.skip.read().expect("skip list lock").clone()
+    }
+
+    /// Reads the live instances now and updates the skip list; returns it.
+    pub(crate) async fn refresh(&self) -> Result<Arc<Vec<String>>> {
+        let live = self
+            .store
+            .instance_list(&self.application, self.alive_within_ms())
+            .await?;
+        Ok(self.update(&live))
+    }
+
+    /// Updates the skip list from a list of the live instances; returns it.
+    fn update(&self, live: &[InstanceInfo]) -> Arc<Vec<String>> {
+        let skip = skip_list(&self.ours, &self.owner, live);
+        if !skip.is_empty() {
+            crate::log::debug!(
+                ?skip,
+                "leaving records of other signatures to the instances that have them"
+            );
+        }
+        let skip = Arc::new(skip);
+        *self.skip.write().expect("skip list lock") = skip.clone();
+        skip
+    }
+
+    /// How recently an instance must have announced itself to be alive, in ms.
+    fn alive_within_ms(&self) -> i64 {
+        self.alive_within.as_millis() as i64
+    }
+}
+
+/// Our executors and their signs.
+pub(crate) fn executors_of(registry: &Registry) -> Vec<ExecutorSign> {
+    registry
+        .names()
+        .iter()
+        .filter_map(|name| registry.get(name))
+        .map(|def| ExecutorSign {
+            name: def.name.to_string(),
+            sign: def.sign.to_string(),
+        })
+        .collect()
+}
+
 /// The presence part: announces this instance and keeps the skip list.
 pub(crate) struct Presence {
     pub(crate) store: Arc<dyn Store>,
@@ -60,29 +158,14 @@ pub(crate) struct Presence {
     pub(crate) owner: Arc<str>,
     /// Whether this instance runs workers now (`start_workers` turns it on).
     pub(crate) workers: Arc<std::sync::atomic::AtomicBool>,
+    /// Our executors and their signs, as JSON.
     pub(crate) executors: String,
-    /// Our executors and their signs, to compare with other instances'.
-    pub(crate) ours: Vec<ExecutorSign>,
-    /// An instance not seen for this long is gone (the lease: its records are rescued by
-    /// then too).
-    pub(crate) alive_within: Duration,
     pub(crate) interval: Duration,
-    pub(crate) skip: SkipList,
+    /// The skip list, read after each announcement.
+    pub(crate) roster: Roster,
 }
 
 impl Presence {
-    pub(crate) fn executors_of(registry: &Registry) -> Vec<ExecutorSign> {
-        registry
-            .names()
-            .iter()
-            .filter_map(|name| registry.get(name))
-            .map(|def| ExecutorSign {
-                name: def.name.to_string(),
-                sign: def.sign.to_string(),
-            })
-            .collect()
-    }
-
     /// Announces this instance, then reads the live ones and updates the skip list.
     pub(crate) async fn run_once(&self) -> Result<()> {
         self.beat(Some(FORGET_AFTER_MS)).await
@@ -95,27 +178,21 @@ impl Presence {
     }
 
     async fn beat(&self, forget_after_ms: Option<i64>) -> Result<()> {
-        self.store
+        // Within half of the time after which this instance would look gone.
+        let patience = (self.roster.alive_within / 2).max(self.interval);
+        let live = self
+            .store
             .instance_announce(&Announce {
                 owner: &self.owner,
                 application: &self.application,
                 workers: self.workers.load(std::sync::atomic::Ordering::Acquire),
                 executors: &self.executors,
                 forget_after_ms,
+                patience,
+                list_within_ms: self.roster.alive_within_ms(),
             })
             .await?;
-        let live = self
-            .store
-            .instance_list(&self.application, self.alive_within.as_millis() as i64)
-            .await?;
-        let skip = skip_list(&self.ours, &self.owner, &live);
-        if !skip.is_empty() {
-            crate::log::debug!(
-                ?skip,
-                "leaving records of other signatures to the instances that have them"
-            );
-        }
-        *self.skip.write().expect("skip list lock") = Arc::new(skip);
+        self.roster.update(&live);
         Ok(())
     }
 

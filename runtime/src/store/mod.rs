@@ -127,6 +127,39 @@ pub(crate) struct Announce<'a> {
     /// Instances of any application not seen for this long are removed; `None`: not
     /// this time (the first announcement of a start, which claims wait for).
     pub(crate) forget_after_ms: Option<i64>,
+    /// How long the announcement may take, connecting included (PostgreSQL and MySQL
+    /// announce on a connection of their own, outside the pool, so that a busy pool
+    /// does not make a live instance look gone).
+    pub(crate) patience: std::time::Duration,
+    /// The live instances listed after it: those seen within this long.
+    pub(crate) list_within_ms: i64,
+}
+
+/// An [`Announce`] that owns its text, for a statement's future on a connection of its own.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[derive(Debug, Clone)]
+pub(crate) struct AnnounceOwned {
+    pub(crate) owner: String,
+    pub(crate) application: String,
+    pub(crate) workers: bool,
+    pub(crate) executors: String,
+    pub(crate) forget_after_ms: Option<i64>,
+    pub(crate) list_within_ms: i64,
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+impl Announce<'_> {
+    /// The same announcement, owning its text.
+    pub(crate) fn to_owned_announce(&self) -> AnnounceOwned {
+        AnnounceOwned {
+            owner: self.owner.to_owned(),
+            application: self.application.to_owned(),
+            workers: self.workers,
+            executors: self.executors.to_owned(),
+            forget_after_ms: self.forget_after_ms,
+            list_within_ms: self.list_within_ms,
+        }
+    }
 }
 
 /// Which records a sweep claims.
@@ -489,8 +522,13 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn db_now_ms(&self) -> Result<i64>;
 
     /// Writes this instance's announcement, `seen` set to the database's clock, and
-    /// removes instances of any application not seen for `forget_after_ms` (if given).
-    async fn instance_announce(&self, a: &Announce<'_>) -> Result<()>;
+    /// removes instances of any application not seen for `forget_after_ms` (if given);
+    /// returns the instances of its application seen within `list_within_ms` (as
+    /// [`Store::instance_list`], on the same connection on PostgreSQL and MySQL).
+    async fn instance_announce(
+        &self,
+        a: &Announce<'_>,
+    ) -> Result<Vec<crate::instances::InstanceInfo>>;
 
     /// Removes this instance's announcement (shutdown).
     async fn instance_leave(&self, owner: &str) -> Result<()>;

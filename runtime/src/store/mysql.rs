@@ -47,6 +47,8 @@ use rows::{claimed_from_row, log_from_row, request_from_row, status_from, text};
 #[derive(Debug, Clone)]
 pub struct MySqlStore {
     pool: MySqlPool,
+    /// Announcements of this instance, on a connection of their own.
+    presence: std::sync::Arc<super::dedicated::DedicatedConnection<sqlx::MySql>>,
 }
 
 /// How long an instance waits for another one's migrations (seconds).
@@ -73,12 +75,15 @@ impl MySqlStore {
             &target,
         )
         .await?;
-        Ok(MySqlStore { pool })
+        Ok(MySqlStore::from_pool(pool))
     }
 
     /// Uses an existing pool (the application's own).
     pub fn from_pool(pool: MySqlPool) -> Self {
-        MySqlStore { pool }
+        let presence = std::sync::Arc::new(super::dedicated::DedicatedConnection::new(
+            (*pool.connect_options()).clone(),
+        ));
+        MySqlStore { pool, presence }
     }
 
     /// The pool behind this store.
@@ -454,8 +459,20 @@ impl Store for MySqlStore {
         with_retry(|| self.rescue_once(application, executors, now, limit)).await
     }
 
-    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
-        instances::announce(&self.pool, a).await
+    async fn instance_announce(
+        &self,
+        a: &super::Announce<'_>,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        let announce = a.to_owned_announce();
+        self.presence
+            .run(a.patience, move |conn: &mut sqlx::MySqlConnection| {
+                Box::pin(async move {
+                    instances::announce(&mut *conn, &announce).await?;
+                    instances::list(&mut *conn, &announce.application, announce.list_within_ms)
+                        .await
+                })
+            })
+            .await
     }
 
     async fn instance_leave(&self, owner: &str) -> Result<()> {

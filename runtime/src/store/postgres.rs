@@ -52,6 +52,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Announcements of this instance, on a connection of their own.
+    presence: std::sync::Arc<super::dedicated::DedicatedConnection<sqlx::Postgres>>,
 }
 
 impl PostgresStore {
@@ -71,12 +73,15 @@ impl PostgresStore {
         let pool =
             super::reach::open_pool::<sqlx::PgConnection, _>(open, &options, "PostgreSQL", &target)
                 .await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore::from_pool(pool))
     }
 
     /// Uses an existing pool (the application's own).
     pub fn from_pool(pool: PgPool) -> Self {
-        PostgresStore { pool }
+        let presence = std::sync::Arc::new(super::dedicated::DedicatedConnection::new(
+            (*pool.connect_options()).clone(),
+        ));
+        PostgresStore { pool, presence }
     }
 
     /// The pool behind this store.
@@ -572,8 +577,20 @@ impl Store for PostgresStore {
         keys::expire(&mut conn, application, now, limit).await
     }
 
-    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
-        instances::announce(&self.pool, a).await
+    async fn instance_announce(
+        &self,
+        a: &super::Announce<'_>,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        let announce = a.to_owned_announce();
+        self.presence
+            .run(a.patience, move |conn: &mut sqlx::PgConnection| {
+                Box::pin(async move {
+                    instances::announce(&mut *conn, &announce).await?;
+                    instances::list(&mut *conn, &announce.application, announce.list_within_ms)
+                        .await
+                })
+            })
+            .await
     }
 
     async fn instance_leave(&self, owner: &str) -> Result<()> {

@@ -405,10 +405,16 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn instance_announce(&self, a: &super::Announce<'_>) -> Result<()> {
-        let mut writer = self.writer().await?;
-        let result = instances::announce(writer.conn(), a).await;
-        writer.check(result)
+    async fn instance_announce(
+        &self,
+        a: &super::Announce<'_>,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+        {
+            let mut writer = self.writer().await?;
+            let result = instances::announce(writer.conn(), a).await;
+            writer.check(result)?;
+        }
+        instances::list(&self.pool, a.application, a.list_within_ms).await
     }
 
     async fn instance_leave(&self, owner: &str) -> Result<()> {

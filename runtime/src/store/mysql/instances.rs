@@ -6,27 +6,28 @@ use sqlx::{MySqlPool, Row};
 use super::DB_NOW;
 use crate::error::Result;
 use crate::instances::{parse_executors, InstanceInfo};
-use crate::store::Announce;
+use crate::store::AnnounceOwned;
 
-pub(super) async fn announce(pool: &MySqlPool, a: &Announce<'_>) -> Result<()> {
+/// Announces an instance, on `conn` (the store's connection for announcements).
+pub(super) async fn announce(conn: &mut sqlx::MySqlConnection, a: &AnnounceOwned) -> Result<()> {
     sqlx::query(&format!(
         "INSERT INTO async_instance (owner, application_name, workers, started, seen, executors) \
          VALUES (?, ?, ?, {DB_NOW}, {DB_NOW}, ?) \
          ON DUPLICATE KEY UPDATE seen = VALUES(seen), workers = VALUES(workers), \
            executors = VALUES(executors)"
     ))
-    .bind(a.owner)
-    .bind(a.application)
+    .bind(&a.owner)
+    .bind(&a.application)
     .bind(a.workers)
-    .bind(a.executors)
-    .execute(pool)
+    .bind(&a.executors)
+    .execute(&mut *conn)
     .await?;
     if let Some(forget_after_ms) = a.forget_after_ms {
         sqlx::query(&format!(
             "DELETE FROM async_instance WHERE seen < {DB_NOW} - ?"
         ))
         .bind(forget_after_ms)
-        .execute(pool)
+        .execute(&mut *conn)
         .await?;
     }
     Ok(())
@@ -40,8 +41,8 @@ pub(super) async fn leave(pool: &MySqlPool, owner: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) async fn list(
-    pool: &MySqlPool,
+pub(super) async fn list<'e>(
+    executor: impl sqlx::MySqlExecutor<'e>,
     application: &str,
     seen_within_ms: i64,
 ) -> Result<Vec<InstanceInfo>> {
@@ -63,7 +64,7 @@ pub(super) async fn list(
             executors: parse_executors(&executors),
         })
     })
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?;
     Ok(rows)
 }

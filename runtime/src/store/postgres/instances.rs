@@ -5,27 +5,28 @@ use sqlx::PgPool;
 use super::DB_NOW;
 use crate::error::Result;
 use crate::instances::{parse_executors, InstanceInfo};
-use crate::store::Announce;
+use crate::store::AnnounceOwned;
 
-pub(super) async fn announce(pool: &PgPool, a: &Announce<'_>) -> Result<()> {
+/// Announces an instance, on `conn` (the store's connection for announcements).
+pub(super) async fn announce(conn: &mut sqlx::PgConnection, a: &AnnounceOwned) -> Result<()> {
     sqlx::query(&format!(
         "INSERT INTO async_instance (owner, application_name, workers, started, seen, executors) \
          VALUES ($1, $2, $3, {DB_NOW}, {DB_NOW}, $4) \
          ON CONFLICT (owner) DO UPDATE SET seen = EXCLUDED.seen, workers = EXCLUDED.workers, \
            executors = EXCLUDED.executors"
     ))
-    .bind(a.owner)
-    .bind(a.application)
+    .bind(&a.owner)
+    .bind(&a.application)
     .bind(a.workers)
-    .bind(a.executors)
-    .execute(pool)
+    .bind(&a.executors)
+    .execute(&mut *conn)
     .await?;
     if let Some(forget_after_ms) = a.forget_after_ms {
         sqlx::query(&format!(
             "DELETE FROM async_instance WHERE seen < {DB_NOW} - $1"
         ))
         .bind(forget_after_ms)
-        .execute(pool)
+        .execute(&mut *conn)
         .await?;
     }
     Ok(())
@@ -39,8 +40,8 @@ pub(super) async fn leave(pool: &PgPool, owner: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) async fn list(
-    pool: &PgPool,
+pub(super) async fn list<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
     application: &str,
     seen_within_ms: i64,
 ) -> Result<Vec<InstanceInfo>> {
@@ -50,7 +51,7 @@ pub(super) async fn list(
     ))
     .bind(application)
     .bind(seen_within_ms)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await?;
     Ok(rows
         .into_iter()
