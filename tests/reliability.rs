@@ -159,6 +159,41 @@ async fn delay_counts_from_the_commit<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 18 item 6: a delayed call starts when its delay ends on the instance that wrote
+/// it (a timer), not at the next sweep (`retry_interval`: an hour here).
+async fn a_delayed_call_starts_on_time_without_the_sweep<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let probe = rt.data::<Probe>().unwrap();
+    let called = std::time::Instant::now();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    plain("in a transaction".into())
+        .delay(Duration::from_millis(300))
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    plain("on its own".into())
+        .delay(Duration::from_millis(300))
+        .on(&rt)
+        .await
+        .unwrap();
+    while probe.runs("in a transaction") + probe.runs("on its own") < 2 {
+        assert!(
+            called.elapsed() < Duration::from_secs(3),
+            "the delayed calls did not start within 3 s (in a transaction: {}, on its own: {})",
+            probe.runs("in a transaction"),
+            probe.runs("on its own")
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = called.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "started early: {took:?}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 // ---- item 9: numbers checked ----------------------------------------------------------
 
 async fn absurd_call_options_are_refused<DB: Backend>(db: TestDb) {
@@ -408,6 +443,7 @@ backend_suite!(
     graceful_shutdown_hands_back_every_claim,
     priority_holds_within_a_claim_batch,
     delay_counts_from_the_commit,
+    a_delayed_call_starts_on_time_without_the_sweep,
     absurd_call_options_are_refused,
     absurd_settings_are_refused_at_start,
     list_limits_are_checked,

@@ -12,6 +12,7 @@ use crate::runtime::{Inner, Runtime};
 use crate::settings::TestMode;
 use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
 use crate::strategy::Strategy;
+use crate::testing::STORED_TIMER_HORIZON;
 use crate::tx::Tx;
 
 impl Submission {
@@ -187,12 +188,12 @@ impl Inner {
                 let request = call.request(self);
                 match writer.insert(self, &request).await {
                     Ok(Inserted::New(id)) => {
-                        if call.delay.is_none() {
-                            let job = stored_job(call.job(), id, call.key.take());
-                            writer.after_commit(self, vec![job]).await;
-                        } else {
+                        if call.delay.is_some() {
                             writer.delayed(id, request.now);
                         }
+                        // A delayed one gets a timer after the commit.
+                        let job = stored_job(call.job(), id, call.key.take());
+                        writer.after_commit(self, vec![job]).await;
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
@@ -299,11 +300,11 @@ impl Inner {
             {
                 receipts[i] = Some(match inserted {
                     Inserted::New(id) => {
-                        if call.delay.is_none() {
-                            jobs.push(stored_job(call.job(), id, call.key.take()));
-                        } else {
+                        if call.delay.is_some() {
                             writer.delayed(id, request.now);
                         }
+                        // A delayed one gets a timer after the commit.
+                        jobs.push(stored_job(call.job(), id, call.key.take()));
                         Receipt::new(Some(id), Outcome::Queued)
                     }
                     Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),
@@ -330,9 +331,13 @@ impl Inner {
             self.clock.now_ms()
         };
         for mut job in jobs {
-            let delay = job.delay.take().filter(|_| job.record.is_none());
+            let delay = job.delay.take();
             let delay_ms = delay.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
             job.due = Some(committed.saturating_add(delay_ms));
+            if let (Some(delay), Some(_)) = (delay, &job.record) {
+                self.start_when_due(job, delay);
+                continue;
+            }
             match delay {
                 Some(delay) => {
                     let inner = self.clone();
@@ -348,6 +353,30 @@ impl Inner {
                 None => self.dispatch_one(job).await,
             }
         }
+    }
+
+    /// A delayed stored record: started by a timer here when its delay ends (counted from
+    /// the commit, by this instance's reading of the database's clock), rather than by
+    /// the next sweep up to `retry_interval` later. Only for delays within
+    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::testing::STORED_TIMERS_MAX`] timers run;
+    /// the others, and every record in a test mode (`run_due` takes them from the
+    /// store), are left to the sweep. The timer hands the record to the channel; its claim
+    /// takes it only while it is still waiting (`init`).
+    fn start_when_due(self: &Arc<Self>, job: Job, delay: std::time::Duration) {
+        if self.test_mode().is_some()
+            || delay > STORED_TIMER_HORIZON
+            || !self.delayed_jobs.start_stored_timer()
+        {
+            return;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            inner.delayed_jobs.end_stored_timer();
+            if inner.check_open().is_ok() {
+                inner.dispatch_one(job).await;
+            }
+        });
     }
 
     async fn dispatch_one(self: &Arc<Self>, job: Job) {

@@ -2,6 +2,7 @@
 //! waiting (delayed calls and retries included) without waiting for its time; and the
 //! delayed in-memory calls it takes from their timers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -23,11 +24,35 @@ impl Slot {
     }
 }
 
-/// The delayed in-memory jobs of a runtime in a test mode, waiting for their delay.
+/// The delayed in-memory jobs of a runtime in a test mode, waiting for their delay; and
+/// the count of timers of delayed stored records (see [`STORED_TIMERS_MAX`]).
 #[derive(Debug, Default)]
-pub(crate) struct DelayedJobs(Mutex<Vec<Slot>>);
+pub(crate) struct DelayedJobs(Mutex<Vec<Slot>>, AtomicUsize);
+
+/// The most timers of delayed stored records an instance keeps at once: each holds its
+/// job (arguments included) in memory. Records past it start by the sweep.
+pub(crate) const STORED_TIMERS_MAX: usize = 10_000;
+
+/// Delayed stored records due within this long get a timer on the instance that wrote
+/// them; later ones start by the sweep (`retry_interval`), memory not growing with them.
+pub(crate) const STORED_TIMER_HORIZON: std::time::Duration = std::time::Duration::from_secs(900);
 
 impl DelayedJobs {
+    /// Counts a timer of a delayed stored record, unless [`STORED_TIMERS_MAX`] are
+    /// running; `false` then.
+    pub(crate) fn start_stored_timer(&self) -> bool {
+        self.1
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < STORED_TIMERS_MAX).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A timer of a delayed stored record ended.
+    pub(crate) fn end_stored_timer(&self) {
+        self.1.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// A slot for `job`; kept here (for `run_due`) when `keep`, a test mode.
     pub(crate) fn hold(&self, job: Job, keep: bool) -> Slot {
         let slot = Slot(Arc::new(Mutex::new(Some(job))));
