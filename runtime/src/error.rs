@@ -134,6 +134,21 @@ pub enum Error {
         executor: &'static str,
     },
 
+    /// The database server ended the caller's transaction with a rollback on its own:
+    /// PostgreSQL after a statement in it failed (its COMMIT then rolls back and answers
+    /// without an error), MySQL/MariaDB after a deadlock or a lock wait timeout with
+    /// `innodb_rollback_on_timeout` (the session then goes on in autocommit). Nothing in it
+    /// was committed, no call made in it was dispatched, and no call is written after it.
+    #[error(
+        "the database server rolled this transaction back ({reason}): nothing in it was \
+         committed and no call made in it was written or dispatched; begin a new \
+         transaction and do the whole unit of work again"
+    )]
+    TransactionRolledBack {
+        /// Why the server rolled it back, as far as the backend tells.
+        reason: &'static str,
+    },
+
     /// A background part of the runtime panicked (it is restarted; the panic is logged).
     #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
     Panicked(&'static str),

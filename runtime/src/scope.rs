@@ -182,6 +182,13 @@ impl Scope {
     /// Returns the final receipts, in call order.
     async fn flush<DB: Backend>(&self, tx: &mut Tx<DB>) -> Result<Vec<Receipt>> {
         let entries = std::mem::take(&mut self.lock().entries);
+        let writes = entries.iter().any(|entry| match entry {
+            Entry::Call(call) => crate::submit::writes(call),
+            Entry::Ran { write, .. } => write.is_some(),
+        });
+        if writes {
+            tx.check_before_write().await?;
+        }
         let mut receipts: Vec<Option<Receipt>> = vec![None; entries.len()];
         let mut calls = Vec::new();
         let mut positions = Vec::new();
@@ -194,10 +201,12 @@ impl Scope {
                 Entry::Ran { mut receipt, write } => {
                     match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
-                            DB::key_record_in(tx.raw_conn(), &request).await?
+                            let recorded = DB::key_record_in(tx.raw_conn(), &request).await;
+                            recorded.map_err(DB::explain)?
                         }
                         Some(SyncWrite::Failure(request)) => {
-                            receipt.id = match DB::insert_in(tx.raw_conn(), &request).await? {
+                            let inserted = DB::insert_in(tx.raw_conn(), &request).await;
+                            receipt.id = match inserted.map_err(DB::explain)? {
                                 Inserted::New(id) => Some(id),
                                 Inserted::Existing(id) => id,
                             };
@@ -210,7 +219,7 @@ impl Scope {
         }
         if !calls.is_empty() {
             let inner = tx.inner.clone();
-            let written = inner.submit_batch_in(calls, tx).await?;
+            let written = inner.submit_batch_checked_in(calls, tx).await?;
             for (i, receipt) in positions.into_iter().zip(written) {
                 receipts[i] = Some(receipt);
             }
