@@ -33,6 +33,10 @@ fn probe(rt: &async_exec::Runtime) -> Data<Probe> {
 }
 
 /// Whether `result` is the error of a transaction that the server rolled back.
+#[cfg(any(
+    all(feature = "postgres", async_exec_test_postgres),
+    all(feature = "mysql", async_exec_test_mysql)
+))]
 fn rolled_back<T: std::fmt::Debug>(result: &async_exec::Result<T>) -> bool {
     match result {
         Err(error) => error
