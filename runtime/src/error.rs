@@ -134,6 +134,65 @@ pub enum Error {
         executor: &'static str,
     },
 
+    /// The database server ended the caller's transaction with a rollback on its own:
+    /// PostgreSQL after a statement in it failed (its COMMIT then rolls back and answers
+    /// without an error), MySQL/MariaDB after a deadlock or a lock wait timeout with
+    /// `innodb_rollback_on_timeout` (the session then goes on in autocommit). Nothing in it
+    /// was committed, no call made in it was dispatched, and no call is written after it.
+    #[error(
+        "the database server rolled this transaction back ({reason}): nothing in it was \
+         committed and no call made in it was written or dispatched; begin a new \
+         transaction and do the whole unit of work again"
+    )]
+    TransactionRolledBack {
+        /// Why the server rolled it back, as far as the backend tells.
+        reason: &'static str,
+    },
+
+    /// `rt.transaction(..)` or `rt.begin()` was called inside
+    /// [`Runtime::transaction`](crate::Runtime::transaction) of the same runtime, in the
+    /// scope's task: it would open a second transaction beside the scope's. The scope is
+    /// marked rollback-only ([`Error::RollbackOnly`]).
+    #[error(
+        "`{asked}` was called inside `rt.transaction(..)` of the same runtime, where it would \
+         open a second transaction beside the scope's (on PostgreSQL and MySQL/MariaDB it \
+         would commit or roll back on its own, on SQLite it would wait for the scope's write \
+         lock). To do the work in the scope's transaction, pass the scope's `tx` down (a \
+         function taking `&mut Tx<DB>`; calls without `.within` join the scope); for a \
+         transaction that commits on its own whatever the scope does (Spring's \
+         REQUIRES_NEW), use `rt.transaction_requires_new(..)`. The scope is now \
+         rollback-only: it rolls back and none of its calls runs"
+    )]
+    NestedTransaction {
+        /// What was called: `rt.transaction(..)` or `rt.begin()`.
+        asked: &'static str,
+    },
+
+    /// `rt.transaction_requires_new(..)` was called on SQLite while the task holds a
+    /// transaction of the runtime: SQLite has one writer, so it would wait for that one.
+    #[error(
+        "`rt.transaction_requires_new(..)` was called on SQLite while this task holds a \
+         transaction of the runtime: SQLite has one writer at a time, so the new \
+         transaction would wait for the one held here until the busy timeout. On SQLite, \
+         do the work in the transaction held here, or after it commits. The enclosing \
+         `rt.transaction(..)`, if any, is now rollback-only: it rolls back and none of its \
+         calls runs"
+    )]
+    IndependentOnSqlite,
+
+    /// The body of [`Runtime::transaction`](crate::Runtime::transaction) returned `Ok`,
+    /// but the scope had been marked rollback-only (a nested transaction in it was
+    /// refused, and the body went on): it was rolled back.
+    #[error(
+        "this `rt.transaction(..)` was rolled back although its body returned Ok: it was \
+         marked rollback-only because {reason}; nothing in it was committed and none of its \
+         calls ran"
+    )]
+    RollbackOnly {
+        /// What marked it.
+        reason: &'static str,
+    },
+
     /// A background part of the runtime panicked (it is restarted; the panic is logged).
     #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
     Panicked(&'static str),

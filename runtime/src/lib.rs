@@ -62,6 +62,7 @@ mod keys;
 mod listeners;
 mod log;
 mod metrics;
+mod nested;
 mod open_tx;
 mod operator;
 mod outcome;

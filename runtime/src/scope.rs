@@ -21,6 +21,23 @@ use crate::store::Backend;
 use crate::strategy::Strategy;
 use crate::tx::Tx;
 
+/// Why a scope in which a nested transaction was refused is rollback-only.
+pub(crate) const NESTED: &str =
+    "a nested `rt.transaction(..)`, `rt.begin()` or `rt.transaction_requires_new(..)` was \
+     refused in it";
+
+/// Refuses `asked` (`rt.begin()`) inside a scope of `runtime`, marking the scope
+/// rollback-only.
+pub(crate) fn refuse_nested(runtime: &Runtime, asked: &'static str) -> Result<()> {
+    match current().filter(|scope| scope.is_of(runtime)) {
+        Some(scope) => {
+            scope.mark_rollback_only(NESTED);
+            Err(Error::NestedTransaction { asked })
+        }
+        None => Ok(()),
+    }
+}
+
 tokio::task_local! {
     static SCOPE: Arc<Scope>;
 }
@@ -43,6 +60,8 @@ struct ScopeState {
     entries: Vec<Entry>,
     /// The idempotency keys of `SaveAsync` and `SyncSave` calls in the scope.
     keys: HashSet<String>,
+    /// Why the scope must roll back whatever its body returns.
+    rollback_only: Option<&'static str>,
 }
 
 #[derive(Debug)]
@@ -86,6 +105,11 @@ impl Scope {
     /// Whether the scope belongs to `runtime`.
     pub(crate) fn is_of(&self, runtime: &Runtime) -> bool {
         Arc::ptr_eq(&self.inner, &runtime.inner)
+    }
+
+    /// Makes the scope roll back whatever its body returns.
+    pub(crate) fn mark_rollback_only(&self, reason: &'static str) {
+        self.lock().rollback_only.get_or_insert(reason);
     }
 
     /// A call made in the scope.
@@ -182,6 +206,13 @@ impl Scope {
     /// Returns the final receipts, in call order.
     async fn flush<DB: Backend>(&self, tx: &mut Tx<DB>) -> Result<Vec<Receipt>> {
         let entries = std::mem::take(&mut self.lock().entries);
+        let writes = entries.iter().any(|entry| match entry {
+            Entry::Call(call) => crate::submit::writes(call),
+            Entry::Ran { write, .. } => write.is_some(),
+        });
+        if writes {
+            tx.check_before_write().await?;
+        }
         let mut receipts: Vec<Option<Receipt>> = vec![None; entries.len()];
         let mut calls = Vec::new();
         let mut positions = Vec::new();
@@ -194,10 +225,12 @@ impl Scope {
                 Entry::Ran { mut receipt, write } => {
                     match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
-                            DB::key_record_in(tx.raw_conn(), &request).await?
+                            let recorded = DB::key_record_in(tx.raw_conn(), &request).await;
+                            recorded.map_err(DB::explain)?
                         }
                         Some(SyncWrite::Failure(request)) => {
-                            receipt.id = match DB::insert_in(tx.raw_conn(), &request).await? {
+                            let inserted = DB::insert_in(tx.raw_conn(), &request).await;
+                            receipt.id = match inserted.map_err(DB::explain)? {
                                 Inserted::New(id) => Some(id),
                                 Inserted::Existing(id) => id,
                             };
@@ -210,7 +243,7 @@ impl Scope {
         }
         if !calls.is_empty() {
             let inner = tx.inner.clone();
-            let written = inner.submit_batch_in(calls, tx).await?;
+            let written = inner.submit_batch_checked_in(calls, tx).await?;
             for (i, receipt) in positions.into_iter().zip(written) {
                 receipts[i] = Some(receipt);
             }
@@ -244,6 +277,14 @@ impl Runtime {
     /// - `.within(&mut tx)` still writes at the call; `.independent()` opts a call out (it
     ///   is written now and runs even if the transaction rolls back); a call `.on(&other)`
     ///   runtime is not part of this one.
+    /// - **Inside another scope** of this runtime (in its task), `rt.transaction(..)` and
+    ///   `rt.begin()` are refused ([`Error::NestedTransaction`]) and mark that scope
+    ///   rollback-only: it then rolls back even if its body returns `Ok`
+    ///   ([`Error::RollbackOnly`]). A body cannot be handed the scope's transaction from
+    ///   outside it (its `&mut Tx` is the outer body's), so the work that should join the
+    ///   scope takes the scope's `tx` as a parameter (`&mut Tx<DB>`; its calls without
+    ///   `.within` join the scope anyway). For a transaction that commits on its own, use
+    ///   [`transaction_requires_new`](Runtime::transaction_requires_new).
     /// - **Tasks spawned in the body do not inherit the scope** (tokio task-locals are not
     ///   inherited): a call awaited there is made on its own and autocommits. Await calls
     ///   in the body's own task (`join!` and `select!` are fine).
@@ -315,9 +356,34 @@ impl Runtime {
         F: for<'c> FnOnce(&'c mut Tx<DB>) -> BoxFuture<'c, std::result::Result<T, E>>,
         E: From<Error>,
     {
-        let mut tx = self.begin::<DB>().await?;
+        if let Some(scope) = current().filter(|scope| scope.is_of(self)) {
+            scope.mark_rollback_only(NESTED);
+            return Err(Error::NestedTransaction {
+                asked: "rt.transaction(..)",
+            }
+            .into());
+        }
+        self.run_scope(body).await
+    }
+
+    /// Runs `body` in a transaction scope of its own (also inside another scope).
+    pub(crate) async fn run_scope<DB, F, T, E>(
+        &self,
+        body: F,
+    ) -> std::result::Result<(T, Vec<Receipt>), E>
+    where
+        DB: Backend,
+        F: for<'c> FnOnce(&'c mut Tx<DB>) -> BoxFuture<'c, std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        let mut tx = self.begin_any::<DB>().await?;
         let scope = Arc::new(Scope::new(self.inner.clone()));
         let result = SCOPE.scope(scope.clone(), body(&mut tx)).await;
+        let rollback_only = scope.lock().rollback_only;
+        let result = match (result, rollback_only) {
+            (Ok(_), Some(reason)) => Err(Error::RollbackOnly { reason }.into()),
+            (result, _) => result,
+        };
         match result {
             Ok(value) => {
                 let receipts = scope.flush(&mut tx).await?;

@@ -54,6 +54,12 @@ impl Submission {
     }
 }
 
+/// Whether a call writes in the caller's transaction at the call (`SaveAsync`, and
+/// `SyncSave`'s key and failure record).
+pub(crate) fn writes(call: &Submission) -> bool {
+    matches!(call.def.strategy, Strategy::SaveAsync | Strategy::SyncSave)
+}
+
 /// Calls with their position in a batch.
 type Numbered = Vec<(usize, Submission)>;
 
@@ -174,7 +180,11 @@ impl Inner {
         tx: &mut Tx<DB>,
     ) -> Result<Receipt> {
         self.check_open()?;
-        self.submit_with(call, tx).await
+        if writes(&call) {
+            tx.check_before_write().await?;
+        }
+        let submitted = self.submit_with(call, tx).await;
+        submitted.map_err(DB::explain)
     }
 
     async fn submit_with(
@@ -274,7 +284,23 @@ impl Inner {
         tx: &mut Tx<DB>,
     ) -> Result<Vec<Receipt>> {
         self.check_open()?;
-        self.submit_batch_with(calls, tx).await
+        if calls.iter().any(writes) {
+            tx.check_before_write().await?;
+        }
+        let submitted = self.submit_batch_with(calls, tx).await;
+        submitted.map_err(DB::explain)
+    }
+
+    /// [`submit_batch_in`](Inner::submit_batch_in) for a caller that checked the
+    /// transaction already ([`Tx::check_before_write`]).
+    pub(crate) async fn submit_batch_checked_in<DB: Backend>(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        tx: &mut Tx<DB>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        let submitted = self.submit_batch_with(calls, tx).await;
+        submitted.map_err(DB::explain)
     }
 
     async fn submit_batch_with(

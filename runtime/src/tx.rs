@@ -55,6 +55,13 @@ impl<DB: Backend> Tx<DB> {
         &mut self.tx
     }
 
+    /// Before the runtime writes in this transaction: refuses
+    /// ([`Error::TransactionRolledBack`]) when the server rolled it back and would commit
+    /// the writes on their own (MySQL/MariaDB; a round trip there, none elsewhere).
+    pub(crate) async fn check_before_write(&mut self) -> Result<()> {
+        DB::check_before_write(&mut self.tx).await
+    }
+
     /// The underlying sqlx transaction.
     pub fn transaction(&mut self) -> &mut sqlx::Transaction<'static, DB> {
         &mut self.tx
@@ -64,15 +71,27 @@ impl<DB: Backend> Tx<DB> {
     /// delay from here: their due time moves by how long the transaction stayed open
     /// after each call (when the process dies between the commit and that move, the delay
     /// counts from the call).
+    ///
+    /// When the server had rolled the transaction back on its own (PostgreSQL after a
+    /// statement in it failed, even if the error was caught; MySQL/MariaDB after a
+    /// deadlock or a lock wait timeout with `innodb_rollback_on_timeout`), this returns
+    /// [`Error::TransactionRolledBack`] and dispatches nothing. Telling costs one round
+    /// trip before the COMMIT on PostgreSQL and MySQL/MariaDB, made only when the
+    /// transaction carries calls: a transaction without calls is committed as sqlx does
+    /// it, and on PostgreSQL such a rolled-back COMMIT still returns `Ok`.
     pub async fn commit(self) -> Result<()> {
         let Tx {
-            tx,
+            mut tx,
             inner,
             pending,
             delayed,
             open,
         } = self;
-        tx.commit().await?;
+        if !pending.is_empty() || !delayed.is_empty() {
+            // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
+            DB::check_open_in(&mut tx).await?;
+        }
+        tx.commit().await.map_err(|e| DB::explain(e.into()))?;
         drop(open);
         inner.after_commit(pending).await;
         inner.count_delays_from_commit(&delayed).await;
@@ -119,7 +138,18 @@ impl Runtime {
     ///
     /// `DB` is the backend's sqlx type (`Tx` alone means `Tx<sqlx::Sqlite>`); asking for
     /// another backend than the runtime's is an error that says which to use.
+    ///
+    /// Inside [`transaction`](Runtime::transaction) of this runtime (in the scope's task)
+    /// it is refused with [`Error::NestedTransaction`], and the scope rolls back: pass the
+    /// scope's `tx` down instead, or use
+    /// [`transaction_requires_new`](Runtime::transaction_requires_new).
     pub async fn begin<DB: Backend>(&self) -> Result<Tx<DB>> {
+        crate::scope::refuse_nested(self, "rt.begin()")?;
+        self.begin_any().await
+    }
+
+    /// [`begin`](Runtime::begin), also inside a transaction scope.
+    pub(crate) async fn begin_any<DB: Backend>(&self) -> Result<Tx<DB>> {
         self.inner.check_open()?;
         let begin = DB::begin_on(self.inner.store.as_any()).ok_or(Error::WrongBackend {
             actual: self.inner.store.backend_name(),

@@ -15,6 +15,8 @@ use crate::record::{
 use crate::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod alive;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
@@ -654,6 +656,31 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             request: &'c NewRequest,
         ) -> BoxFuture<'c, Result<()>>;
+
+        /// Fails with [`Error::TransactionRolledBack`](crate::Error::TransactionRolledBack)
+        /// when the server no longer holds the transaction on `conn` open (it rolled it
+        /// back on its own; see `store::alive`): one round trip on PostgreSQL and
+        /// MySQL/MariaDB, none on SQLite (whose COMMIT fails when no transaction is active).
+        fn check_open_in(conn: &mut Self::Connection) -> BoxFuture<'_, Result<()>> {
+            let _ = conn;
+            Box::pin(async { Ok(()) })
+        }
+
+        /// Checked before the runtime writes in the caller's transaction, so that nothing
+        /// is written outside it: MySQL/MariaDB, whose session goes on in autocommit after
+        /// the server rolled the transaction back, checks (one round trip); PostgreSQL
+        /// refuses the statements themselves ([`explain`](Self::explain) says why).
+        fn check_before_write(conn: &mut Self::Connection) -> BoxFuture<'_, Result<()>> {
+            let _ = conn;
+            Box::pin(async { Ok(()) })
+        }
+
+        /// An error of a statement in the caller's transaction, as
+        /// [`Error::TransactionRolledBack`](crate::Error::TransactionRolledBack) when it
+        /// says that the server had rolled the transaction back.
+        fn explain(error: crate::Error) -> crate::Error {
+            error
+        }
 
         /// Inserts many requests inside the caller's transaction; the result is in the
         /// order of `requests`. Backends override it with multi-row statements.

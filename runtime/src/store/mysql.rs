@@ -193,13 +193,21 @@ impl BackendOps for MySql {
         }))
     }
 
+    fn check_open_in(conn: &mut MySqlConnection) -> BoxFuture<'_, Result<()>> {
+        Box::pin(super::alive::mysql::check(conn))
+    }
+
+    fn check_before_write(conn: &mut MySqlConnection) -> BoxFuture<'_, Result<()>> {
+        Box::pin(super::alive::mysql::check(conn))
+    }
+
     fn key_find_in<'c>(
         conn: &'c mut MySqlConnection,
         application: &'c str,
         key: &'c str,
         now: i64,
     ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
-        Box::pin(keys::find(conn, application, key, now))
+        Box::pin(keys::find_locked(conn, application, key, now))
     }
 
     fn key_record_in<'c>(

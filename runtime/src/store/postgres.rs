@@ -109,13 +109,21 @@ impl BackendOps for Postgres {
         }))
     }
 
+    fn check_open_in(conn: &mut PgConnection) -> BoxFuture<'_, Result<()>> {
+        Box::pin(super::alive::postgres::check(conn))
+    }
+
+    fn explain(error: crate::Error) -> crate::Error {
+        super::alive::postgres::explain(error)
+    }
+
     fn key_find_in<'c>(
         conn: &'c mut PgConnection,
         application: &'c str,
         key: &'c str,
         now: i64,
     ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
-        Box::pin(keys::find(conn, application, key, now))
+        Box::pin(keys::find_locked(conn, application, key, now))
     }
 
     fn key_record_in<'c>(

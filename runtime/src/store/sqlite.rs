@@ -250,7 +250,13 @@ impl BackendOps for Sqlite {
         store: &dyn Any,
     ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
         let store = store.downcast_ref::<SqliteStore>()?;
-        Some(Box::pin(async move { Ok(store.pool.begin().await?) }))
+        // IMMEDIATE: the write lock at the BEGIN. A deferred transaction reads from the
+        // snapshot of its first read and, when another write committed since, fails its
+        // first write at once with SQLITE_BUSY_SNAPSHOT (the busy timeout does not apply);
+        // its lookup of a `SyncSave` key would also miss a key committed since.
+        Some(Box::pin(async move {
+            Ok(store.pool.begin_with("BEGIN IMMEDIATE").await?)
+        }))
     }
 
     fn key_find_in<'c>(

@@ -90,6 +90,33 @@ pub(super) async fn find(
     }))
 }
 
+/// The key, unless it expired by `now`, read in the caller's transaction with a lock:
+/// a locking read sees the latest committed row, not the transaction's snapshot
+/// (MariaDB's REPEATABLE READ takes it at the first read; a key committed since
+/// would be missed and a `SyncSave` body run again), and holds it until the end.
+pub(super) async fn find_locked(
+    conn: &mut MySqlConnection,
+    application: &str,
+    key: &str,
+    now: i64,
+) -> Result<Option<StoredKey>> {
+    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
+        "SELECT request_id, create_time, expire_time FROM async_key \
+         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ? \
+         FOR UPDATE",
+    )
+    .bind(application)
+    .bind(key)
+    .bind(now)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
+        request_id: request_id.filter(|&id| id != KEY_PENDING),
+        create_time,
+        expire_time,
+    }))
+}
+
 /// Deletes up to `limit` expired keys (run it in a READ COMMITTED transaction: no gap
 /// locks before the keys that callers insert).
 pub(super) async fn expire(

@@ -89,6 +89,33 @@ pub(super) async fn find(
     }))
 }
 
+/// The key, unless it expired by `now`, read in the caller's transaction with a lock
+/// held until its end. (In the default READ COMMITTED each statement sees the latest
+/// commits; a key changed since a REPEATABLE READ snapshot is an error rather than a
+/// `SyncSave` body run again, but one inserted since is not seen there.)
+pub(super) async fn find_locked(
+    conn: &mut PgConnection,
+    application: &str,
+    key: &str,
+    now: i64,
+) -> Result<Option<StoredKey>> {
+    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
+        "SELECT request_id, create_time, expire_time FROM async_key \
+         WHERE application_name = $1 AND idempotency_key = $2 AND expire_time > $3 \
+         FOR UPDATE",
+    )
+    .bind(application)
+    .bind(key)
+    .bind(now)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
+        request_id: request_id.filter(|&id| id != KEY_PENDING),
+        create_time,
+        expire_time,
+    }))
+}
+
 /// Deletes up to `limit` expired keys. Keys locked by a transaction (one taking over an
 /// expired key) are skipped, so the sweep never waits for a caller.
 pub(super) async fn expire(
