@@ -16,6 +16,7 @@ use crate::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
+pub(crate) mod bounded;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
 #[cfg(test)]

@@ -57,6 +57,16 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        Self::open(url, max_connections, None).await
+    }
+
+    /// [`Self::connect`]; with `abandoned`, the pool's pings are bounded (see
+    /// `store::bounded::guard_pool`).
+    pub(crate) async fn open(
+        url: &str,
+        max_connections: u32,
+        abandoned: Option<std::sync::Arc<super::bounded::Abandoned>>,
+    ) -> Result<Self> {
         let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
         let target = super::reach::server_target(
             options.get_username(),
@@ -65,9 +75,11 @@ impl PostgresStore {
             options.get_socket().map(|p| p.as_path()),
             options.get_database(),
         );
-        let open = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .connect_with(options.clone());
+        let mut pool_options = PgPoolOptions::new().max_connections(max_connections.max(1));
+        if let Some(abandoned) = abandoned {
+            pool_options = super::bounded::guard_pool(pool_options, abandoned);
+        }
+        let open = pool_options.connect_with(options.clone());
         let pool =
             super::reach::open_pool::<sqlx::PgConnection, _>(open, &options, "PostgreSQL", &target)
                 .await?;
