@@ -202,3 +202,40 @@ network_suite!(
     health_is_degraded_while_an_outcome_waits_too_long,
     shutdown_returns_in_time_while_connections_are_silent,
 );
+
+/// PostgreSQL: the server's side of the runtime's connections is bounded too (TCP
+/// keepalives every statement bound, three missed end the connection; a TCP user timeout
+/// of a lease), so that the server drops a silent client and the locks of a transaction
+/// it left open. (The proxy acknowledges every byte, so it cannot show the server doing
+/// it: this checks that the sessions are set so.)
+#[cfg(all(feature = "postgres", async_exec_test_postgres))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_sessions_bound_the_servers_side() {
+    let db = TestDb::new(common::Kind::Postgres).await;
+    let rt = db
+        .builder()
+        .lease(LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .data(Gate::default())
+        .start()
+        .await
+        .unwrap();
+    let mut tx = rt.begin::<async_exec::Postgres>().await.unwrap();
+    let settings: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('tcp_keepalives_idle', \
+         'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout') ORDER BY name",
+    )
+    .fetch_all(tx.conn())
+    .await
+    .unwrap();
+    let expected = [
+        ("tcp_keepalives_count", "3"),
+        ("tcp_keepalives_idle", "1"),
+        ("tcp_keepalives_interval", "1"),
+        ("tcp_user_timeout", "4000"),
+    ]
+    .map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(settings, expected);
+    tx.rollback().await.unwrap();
+    rt.shutdown().await.unwrap();
+}

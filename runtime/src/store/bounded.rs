@@ -17,7 +17,12 @@
 //!   opens a new one. No round trip is added while nothing was abandoned.
 //! - sqlx 0.8 sets no TCP keepalive or user timeout on PostgreSQL or MySQL connections
 //!   and has no option for them (its sockets are made inside sqlx-core's `net` module,
-//!   which sets only `TCP_NODELAY`): the bounds here are the runtime's own.
+//!   which sets only `TCP_NODELAY`): the bounds here are the runtime's own. The server's
+//!   side can be told, though: on the PostgreSQL connections the runtime opens, the
+//!   session's `tcp_keepalives_*` and `tcp_user_timeout` ([`pg_server_timeouts`]) make
+//!   the server drop a connection whose client went silent within about a lease, and
+//!   with it the locks of a transaction left open there (which would otherwise hold up
+//!   the retried statement). MySQL/MariaDB has no such session settings.
 //!
 //! A pool the application hands over (`postgres_pool`, `mysql_pool`) keeps its own
 //! options: its statements are bounded, but a connection abandoned on a silent network
@@ -67,8 +72,8 @@ pub(crate) struct Abandoned {
     base: Instant,
     /// Until when (ms since `base`) released connections are pinged with a bound.
     alert_until_ms: AtomicU64,
-    /// How long that is after each abandoned statement.
-    alert: Duration,
+    /// How long that is after each abandoned statement: the statement bound.
+    statement: Duration,
     /// The bound on those pings.
     pub(crate) ping: Duration,
 }
@@ -79,7 +84,7 @@ impl Abandoned {
         Abandoned {
             base: Instant::now(),
             alert_until_ms: AtomicU64::new(0),
-            alert: statement,
+            statement,
             ping: ping_bound(statement),
         }
     }
@@ -93,7 +98,7 @@ impl Abandoned {
     fn note(&self) {
         let until = self
             .now_ms()
-            .saturating_add(u64::try_from(self.alert.as_millis()).unwrap_or(u64::MAX));
+            .saturating_add(u64::try_from(self.statement.as_millis()).unwrap_or(u64::MAX));
         self.alert_until_ms.fetch_max(until, Ordering::AcqRel);
     }
 
@@ -116,6 +121,26 @@ async fn bounded_ping<C: sqlx::Connection>(
             format!("the connection did not answer a ping within {bound:?}; closing it"),
         ))),
     }
+}
+
+/// PostgreSQL connect options with the server's side of each connection bounded, for
+/// statements bounded by `abandoned`'s bound: TCP keepalives after that many seconds
+/// idle (at least 1), every as many, three unanswered ending the connection; and a TCP
+/// user timeout of four bounds (the lease) on data the server sent that the client does
+/// not acknowledge. A client that answers is never affected.
+#[cfg(feature = "postgres")]
+pub(crate) fn pg_server_timeouts(
+    options: sqlx::postgres::PgConnectOptions,
+    abandoned: &Abandoned,
+) -> sqlx::postgres::PgConnectOptions {
+    let keepalive = abandoned.statement.as_secs().max(1).to_string();
+    let user_timeout = (abandoned.statement * 4).as_millis().to_string();
+    options.options([
+        ("tcp_keepalives_idle", keepalive.clone()),
+        ("tcp_keepalives_interval", keepalive),
+        ("tcp_keepalives_count", "3".to_string()),
+        ("tcp_user_timeout", user_timeout),
+    ])
 }
 
 /// `options` with the pings that sqlx makes around handing out and taking back a

@@ -67,7 +67,10 @@ impl PostgresStore {
         max_connections: u32,
         abandoned: Option<std::sync::Arc<super::bounded::Abandoned>>,
     ) -> Result<Self> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        if let Some(abandoned) = &abandoned {
+            options = super::bounded::pg_server_timeouts(options, abandoned);
+        }
         let target = super::reach::server_target(
             options.get_username(),
             options.get_host(),
