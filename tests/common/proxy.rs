@@ -7,8 +7,11 @@
 //! - `stall` stops moving bytes while keeping connections open (a black hole: statements
 //!   hang) until `restore`;
 //! - `black_hole` silences every connection open now, for ever (what they send is
-//!   swallowed, nothing comes back, they are never closed), while new ones pass: a
-//!   failover that moved an address, a firewall or conntrack flush;
+//!   swallowed, nothing comes back, they are never closed, not even when the client
+//!   closes its end), while new ones pass: a failover that moved an address, a firewall
+//!   or conntrack flush; `black_hole_noticed_after` the same, but the server's side of
+//!   each silenced connection is reset after a while, as the server's own TCP keepalive
+//!   would (this proxy acknowledges every byte, so the server cannot find out itself);
 //! - `set_latency` delays every chunk forwarded, either way, by a settable time;
 //! - `restore` goes back to forwarding (the latency stays until set to zero; connections
 //!   black-holed stay silent).
@@ -40,6 +43,8 @@ struct State {
     latency: Duration,
     /// Connections numbered below this one (in the order accepted) are black-holed.
     silent_below: u64,
+    /// When the server's side of a black-holed connection is reset, if ever.
+    noticed_at: Option<tokio::time::Instant>,
 }
 
 /// A running proxy; stops when dropped.
@@ -61,6 +66,7 @@ impl Proxy {
             epoch: 0,
             latency: Duration::ZERO,
             silent_below: 0,
+            noticed_at: None,
         });
         let state = Arc::new(state);
         let accepting = state.clone();
@@ -146,7 +152,21 @@ impl Proxy {
     /// connections pass as before.
     pub fn black_hole(&self) {
         let below = self.accepted.load(Ordering::SeqCst);
-        self.state.send_modify(|state| state.silent_below = below);
+        self.state.send_modify(|state| {
+            state.silent_below = below;
+            state.noticed_at = None;
+        });
+    }
+
+    /// As `black_hole`, but each connection silenced is reset (both ways) `after` this
+    /// long: the server found out through its TCP keepalive.
+    pub fn black_hole_noticed_after(&self, after: Duration) {
+        let below = self.accepted.load(Ordering::SeqCst);
+        let at = tokio::time::Instant::now() + after;
+        self.state.send_modify(|state| {
+            state.silent_below = below;
+            state.noticed_at = Some(at);
+        });
     }
 
     /// Forwards again (after `cut` or `stall`; black-holed connections stay silent).
@@ -204,6 +224,9 @@ async fn one_way(
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        if silent(&state.borrow(), conn) {
+            return swallow(from, to, state, conn).await;
+        }
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
                 // The other side of a black hole never learns that this one closed.
@@ -228,7 +251,7 @@ async fn one_way(
                 return drop_with_reset(to);
             }
             if silent(&now, conn) {
-                break None;
+                return swallow(from, to, state, conn).await;
             }
             match now.mode {
                 Mode::Stall => {
@@ -236,11 +259,8 @@ async fn one_way(
                         return;
                     }
                 }
-                _ => break Some(now.latency),
+                _ => break now.latency,
             }
-        };
-        let Some(latency) = latency else {
-            continue;
         };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -251,15 +271,55 @@ async fn one_way(
     }
 }
 
-/// Keeps `to` open, silent, until the connection is cut or reset (or the proxy dropped).
+/// A black-holed direction: reads and drops what comes, writes nothing, until the
+/// connection is cut, reset, or noticed.
+async fn swallow(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    to: tokio::net::tcp::OwnedWriteHalf,
+    mut state: watch::Receiver<State>,
+    conn: Conn,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let noticed_at = state.borrow().noticed_at;
+        tokio::select! {
+            read = from.read(&mut buf) => if matches!(read, Ok(0) | Err(_)) {
+                return hold_until_dropped(to, state, conn).await;
+            },
+            changed = state.changed() => {
+                if changed.is_err() || dropped(&state.borrow(), conn) {
+                    return drop_with_reset(to);
+                }
+            }
+            _ = noticed(noticed_at) => return drop_with_reset(to),
+        }
+    }
+}
+
+/// Waits until `at`; for ever when `None`.
+async fn noticed(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps `to` open, silent, until the connection is cut, reset or noticed (or the proxy
+/// dropped).
 async fn hold_until_dropped(
     to: tokio::net::tcp::OwnedWriteHalf,
     mut state: watch::Receiver<State>,
     conn: Conn,
 ) {
     loop {
-        if state.changed().await.is_err() || dropped(&state.borrow(), conn) {
-            return drop_with_reset(to);
+        let noticed_at = state.borrow().noticed_at;
+        tokio::select! {
+            changed = state.changed() => {
+                if changed.is_err() || dropped(&state.borrow(), conn) {
+                    return drop_with_reset(to);
+                }
+            }
+            _ = noticed(noticed_at) => return drop_with_reset(to),
         }
     }
 }
