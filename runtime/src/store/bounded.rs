@@ -75,6 +75,7 @@ pub(crate) struct Abandoned {
     /// How long that is after each abandoned statement: the statement bound.
     statement: Duration,
     /// The bound on those pings.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) ping: Duration,
 }
 
