@@ -191,20 +191,33 @@ impl Bounded {
         }
     }
 
-    /// Runs `statement` within the bound; abandons it (drops it, with its connection)
-    /// when no answer came in time.
+    /// Runs `statement` within the bound; see [`within`].
     async fn within<T>(&self, what: &'static str, statement: Statement<'_, T>) -> Result<T> {
-        let mut statement = statement;
-        match tokio::time::timeout(self.bound, &mut statement).await {
-            Ok(done) => done,
-            Err(_) => {
-                // Noted before the statement's connection is dropped (and released).
-                self.abandoned.note();
-                drop(statement);
-                crate::log::warn!(statement = what, bound = ?self.bound,
-                    "a statement got no answer within its bound; abandoned, its connection closed");
-                Err(Error::NoAnswer(self.bound))
-            }
+        within(self.bound, &self.abandoned, what, statement).await
+    }
+}
+
+/// Runs `statement` within `bound`; abandons it (drops it, with its connection) when no
+/// answer came in time, noting it in `abandoned` first.
+async fn within<T>(
+    bound: Duration,
+    abandoned: &Abandoned,
+    what: &'static str,
+    statement: Statement<'_, T>,
+) -> Result<T> {
+    let mut statement = statement;
+    match tokio::time::timeout(bound, &mut statement).await {
+        Ok(done) => done,
+        Err(_) => {
+            // Noted before the statement's connection is dropped (and released).
+            abandoned.note();
+            drop(statement);
+            crate::log::warn!(
+                statement = what,
+                ?bound,
+                "a statement got no answer within its bound; abandoned, its connection closed"
+            );
+            Err(Error::NoAnswer(bound))
         }
     }
 }
@@ -469,6 +482,40 @@ mod tests {
             Duration::from_millis(250)
         );
         assert_eq!(ping_bound(Duration::from_secs(30)), Duration::from_secs(1));
+    }
+
+    /// Dropped with the statement's future: whether the abandonment was noted by then
+    /// (so that the connection released by the drop is pinged with a bound).
+    struct Connection<'a>(&'a Abandoned, &'a std::sync::atomic::AtomicBool);
+
+    impl Drop for Connection<'_> {
+        fn drop(&mut self) {
+            self.1.store(self.0.alerted(), Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_statement_without_an_answer_is_abandoned_at_its_bound_after_the_alert() {
+        let abandoned = Abandoned::new(Duration::from_secs(60));
+        let alerted_at_drop = std::sync::atomic::AtomicBool::new(false);
+        let statement: Statement<'_, ()> = Box::pin(async {
+            let _conn = Connection(&abandoned, &alerted_at_drop);
+            std::future::pending::<Result<()>>().await
+        });
+        let started = tokio::time::Instant::now();
+        let bound = Duration::from_secs(1);
+        let result = within(bound, &abandoned, "test", statement).await;
+        assert!(
+            matches!(result, Err(Error::NoAnswer(b)) if b == bound),
+            "{result:?}"
+        );
+        assert_eq!(started.elapsed(), bound);
+        assert!(alerted_at_drop.load(Ordering::SeqCst));
+        // An answer in time is returned as it is, and alerts nothing.
+        let quiet = Abandoned::new(Duration::from_secs(60));
+        let answered = within(bound, &quiet, "test", Box::pin(async { Ok(7) })).await;
+        assert_eq!(answered.unwrap(), 7);
+        assert!(!quiet.alerted());
     }
 
     #[test]
