@@ -608,10 +608,15 @@ async fn main() -> anyhow::Result<()> {
     }
 
     serve(&rt, receipts, &args).await?;
-    let report = rt.shutdown().await?;
-    println!(
-        "stopped finished={} released={} unwritten={}",
-        report.finished, report.released, report.unwritten
-    );
+    match rt.shutdown().await {
+        Ok(report) => println!(
+            "stopped finished={} released={} unwritten={}",
+            report.finished, report.released, report.unwritten
+        ),
+        // Shutdown returned within its bound but could not hand the records back: the
+        // database did not answer in time (a stall, or locks held by a session that went
+        // silent). It stopped all the same; the records run again once their leases end.
+        Err(error) => println!("stopped without handing records back: {error}"),
+    }
     Ok(())
 }

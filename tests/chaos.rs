@@ -1,8 +1,9 @@
 //! Issue 8, proof by fault injection: three worker processes (`examples/chaos.rs`), each
 //! behind a TCP fault proxy of its own, and a fourth process submitting a steady stream of
 //! calls, while a seeded schedule SIGKILLs and SIGTERMs instances and restarts them, cuts
-//! (refuses) and black-holes (stalls) an instance's database connections for less and for
-//! more than the lease, resets them, adds latency, and restarts an instance with its clock
+//! (refuses) and stalls an instance's database connections for less and for more than the
+//! lease, black-holes them (those open go silent for ever, new ones pass; the server
+//! notices after one to three leases), resets them, adds latency, and restarts an instance with its clock
 //! off by more than the lease. Then everything is restored, the queue drains, and every
 //! instance runs requests of its own. The checker (`tests/chaos/checker.rs`) reads the
 //! bodies' history, the receipts and the fault log and proves the promises held.

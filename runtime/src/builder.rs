@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::listeners::{ListenerSet, OutcomeEvent};
 use crate::runtime::Runtime;
 use crate::settings::{Settings, TestMode};
+use crate::store::bounded::{statement_bound, Abandoned, Bounded};
 use crate::store::Store;
 
 /// Configures and starts a [`Runtime`]. Every setting has a default that works.
@@ -331,7 +332,14 @@ impl Builder {
     /// Connects, migrates, checks the executors (two with one name are an error), starts the
     /// workers and sweeps, and installs the runtime as the global one.
     pub async fn start(self) -> Result<Runtime> {
-        Runtime::start_with(self.settings, self.data, self.store, self.listeners).await
+        let store = self.store.map(|store| {
+            bound(
+                store,
+                &self.settings,
+                Arc::new(Abandoned::new(statement_bound(self.settings.lease))),
+            )
+        });
+        Runtime::start_with(self.settings, self.data, store, self.listeners).await
     }
 }
 
@@ -353,8 +361,34 @@ fn compiled_schemes() -> String {
     )
 }
 
-/// Opens the store that the URL names.
+/// `store`, each of its statements bounded by [`statement_bound`] of the lease, when it
+/// talks to a server over the network (SQLite's statements wait only for its lock, which
+/// `sqlite_busy_timeout` bounds).
+fn bound(store: Arc<dyn Store>, settings: &Settings, abandoned: Arc<Abandoned>) -> Arc<dyn Store> {
+    if store.backend_name() == "Sqlite" {
+        return store;
+    }
+    Arc::new(Bounded::new(
+        store,
+        statement_bound(settings.lease),
+        abandoned,
+    ))
+}
+
+/// Opens the store that the URL names; over the network, its statements bounded and its
+/// pool's pings too (see `store::bounded`).
 pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
+    let abandoned = Arc::new(Abandoned::new(statement_bound(settings.lease)));
+    let opened = open(settings, abandoned.clone()).await?;
+    Ok(bound(opened, settings, abandoned))
+}
+
+/// Opens the store that the URL names, its pool's pings bounded by `abandoned`.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql")),
+    allow(unused_variables)
+)]
+async fn open(settings: &Settings, abandoned: Arc<Abandoned>) -> Result<Arc<dyn Store>> {
     let url = settings.database_url.as_str();
     let scheme = url.split(':').next().unwrap_or_default();
     let max = settings.max_connections;
@@ -371,13 +405,13 @@ pub(crate) async fn connect(settings: &Settings) -> Result<Arc<dyn Store>> {
         )),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(
-            crate::store::postgres::PostgresStore::connect(url, max).await?,
+            crate::store::postgres::PostgresStore::open(url, max, Some(abandoned)).await?,
         )),
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" => {
             let url = url.replacen("mariadb:", "mysql:", 1);
             Ok(Arc::new(
-                crate::store::mysql::MySqlStore::connect(&url, max).await?,
+                crate::store::mysql::MySqlStore::open(&url, max, Some(abandoned)).await?,
             ))
         }
         _ => Err(Error::UnsupportedUrl(

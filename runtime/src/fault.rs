@@ -11,6 +11,8 @@ use crate::error::Error;
 pub(crate) fn is_transient(error: &Error) -> bool {
     match error {
         Error::Database(error) => is_transient_sqlx(error),
+        // A statement abandoned after its bound: the network, not the data.
+        Error::NoAnswer(_) => true,
         _ => false,
     }
 }

@@ -1,8 +1,10 @@
 //! [`Runtime::health`]: whether this instance can do its work. The store answers a cheap
 //! statement (the database's clock, as the clock part reads it) within a short timeout;
 //! every background part is alive and was active within a few of its intervals (see
-//! `pulse.rs`); and the oldest due request waiting to run is younger than
-//! [`Settings::health_backlog_threshold`](crate::Settings::health_backlog_threshold).
+//! `pulse.rs`); the oldest due request waiting to run is younger than
+//! [`Settings::health_backlog_threshold`](crate::Settings::health_backlog_threshold); and
+//! the oldest outcome waiting to be written is younger than the bound on one statement
+//! ([`statement_bound`](crate::statement_bound) of the lease).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -23,7 +25,10 @@ pub enum HealthStatus {
     /// Everything checked is fine.
     Ok,
     /// The instance works, but the backlog is older than the threshold: requests wait
-    /// longer than they should (too few workers, or a paused executor). Still ready.
+    /// longer than they should (too few workers, or a paused executor); or an outcome
+    /// has waited longer than one statement may take to be written (its writes get no
+    /// answer, or wait for locks: its lease, and so the body's single run, is at risk).
+    /// Still ready.
     Degraded,
     /// The instance cannot do its work: it was shut down, the store does not answer, or a
     /// background part is dead or stuck. Not ready.
@@ -58,6 +63,23 @@ pub struct Health {
     pub parts: Vec<PartHealth>,
     /// The oldest request waiting to run.
     pub backlog: BacklogHealth,
+    /// The oldest outcome waiting to be written.
+    pub outcomes: OutcomesHealth,
+}
+
+/// The oldest outcome of a body that ran here and is not written yet (queued for the
+/// completer, or being written), against the bound on one statement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct OutcomesHealth {
+    /// How long the oldest unwritten outcome has waited, in milliseconds; `None` when
+    /// none waits.
+    pub oldest_unwritten_ms: Option<u64>,
+    /// The threshold, in milliseconds: [`statement_bound`](crate::statement_bound) of the
+    /// lease (for SQLite too, whose writes wait only for its lock).
+    pub threshold_ms: u64,
+    /// The oldest unwritten outcome is older than the threshold.
+    pub over_threshold: bool,
 }
 
 /// Whether the store answered a cheap statement within [`HEALTH_PROBE_TIMEOUT`].
@@ -118,7 +140,7 @@ impl Health {
         let parts_fine = self.parts.iter().all(|p| p.alive && !p.stale);
         self.status = if self.shut_down || !self.store.reachable || !parts_fine {
             HealthStatus::Down
-        } else if self.backlog.over_threshold {
+        } else if self.backlog.over_threshold || self.outcomes.over_threshold {
             HealthStatus::Degraded
         } else {
             HealthStatus::Ok
@@ -187,6 +209,15 @@ impl Runtime {
                     .is_some_and(|age| age > backlog.threshold_ms);
             }
         }
+        let outcomes = {
+            let threshold = millis(crate::store::bounded::statement_bound(inner.settings.lease));
+            let oldest = inner.completer.oldest_unwritten().map(millis);
+            OutcomesHealth {
+                oldest_unwritten_ms: oldest,
+                threshold_ms: threshold,
+                over_threshold: oldest.is_some_and(|age| age > threshold),
+            }
+        };
         let parts = inner
             .pulses
             .snapshot()
@@ -207,6 +238,7 @@ impl Runtime {
             store,
             parts,
             backlog,
+            outcomes,
         };
         health.verdict();
         health
@@ -249,6 +281,11 @@ mod tests {
                 threshold_ms: 1000,
                 over_threshold: false,
             },
+            outcomes: OutcomesHealth {
+                oldest_unwritten_ms: Some(10),
+                threshold_ms: 1000,
+                over_threshold: false,
+            },
         }
     }
 
@@ -263,6 +300,10 @@ mod tests {
         assert_eq!(verdict(|_| {}), (HealthStatus::Ok, true));
         assert_eq!(
             verdict(|h| h.backlog.over_threshold = true),
+            (HealthStatus::Degraded, true)
+        );
+        assert_eq!(
+            verdict(|h| h.outcomes.over_threshold = true),
             (HealthStatus::Degraded, true)
         );
         assert_eq!(verdict(|h| h.shut_down = true), (HealthStatus::Down, false));

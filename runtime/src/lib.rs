@@ -99,7 +99,8 @@ pub use data::Data;
 pub use data::DataNeed;
 pub use error::{Error, Result};
 pub use health::{
-    BacklogHealth, Health, HealthStatus, PartHealth, StoreHealth, HEALTH_PROBE_TIMEOUT,
+    BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
+    HEALTH_PROBE_TIMEOUT,
 };
 pub use heartbeat::{Heartbeat, HeartbeatReport};
 pub use instances::{ExecutorSign, InstanceInfo};
@@ -122,6 +123,7 @@ pub use retention::{Retention, RetentionReport};
 pub use retrier::{Retrier, RetryReport};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use settings::{Settings, SqliteSynchronous, TestMode};
+pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
 pub use strategy::Strategy;
 pub use submit::DrainReport;

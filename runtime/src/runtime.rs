@@ -100,9 +100,11 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-/// How long shutdown waits for each background part (the completer writing the last
-/// outcomes, the producer, the sweeps) to stop before it aborts it.
-const PART_STOP_PATIENCE: Duration = Duration::from_secs(15);
+/// How many statement bounds ([`statement_bound`](crate::statement_bound) of the lease)
+/// shutdown waits, all together, for the background parts (the completer writing the last
+/// outcomes, the producer, the sweeps) to stop before it aborts those left: a write
+/// abandoned after one bound is tried again once on a new connection.
+const PART_STOP_BOUNDS: u32 = 2;
 
 static GLOBAL: RwLock<Option<Runtime>> = RwLock::new(None);
 
@@ -331,7 +333,10 @@ impl Runtime {
     /// for running bodies, then stops the rest; writes every outcome it can; hands every
     /// other record this instance holds back to the queue at once (no lease expiry, no
     /// attempt counted), and uninstalls itself as the global runtime. Every wait is
-    /// bounded: it returns even when the database is gone (then it says so).
+    /// bounded: it returns even when the database is gone or its connections went silent
+    /// (then it says so), within `shutdown_grace`, plus 5 s when bodies had to be stopped,
+    /// plus three statement bounds ([`statement_bound`](crate::statement_bound) of the
+    /// lease: two for the parts to stop, one to hand the records back).
     pub async fn shutdown(&self) -> Result<ShutdownReport> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -350,12 +355,11 @@ impl Runtime {
         inner.completer_stop.cancel();
         let tasks: Vec<JoinHandle<()>> =
             std::mem::take(&mut *inner.tasks.lock().expect("tasks lock"));
+        let parts_stop_by = tokio::time::Instant::now()
+            + crate::store::bounded::statement_bound(inner.settings.lease) * PART_STOP_BOUNDS;
         for task in tasks {
             let abort = task.abort_handle();
-            if tokio::time::timeout(PART_STOP_PATIENCE, task)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout_at(parts_stop_by, task).await.is_err() {
                 crate::log::error!("a runtime part did not stop in time; aborting it");
                 abort.abort();
             }

@@ -55,8 +55,11 @@ pub enum FaultKind {
     Refuse,
     /// Connections dropped (reset) again and again for a while; new ones accepted.
     Reset,
-    /// A black hole: nothing moves for a while.
+    /// A stall: nothing moves for a while, on any connection, new ones too.
     Stall,
+    /// A black hole: the connections open then go silent for ever (until the server
+    /// notices); new ones pass.
+    BlackHole,
     /// Every chunk delayed.
     Latency,
     /// Restarted with a skewed clock (the restart is logged as its own `Term`).
@@ -372,7 +375,8 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
                         FaultKind::Kill => "its instance was killed",
                         FaultKind::Term => "its instance was stopped (SIGTERM)",
                         FaultKind::Refuse => "its instance was cut off",
-                        FaultKind::Stall => "its instance was black-holed",
+                        FaultKind::Stall => "its instance was stalled",
+                        FaultKind::BlackHole => "its instance's connections were black-holed",
                         _ => "its instance's connections were reset",
                     })
                     .or_else(|| {

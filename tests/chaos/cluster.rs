@@ -375,6 +375,16 @@ impl Cluster {
                 proxy.restore();
                 self.fault(FaultKind::Stall, &slot, t0, format!("{ms} ms"));
             }
+            Action::BlackHole { notice_ms } => {
+                proxy.black_hole_noticed_after(Duration::from_millis(notice_ms));
+                tokio::time::sleep(Duration::from_millis(notice_ms)).await;
+                self.fault(
+                    FaultKind::BlackHole,
+                    &slot,
+                    t0,
+                    format!("open connections silent, new ones pass; noticed after {notice_ms} ms"),
+                );
+            }
             Action::Latency { ms, delay_ms } => {
                 proxy.set_latency(Duration::from_millis(delay_ms));
                 tokio::time::sleep(Duration::from_millis(ms)).await;

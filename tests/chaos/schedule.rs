@@ -19,6 +19,9 @@ pub enum Action {
     Reset { ms: u64, every_ms: u64 },
     /// Nothing moves for `ms`.
     Stall { ms: u64 },
+    /// The connections open now go silent for ever, new ones pass; the server notices
+    /// (resets its side) after `notice_ms`, as its TCP keepalive would.
+    BlackHole { notice_ms: u64 },
     /// Every chunk delayed by `delay_ms`, for `ms`.
     Latency { ms: u64, delay_ms: u64 },
     /// SIGTERM, then a restart with the clock off by `offset_ms`.
@@ -73,6 +76,9 @@ fn draw(rng: &mut StdRng, kind: usize, lease_ms: u64, skews: &mut i64) -> Action
             ms: rng.gen_range(2_000..=6_000),
             delay_ms: rng.gen_range(10..=150),
         },
+        9 => Action::BlackHole {
+            notice_ms: rng.gen_range(lease_ms..=lease_ms * 3),
+        },
         _ => {
             // More than the lease, ahead and behind in turn.
             *skews += 1;
@@ -87,7 +93,7 @@ fn draw(rng: &mut StdRng, kind: usize, lease_ms: u64, skews: &mut i64) -> Action
 /// The schedule for `secs` seconds of faults on three instances.
 pub fn plan(seed: u64, secs: u64, lease_ms: u64) -> Vec<Planned> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut first: Vec<usize> = (0..9).collect();
+    let mut first: Vec<usize> = (0..10).collect();
     first.shuffle(&mut rng);
     let mut skews = 0;
     let mut plan = Vec::new();
@@ -106,7 +112,8 @@ pub fn plan(seed: u64, secs: u64, lease_ms: u64) -> Vec<Planned> {
                 46..=57 => 4,
                 58..=69 => 5,
                 70..=81 => 6,
-                82..=95 => 7,
+                82..=89 => 7,
+                90..=97 => 9,
                 _ => 8,
             },
         };
@@ -139,6 +146,7 @@ mod tests {
         assert!(has(&|a| matches!(a, Action::Stall { ms } if *ms > 3_000)));
         assert!(has(&|a| matches!(a, Action::Reset { .. })));
         assert!(has(&|a| matches!(a, Action::Latency { .. })));
+        assert!(has(&|a| matches!(a, Action::BlackHole { .. })));
         assert!(has(
             &|a| matches!(a, Action::Skew { offset_ms } if offset_ms.abs() > 3_000)
         ));

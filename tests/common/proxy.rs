@@ -6,10 +6,18 @@
 //!   ones: the connections break, the database stays reachable;
 //! - `stall` stops moving bytes while keeping connections open (a black hole: statements
 //!   hang) until `restore`;
+//! - `black_hole` silences every connection open now, for ever (what they send is
+//!   swallowed, nothing comes back, they are never closed, not even when the client
+//!   closes its end), while new ones pass: a failover that moved an address, a firewall
+//!   or conntrack flush; `black_hole_noticed_after` the same, but the server's side of
+//!   each silenced connection is reset after a while, as the server's own TCP keepalive
+//!   would (this proxy acknowledges every byte, so the server cannot find out itself);
 //! - `set_latency` delays every chunk forwarded, either way, by a settable time;
-//! - `restore` goes back to forwarding (the latency stays until set to zero).
+//! - `restore` goes back to forwarding (the latency stays until set to zero; connections
+//!   black-holed stay silent).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,12 +41,18 @@ struct State {
     epoch: u64,
     /// Added before each chunk is written on.
     latency: Duration,
+    /// Connections numbered below this one (in the order accepted) are black-holed.
+    silent_below: u64,
+    /// When the server's side of a black-holed connection is reset, if ever.
+    noticed_at: Option<tokio::time::Instant>,
 }
 
 /// A running proxy; stops when dropped.
 pub struct Proxy {
     addr: SocketAddr,
     state: Arc<watch::Sender<State>>,
+    /// How many connections were accepted: the number of the next one.
+    accepted: Arc<AtomicU64>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -51,9 +65,13 @@ impl Proxy {
             mode: Mode::Forward,
             epoch: 0,
             latency: Duration::ZERO,
+            silent_below: 0,
+            noticed_at: None,
         });
         let state = Arc::new(state);
         let accepting = state.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counting = accepted.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -65,9 +83,13 @@ impl Proxy {
                     continue;
                 }
                 let state = accepting.subscribe();
+                let conn = Conn {
+                    epoch: now.epoch,
+                    number: counting.fetch_add(1, Ordering::SeqCst),
+                };
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(upstream).await {
-                        pipe(client, server, state, now.epoch).await;
+                        pipe(client, server, state, conn).await;
                     }
                 });
             }
@@ -75,6 +97,7 @@ impl Proxy {
         Proxy {
             addr,
             state,
+            accepted,
             accept,
         }
     }
@@ -124,7 +147,29 @@ impl Proxy {
         self.set(Mode::Stall);
     }
 
-    /// Forwards again (after `cut` or `stall`).
+    /// Silences every connection open now, for ever: what they send is swallowed, nothing
+    /// comes back, and they stay open (until `cut`, `reset` or the proxy's drop). New
+    /// connections pass as before.
+    pub fn black_hole(&self) {
+        let below = self.accepted.load(Ordering::SeqCst);
+        self.state.send_modify(|state| {
+            state.silent_below = below;
+            state.noticed_at = None;
+        });
+    }
+
+    /// As `black_hole`, but each connection silenced is reset (both ways) `after` this
+    /// long: the server found out through its TCP keepalive.
+    pub fn black_hole_noticed_after(&self, after: Duration) {
+        let below = self.accepted.load(Ordering::SeqCst);
+        let at = tokio::time::Instant::now() + after;
+        self.state.send_modify(|state| {
+            state.silent_below = below;
+            state.noticed_at = Some(at);
+        });
+    }
+
+    /// Forwards again (after `cut` or `stall`; black-holed connections stay silent).
     pub fn restore(&self) {
         self.set(Mode::Forward);
     }
@@ -142,48 +187,71 @@ impl Drop for Proxy {
     }
 }
 
-/// Moves bytes both ways while the mode is `Forward`; holds them during `Stall`; drops
-/// both sockets on `Cut` or when `reset` starts a new epoch.
-async fn pipe(client: TcpStream, server: TcpStream, state: watch::Receiver<State>, epoch: u64) {
+/// Which connection a pipe carries: the epoch it was opened in, and its number.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    epoch: u64,
+    number: u64,
+}
+
+/// Moves bytes both ways while the mode is `Forward`; holds them during `Stall`; swallows
+/// them once black-holed; drops both sockets on `Cut` or when `reset` starts a new epoch.
+async fn pipe(client: TcpStream, server: TcpStream, state: watch::Receiver<State>, conn: Conn) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = tokio::spawn(one_way(client_read, server_write, state.clone(), epoch));
-    let down = tokio::spawn(one_way(server_read, client_write, state, epoch));
+    let up = tokio::spawn(one_way(client_read, server_write, state.clone(), conn));
+    let down = tokio::spawn(one_way(server_read, client_write, state, conn));
     let _ = tokio::join!(up, down);
 }
 
-/// Whether a connection of `epoch` is to be dropped now.
-fn dropped(state: &State, epoch: u64) -> bool {
-    state.mode == Mode::Cut || state.epoch != epoch
+/// Whether `conn` is to be dropped now.
+fn dropped(state: &State, conn: Conn) -> bool {
+    state.mode == Mode::Cut || state.epoch != conn.epoch
+}
+
+/// Whether `conn` is black-holed.
+fn silent(state: &State, conn: Conn) -> bool {
+    conn.number < state.silent_below
 }
 
 async fn one_way(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut state: watch::Receiver<State>,
-    epoch: u64,
+    conn: Conn,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        if silent(&state.borrow(), conn) {
+            return swallow(from, to, state, conn).await;
+        }
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
+                // The other side of a black hole never learns that this one closed.
+                Ok(0) | Err(_) if silent(&state.borrow(), conn) => {
+                    return hold_until_dropped(to, state, conn).await
+                }
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
             changed = state.changed() => {
-                if changed.is_err() || dropped(&state.borrow(), epoch) {
+                if changed.is_err() || dropped(&state.borrow(), conn) {
                     return drop_with_reset(to);
                 }
                 continue;
             }
         };
-        // Hold the bytes while stalled; give up the connection when cut or reset.
+        // Hold the bytes while stalled; swallow them once black-holed; give up the
+        // connection when cut or reset.
         let latency = loop {
             let now = *state.borrow_and_update();
-            if dropped(&now, epoch) {
+            if dropped(&now, conn) {
                 return drop_with_reset(to);
+            }
+            if silent(&now, conn) {
+                return swallow(from, to, state, conn).await;
             }
             match now.mode {
                 Mode::Stall => {
@@ -199,6 +267,59 @@ async fn one_way(
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
+        }
+    }
+}
+
+/// A black-holed direction: reads and drops what comes, writes nothing, until the
+/// connection is cut, reset, or noticed.
+async fn swallow(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    to: tokio::net::tcp::OwnedWriteHalf,
+    mut state: watch::Receiver<State>,
+    conn: Conn,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let noticed_at = state.borrow().noticed_at;
+        tokio::select! {
+            read = from.read(&mut buf) => if matches!(read, Ok(0) | Err(_)) {
+                return hold_until_dropped(to, state, conn).await;
+            },
+            changed = state.changed() => {
+                if changed.is_err() || dropped(&state.borrow(), conn) {
+                    return drop_with_reset(to);
+                }
+            }
+            _ = noticed(noticed_at) => return drop_with_reset(to),
+        }
+    }
+}
+
+/// Waits until `at`; for ever when `None`.
+async fn noticed(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps `to` open, silent, until the connection is cut, reset or noticed (or the proxy
+/// dropped).
+async fn hold_until_dropped(
+    to: tokio::net::tcp::OwnedWriteHalf,
+    mut state: watch::Receiver<State>,
+    conn: Conn,
+) {
+    loop {
+        let noticed_at = state.borrow().noticed_at;
+        tokio::select! {
+            changed = state.changed() => {
+                if changed.is_err() || dropped(&state.borrow(), conn) {
+                    return drop_with_reset(to);
+                }
+            }
+            _ = noticed(noticed_at) => return drop_with_reset(to),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! linger are constants, and how many batches it writes at once is the store's.
 
 mod isolate;
+mod pending;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,10 @@ use crate::record::RequestId;
 use crate::store::{Completion, Store};
 
 use isolate::{write_isolating, Backoff, Written};
+use pending::{Pending, Stamp};
+
+/// An outcome queued, with when.
+type Queued = (Completion, Stamp);
 
 /// The most completions written in one transaction. (SQLite drains measured 1.05x and
 /// 1.07x of the hand-written queue with 1,024, 1.02x and 0.98x with 256; PostgreSQL and
@@ -41,14 +46,14 @@ const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(10);
 /// The sending side, held by the executor (and the runtime, to wait for writes).
 #[derive(Debug)]
 pub(crate) struct Completer {
-    tx: mpsc::UnboundedSender<Completion>,
+    tx: mpsc::UnboundedSender<Queued>,
     outcomes: Arc<Outcomes>,
 }
 
 /// The receiving side, moved into the completer task.
 #[derive(Debug)]
 pub(crate) struct CompleterTask {
-    rx: mpsc::UnboundedReceiver<Completion>,
+    rx: mpsc::UnboundedReceiver<Queued>,
     outcomes: Arc<Outcomes>,
 }
 
@@ -61,6 +66,8 @@ struct Outcomes {
     listeners: Arc<Notifier>,
     /// Notified after every batch written.
     written: Notify,
+    /// The outcomes queued or being written.
+    pending: Pending,
 }
 
 impl std::fmt::Debug for Outcomes {
@@ -93,6 +100,7 @@ impl Completer {
             pool,
             listeners,
             written: Notify::new(),
+            pending: Pending::new(),
         });
         (
             Completer {
@@ -105,7 +113,18 @@ impl Completer {
 
     /// Queues an outcome for writing. Returns the request id when the completer is gone.
     pub(crate) fn send(&self, completion: Completion) -> Result<(), RequestId> {
-        self.tx.send(completion).map_err(|e| e.0.id)
+        let stamp = self.outcomes.pending.add();
+        self.tx.send((completion, stamp)).map_err(|e| {
+            self.outcomes.pending.remove([stamp]);
+            e.0 .0.id
+        })
+    }
+
+    /// How long the oldest outcome queued and not yet written (or given up) has waited;
+    /// `None` when none waits. Outcomes written inline ([`Completer::write_now`]) are
+    /// their callers' to wait for, and not counted.
+    pub(crate) fn oldest_unwritten(&self) -> Option<Duration> {
+        self.outcomes.pending.oldest_age()
     }
 
     /// Notified after every batch written (by the task or by [`Completer::write_now`]).
@@ -186,7 +205,7 @@ impl CompleterTask {
 }
 
 /// Adds queued outcomes to `batch`, up to [`BATCH`], without waiting.
-fn top_up(rx: &mut mpsc::UnboundedReceiver<Completion>, batch: &mut Vec<Completion>) {
+fn top_up(rx: &mut mpsc::UnboundedReceiver<Queued>, batch: &mut Vec<Queued>) {
     while batch.len() < BATCH {
         match rx.try_recv() {
             Ok(completion) => batch.push(completion),
@@ -212,7 +231,13 @@ async fn finish_writes(mut writes: JoinSet<()>, patience: Duration) {
 impl Outcomes {
     /// Writes a batch, isolating what the database refuses, forgets its jobs, and tells
     /// the listeners of the outcomes written.
-    async fn write_and_settle(&self, batch: Vec<Completion>) {
+    async fn write_and_settle(&self, queued: Vec<Queued>) {
+        let (batch, stamps): (Vec<Completion>, Vec<Stamp>) = queued.into_iter().unzip();
+        // Forgotten however this ends (written, or abandoned at shutdown).
+        let _waiting = Waiting {
+            pending: &self.pending,
+            stamps,
+        };
         let written: Written = write_isolating(&*self.store, &batch, Backoff::default()).await;
         self.settle(&batch);
         if written.isolated + written.unwritable > 0 {
@@ -240,6 +265,18 @@ impl Outcomes {
             self.pool.forget(completion.id, completion.attempt);
         }
         self.written.notify_waiters();
+    }
+}
+
+/// The stamps of a batch being written: forgotten when the write ends, or is dropped.
+struct Waiting<'a> {
+    pending: &'a Pending,
+    stamps: Vec<Stamp>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.pending.remove(self.stamps.drain(..));
     }
 }
 

@@ -18,6 +18,7 @@ use crate::registry::BoxFuture;
 mod alive;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
+pub(crate) mod bounded;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
 #[cfg(test)]

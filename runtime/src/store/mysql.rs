@@ -57,6 +57,16 @@ const MIGRATE_LOCK_WAIT_S: i64 = 120;
 impl MySqlStore {
     /// Connects to the database at `url` (`mysql://user:password@host:3306/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        Self::open(url, max_connections, None).await
+    }
+
+    /// [`Self::connect`]; with `abandoned`, the pool's pings are bounded (see
+    /// `store::bounded::guard_pool`).
+    pub(crate) async fn open(
+        url: &str,
+        max_connections: u32,
+        abandoned: Option<std::sync::Arc<super::bounded::Abandoned>>,
+    ) -> Result<Self> {
         let options = MySqlConnectOptions::from_str(url)?;
         let target = super::reach::server_target(
             options.get_username(),
@@ -65,9 +75,11 @@ impl MySqlStore {
             options.get_socket().map(|p| p.as_path()),
             options.get_database(),
         );
-        let open = MySqlPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .connect_with(options.clone());
+        let mut pool_options = MySqlPoolOptions::new().max_connections(max_connections.max(1));
+        if let Some(abandoned) = abandoned {
+            pool_options = super::bounded::guard_pool(pool_options, abandoned);
+        }
+        let open = pool_options.connect_with(options.clone());
         let pool = super::reach::open_pool::<sqlx::MySqlConnection, _>(
             open,
             &options,

@@ -59,7 +59,20 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        Self::open(url, max_connections, None).await
+    }
+
+    /// [`Self::connect`]; with `abandoned`, the pool's pings are bounded (see
+    /// `store::bounded::guard_pool`).
+    pub(crate) async fn open(
+        url: &str,
+        max_connections: u32,
+        abandoned: Option<std::sync::Arc<super::bounded::Abandoned>>,
+    ) -> Result<Self> {
+        let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+        if let Some(abandoned) = &abandoned {
+            options = super::bounded::pg_server_timeouts(options, abandoned);
+        }
         let target = super::reach::server_target(
             options.get_username(),
             options.get_host(),
@@ -67,9 +80,11 @@ impl PostgresStore {
             options.get_socket().map(|p| p.as_path()),
             options.get_database(),
         );
-        let open = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .connect_with(options.clone());
+        let mut pool_options = PgPoolOptions::new().max_connections(max_connections.max(1));
+        if let Some(abandoned) = abandoned {
+            pool_options = super::bounded::guard_pool(pool_options, abandoned);
+        }
+        let open = pool_options.connect_with(options.clone());
         let pool =
             super::reach::open_pool::<sqlx::PgConnection, _>(open, &options, "PostgreSQL", &target)
                 .await?;

@@ -1,0 +1,241 @@
+//! Issue 18, item 2: a connection that goes silent. Established connections to the
+//! database stop answering for ever while new ones work (a failover that moved an address,
+//! a firewall or conntrack flush: the proxy's `black_hole`). The outcomes of bodies that
+//! ran are still written, on new connections, within a bound, and no body runs twice;
+//! `health()` is degraded while an outcome waits too long to be written, and ok again
+//! after; `shutdown()` returns within its grace plus a bound. PostgreSQL and MariaDB
+//! (SQLite has no network).
+
+// Without a server URL set, the suites are ignored and the tests below unused.
+#![cfg_attr(
+    not(any(async_exec_test_postgres, async_exec_test_mysql)),
+    allow(dead_code, unused_imports)
+)]
+
+#[macro_use]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use async_exec::{async_exec, Context, Data, HealthStatus, Runtime};
+use common::proxy::Proxy;
+use common::{Probe, TestDb};
+
+/// Lease of the runtimes here: every statement the runtime issues is bounded by a
+/// quarter of it (1 s).
+const LEASE: Duration = Duration::from_secs(4);
+
+/// The bound on one statement, for a lease of [`LEASE`].
+const STATEMENT_BOUND: Duration = Duration::from_secs(1);
+
+/// Holds bodies until opened.
+#[derive(Debug)]
+struct Gate(tokio::sync::Semaphore);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(tokio::sync::Semaphore::new(0))
+    }
+}
+
+impl Gate {
+    fn open(&self) {
+        self.0.add_permits(1_000);
+    }
+}
+
+#[async_exec(type = SaveAsync, max_attempts = 5, timeout = "1m")]
+async fn gated(label: String, gate: Data<Gate>, probe: Data<Probe>, ctx: Context) {
+    probe.record(&label, ctx.attempt());
+    let _passed = gate.0.acquire().await;
+}
+
+const BODIES: usize = 6;
+
+fn label(i: usize) -> String {
+    format!("body{i}")
+}
+
+/// A runtime on `url` with the short lease, `BODIES` gated bodies started and holding
+/// their leases.
+async fn started_bodies(db: &TestDb, url: &str) -> Runtime {
+    let rt = db
+        .builder()
+        .database_url(url)
+        .lease(LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_secs(1))
+        .concurrency(BODIES)
+        .data(Gate::default())
+        .start()
+        .await
+        .unwrap();
+    for i in 0..BODIES {
+        gated(label(i)).on(&rt).await.unwrap();
+    }
+    let probe = rt.data::<Probe>().unwrap();
+    for i in 0..BODIES {
+        probe
+            .wait_runs_within(&label(i), 1, Duration::from_secs(20))
+            .await;
+    }
+    rt
+}
+
+/// Waits until no record is left unwritten (the bodies' outcomes deleted them), for at
+/// most `limit`; returns how long it took.
+async fn outcomes_written_within(db: &TestDb, limit: Duration) -> Duration {
+    let began = Instant::now();
+    loop {
+        let left = db.count("async_req").await;
+        if left == 0 {
+            return began.elapsed();
+        }
+        assert!(
+            began.elapsed() < limit,
+            "{left} outcome(s) still unwritten after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (a) Bodies ran; then every established connection goes silent. Their outcomes are
+/// written on new connections within a few statement bounds (not after the kernel gives
+/// up, ~15 minutes), and no body runs twice, not even after another lease.
+async fn outcomes_are_written_when_established_connections_go_silent(db: TestDb) {
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = started_bodies(&db, &url).await;
+    proxy.black_hole();
+    rt.data::<Gate>().unwrap().open();
+    let took = outcomes_written_within(&db, STATEMENT_BOUND * 10).await;
+    eprintln!("outcomes written {took:?} after the black hole");
+    // Another lease: a body whose lease ran out would have been run again by now.
+    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+    let probe = rt.data::<Probe>().unwrap();
+    for i in 0..BODIES {
+        assert_eq!(probe.attempts(&label(i)), vec![1], "{}", label(i));
+    }
+    rt.abort();
+}
+
+/// (b) While an outcome waits longer than a statement bound to be written (its rows held
+/// by another transaction), `health()` is degraded, the store reachable, and the report
+/// says how old the oldest unwritten outcome is; once written, ok again.
+async fn health_is_degraded_while_an_outcome_waits_too_long(db: TestDb) {
+    let rt = started_bodies(&db, &db.url.clone()).await;
+    assert_eq!(rt.health().await.status, HealthStatus::Ok);
+    let mut locker = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    let locked = sqlx::query("SELECT id FROM async_req FOR UPDATE")
+        .fetch_all(&mut locker)
+        .await
+        .unwrap();
+    assert_eq!(locked.len(), BODIES);
+    rt.data::<Gate>().unwrap().open();
+    let began = Instant::now();
+    let degraded = loop {
+        let health = rt.health().await;
+        if health.status == HealthStatus::Degraded {
+            break health;
+        }
+        assert_eq!(health.status, HealthStatus::Ok, "{health:#?}");
+        assert!(
+            began.elapsed() < STATEMENT_BOUND * 5,
+            "not degraded while outcomes wait: {health:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(degraded.store.reachable, "{degraded:#?}");
+    assert!(!degraded.backlog.over_threshold, "{degraded:#?}");
+    let outcomes = &degraded.outcomes;
+    assert_eq!(outcomes.threshold_ms, STATEMENT_BOUND.as_millis() as u64);
+    assert!(outcomes.over_threshold, "{degraded:#?}");
+    assert!(
+        outcomes
+            .oldest_unwritten_ms
+            .is_some_and(|age| age > outcomes.threshold_ms),
+        "{degraded:#?}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    outcomes_written_within(&db, STATEMENT_BOUND * 10).await;
+    let began = Instant::now();
+    loop {
+        let health = rt.health().await;
+        if health.status == HealthStatus::Ok {
+            assert_eq!(health.outcomes.oldest_unwritten_ms, None, "{health:#?}");
+            break;
+        }
+        assert!(
+            began.elapsed() < STATEMENT_BOUND * 5,
+            "not ok again once the outcomes were written: {health:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rt.abort();
+}
+
+/// (c) Bodies ran and every established connection went silent: `shutdown()` returns
+/// within its grace plus three statement bounds (writing the outcomes left, handing back
+/// the records), and the outcomes are written.
+async fn shutdown_returns_in_time_while_connections_are_silent(db: TestDb) {
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = started_bodies(&db, &url).await;
+    proxy.black_hole();
+    rt.data::<Gate>().unwrap().open();
+    let began = Instant::now();
+    let grace = rt.settings().shutdown_grace;
+    let bound = grace + STATEMENT_BOUND * 3;
+    let report = tokio::time::timeout(Duration::from_secs(60), rt.shutdown())
+        .await
+        .unwrap_or_else(|_| panic!("shutdown did not return within 60 s (bound {bound:?})"));
+    let took = began.elapsed();
+    eprintln!("shutdown took {took:?}: {report:?}");
+    assert!(took < bound, "shutdown took {took:?}, over {bound:?}");
+    report.unwrap();
+    outcomes_written_within(&db, Duration::from_secs(1)).await;
+}
+
+use sqlx::Connection;
+
+network_suite!(
+    outcomes_are_written_when_established_connections_go_silent,
+    health_is_degraded_while_an_outcome_waits_too_long,
+    shutdown_returns_in_time_while_connections_are_silent,
+);
+
+/// PostgreSQL: the server's side of the runtime's connections is bounded too (TCP
+/// keepalives every statement bound, three missed end the connection; a TCP user timeout
+/// of a lease), so that the server drops a silent client and the locks of a transaction
+/// it left open. (The proxy acknowledges every byte, so it cannot show the server doing
+/// it: this checks that the sessions are set so.)
+#[cfg(all(feature = "postgres", async_exec_test_postgres))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_sessions_bound_the_servers_side() {
+    let db = TestDb::new(common::Kind::Postgres).await;
+    let rt = db
+        .builder()
+        .lease(LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .data(Gate::default())
+        .start()
+        .await
+        .unwrap();
+    let mut tx = rt.begin::<async_exec::Postgres>().await.unwrap();
+    let settings: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('tcp_keepalives_idle', \
+         'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout') ORDER BY name",
+    )
+    .fetch_all(tx.conn())
+    .await
+    .unwrap();
+    let expected = [
+        ("tcp_keepalives_count", "3"),
+        ("tcp_keepalives_idle", "1"),
+        ("tcp_keepalives_interval", "1"),
+        ("tcp_user_timeout", "4000"),
+    ]
+    .map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(settings, expected);
+    tx.rollback().await.unwrap();
+    rt.shutdown().await.unwrap();
+}
