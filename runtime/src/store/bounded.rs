@@ -426,7 +426,10 @@ impl Store for Bounded {
         self.within("db_now_ms", self.inner.db_now_ms()).await
     }
 
-    async fn instance_announce(&self, a: &Announce<'_>) -> Result<()> {
+    async fn instance_announce(
+        &self,
+        a: &Announce<'_>,
+    ) -> Result<Vec<crate::instances::InstanceInfo>> {
         self.within("instance_announce", self.inner.instance_announce(a))
             .await
     }
