@@ -381,7 +381,74 @@ async fn racing_transactions_write_one_request<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Makes every insert of a request whose arguments name `poison` fail, as a constraint or
+/// a full disk would (a trigger; on PostgreSQL a trigger function).
+async fn poison_inserts(db: &TestDb) {
+    match db.kind {
+        Kind::Sqlite => {
+            db.exec(
+                "CREATE TRIGGER poison BEFORE INSERT ON async_req \
+                 WHEN NEW.param_json LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+            )
+            .await
+        }
+        Kind::MySql => {
+            db.exec(
+                "CREATE TRIGGER poison BEFORE INSERT ON async_req FOR EACH ROW \
+                 IF NEW.param_json LIKE '%poison%' THEN \
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poisoned'; END IF",
+            )
+            .await
+        }
+        Kind::Postgres => {
+            db.exec(
+                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF NEW.param_json LIKE '%poison%' THEN RAISE EXCEPTION 'poisoned'; END IF; \
+                 RETURN NEW; END $$",
+            )
+            .await;
+            db.exec(
+                "CREATE TRIGGER poison BEFORE INSERT ON async_req \
+                 FOR EACH ROW EXECUTE FUNCTION poison()",
+            )
+            .await
+        }
+    }
+}
+
+/// Issue 18 item 11: on MySQL/MariaDB and SQLite a failed statement does not end the
+/// transaction; a keyed call whose request could not be written left its key claimed
+/// (`KEY_PENDING`), and a caller that swallowed the error and committed committed it: a
+/// later `SyncSave` call with the key took it for one that ran and skipped its body (seen
+/// failing on both). The claim is undone with the failed write. On PostgreSQL the
+/// transaction is aborted and its commit is refused (item 3).
+async fn a_key_whose_request_was_not_written_is_not_committed<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    poison_inserts(&db).await;
+    let key = unique("unwritten-key");
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let failed = counted(unique("poison")).key(&key).within(&mut tx).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let committed = tx.commit().await;
+    assert_eq!(
+        committed.is_ok(),
+        db.kind != Kind::Postgres,
+        "{committed:?}"
+    );
+    assert_eq!(db.count("async_key").await, 0, "no key was committed");
+
+    let label = unique("after");
+    let receipt = sync_counted(label.clone(), false)
+        .key(&key)
+        .on(&rt)
+        .await
+        .unwrap();
+    assert_eq!(runs(&label), 1, "the body ran: {receipt:?}");
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_key_whose_request_was_not_written_is_not_committed,
     a_key_outlives_its_record,
     sync_save_checks_the_key_first,
     an_expired_key_no_longer_deduplicates,

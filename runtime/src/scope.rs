@@ -226,11 +226,11 @@ impl Scope {
                     match write.map(|write| *write) {
                         Some(SyncWrite::Key(request)) => {
                             let recorded = DB::key_record_in(tx.raw_conn(), &request).await;
-                            recorded.map_err(DB::explain)?
+                            tx.noting(recorded).map_err(DB::explain)?
                         }
                         Some(SyncWrite::Failure(request)) => {
                             let inserted = DB::insert_in(tx.raw_conn(), &request).await;
-                            receipt.id = match inserted.map_err(DB::explain)? {
+                            receipt.id = match tx.noting(inserted).map_err(DB::explain)? {
                                 Inserted::New(id) => Some(id),
                                 Inserted::Existing(id) => id,
                             };

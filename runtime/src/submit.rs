@@ -129,20 +129,24 @@ impl Writer for Autocommit {
 
 impl<DB: Backend> Writer for Tx<DB> {
     async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
-        DB::insert_in(self.raw_conn(), request).await
+        let inserted = DB::insert_in(self.raw_conn(), request).await;
+        self.noting(inserted)
     }
     async fn insert_many(
         &mut self,
         _inner: &Inner,
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
-        DB::insert_many_in(self.raw_conn(), requests).await
+        let inserted = DB::insert_many_in(self.raw_conn(), requests).await;
+        self.noting(inserted)
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
-        DB::key_find_in(self.raw_conn(), &inner.app, key, inner.now_ms()).await
+        let found = DB::key_find_in(self.raw_conn(), &inner.app, key, inner.now_ms()).await;
+        self.noting(found)
     }
     async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
-        DB::key_record_in(self.raw_conn(), request).await
+        let recorded = DB::key_record_in(self.raw_conn(), request).await;
+        self.noting(recorded)
     }
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);

@@ -37,6 +37,9 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
     /// Delayed records written here, with the time each was written (unix ms): their
     /// delay is moved to count from the commit.
     pub(crate) delayed: Vec<(RequestId, i64)>,
+    /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
+    /// aborted it, and its commit is checked like one that carries calls.
+    pub(crate) write_failed: bool,
     /// Counts this transaction as open in the task that began it, until it ends: a call
     /// made there without `.within(&mut tx)` is refused.
     open: OpenTx,
@@ -53,6 +56,13 @@ impl<DB: Backend> Tx<DB> {
     /// The connection, for the runtime's own statements in generic code.
     pub(crate) fn raw_conn(&mut self) -> &mut DB::Connection {
         &mut self.tx
+    }
+
+    /// `result` of a write of the runtime's in this transaction, noted when it failed
+    /// (see [`Tx::commit`]).
+    pub(crate) fn noting<T>(&mut self, result: Result<T>) -> Result<T> {
+        self.write_failed |= result.is_err();
+        result
     }
 
     /// Before the runtime writes in this transaction: refuses
@@ -77,17 +87,19 @@ impl<DB: Backend> Tx<DB> {
     /// deadlock or a lock wait timeout with `innodb_rollback_on_timeout`), this returns
     /// [`Error::TransactionRolledBack`] and dispatches nothing. Telling costs one round
     /// trip before the COMMIT on PostgreSQL and MySQL/MariaDB, made only when the
-    /// transaction carries calls: a transaction without calls is committed as sqlx does
-    /// it, and on PostgreSQL such a rolled-back COMMIT still returns `Ok`.
+    /// transaction carries calls or a call in it failed to be written: any other
+    /// transaction is committed as sqlx does it, and on PostgreSQL such a rolled-back
+    /// COMMIT (after a failed statement of your own) still returns `Ok`.
     pub async fn commit(self) -> Result<()> {
         let Tx {
             mut tx,
             inner,
             pending,
             delayed,
+            write_failed,
             open,
         } = self;
-        if !pending.is_empty() || !delayed.is_empty() {
+        if !pending.is_empty() || !delayed.is_empty() || write_failed {
             // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
             DB::check_open_in(&mut tx).await?;
         }
@@ -160,6 +172,7 @@ impl Runtime {
             inner: self.inner.clone(),
             pending: Vec::new(),
             delayed: Vec::new(),
+            write_failed: false,
             open: self.inner.open_txs.open(),
         })
     }
@@ -172,6 +185,7 @@ impl Runtime {
             inner: self.inner.clone(),
             pending: Vec::new(),
             delayed: Vec::new(),
+            write_failed: false,
             open: self.inner.open_txs.open(),
         }
     }

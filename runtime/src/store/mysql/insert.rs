@@ -34,6 +34,17 @@ pub(super) async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -
             return Ok(Inserted::Existing(id));
         }
     }
+    let written = write_request(&mut *conn, r).await;
+    if written.is_err() && r.idempotency_key.is_some() {
+        if let Err(error) = keys::release_pending(&mut *conn, r).await {
+            crate::log::warn!(%error, "could not undo the claim of a key whose request was not written");
+        }
+    }
+    written
+}
+
+/// Writes the request (its key claimed), names it in its key, writes its attempt log.
+async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
     let done = sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \

@@ -100,3 +100,21 @@ pub(super) async fn expire(
     .await?;
     Ok(done.rows_affected())
 }
+
+/// Undoes this transaction's claim of the request's key after the request could not be
+/// written: a failed statement does not end the transaction here (unlike PostgreSQL),
+/// and a caller that swallows the error and commits would otherwise commit a key that
+/// names no request (which a later `SyncSave` call with the key took for one that ran).
+/// A key this transaction took over from an expired row goes with it (expired anyway).
+pub(super) async fn release_pending(conn: &mut SqliteConnection, r: &NewRequest) -> Result<()> {
+    sqlx::query(
+        "DELETE FROM async_key WHERE application_name = ? AND idempotency_key = ? \
+         AND request_id = ?",
+    )
+    .bind(&*r.application_name)
+    .bind(&r.idempotency_key)
+    .bind(KEY_PENDING)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
