@@ -354,7 +354,37 @@ async fn huge_baggage_is_stored_capped<DB: Backend>(db: TestDb) {
         .unwrap();
 }
 
+#[async_exec(type = SaveAsync, remark = "fails on its first attempt only")]
+async fn fails_first(ctx: Context) -> Result<(), String> {
+    match ctx.attempt() {
+        1 => Err("the first attempt fails".into()),
+        _ => Ok(()),
+    }
+}
+
+/// Issue 18 item 11: a kept success showed the error of the attempt before it (seen
+/// failing: `last_error` was "the first attempt fails" on every backend). A success clears
+/// it; the attempt log keeps what happened.
+async fn a_success_clears_the_last_attempts_error<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .delete_on_success(false)
+        .retry_interval(Duration::from_millis(50))
+        .data(Gate::default())
+        .start()
+        .await
+        .unwrap();
+    let id = fails_first().on(&rt).await.unwrap().id.unwrap();
+    wait_for(|| async { matches!(rt.get(id).await, Ok(Some(r)) if r.status == Status::Success) })
+        .await;
+    let record = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(record.exec_count, 2, "{record:?}");
+    assert_eq!(record.last_error, None, "{record:?}");
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_success_clears_the_last_attempts_error,
     poisoned_outcome_does_not_wedge_its_batch,
     refused_outcome_is_isolated_and_written_dead,
     refused_outcome_in_drain_is_written_dead,

@@ -20,6 +20,15 @@ pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(60);
 /// [`Clock::base_ns`] before the database's clock was first read.
 const UNREAD: i64 = i64::MIN;
 
+/// How far a reading of the database's clock may differ from what the last one, carried
+/// forward by the monotonic clock, predicted before it counts as a step of the
+/// database's clock (an NTP step or a person on the database's host, a failover to a node
+/// whose clock differs). Drift between two readings a minute apart is milliseconds.
+pub(crate) const STEP_MS: i64 = 1_000;
+
+/// [`Clock::stepped_at_ns`] before any step was seen.
+const NEVER: i64 = i64::MIN;
+
 /// The database's time, as this process knows it.
 #[derive(Debug)]
 pub(crate) struct Clock {
@@ -34,6 +43,9 @@ pub(crate) struct Clock {
     /// How long the last reading's round trip took (ms): how far behind the database's
     /// clock [`Clock::now_ms`] may be.
     lag_ms: AtomicI64,
+    /// When (ns since `anchor`) a reading last found the database's clock stepped by more
+    /// than [`STEP_MS`]; [`NEVER`] until then.
+    stepped_at_ns: AtomicI64,
 }
 
 impl Clock {
@@ -43,6 +55,18 @@ impl Clock {
             anchor: Instant::now(),
             base_ns: AtomicI64::new(UNREAD),
             lag_ms: AtomicI64::new(0),
+            stepped_at_ns: AtomicI64::new(NEVER),
+        }
+    }
+
+    /// Whether a reading of the database's clock within the last `within` found it
+    /// stepped (by more than [`STEP_MS`] from what the reading before predicted). The
+    /// rescuer pauses then: every lease was set by the old clock and looks ended or
+    /// longer by the new one until its holder renews it.
+    pub(crate) fn stepped_within(&self, within: Duration) -> bool {
+        match self.stepped_at_ns.load(Ordering::Acquire) {
+            NEVER => false,
+            at => nanos(self.anchor.elapsed()).saturating_sub(at) <= nanos(within),
         }
     }
 
@@ -83,7 +107,7 @@ impl Clock {
     }
 
     /// [`Clock::sync`] with the reading of the database's clock given as a future.
-    async fn sync_with(
+    pub(crate) async fn sync_with(
         &self,
         reading: impl std::future::Future<Output = Result<i64>>,
     ) -> Result<()> {
@@ -96,15 +120,28 @@ impl Clock {
         let lag = i64::try_from(round_trip)
             .unwrap_or(i64::MAX)
             .saturating_add(2);
+        let read_before = self.base_ns.load(Ordering::Acquire) != UNREAD;
         let before = self.now_ms();
         self.set_base(db, at);
         self.lag_ms.store(lag, Ordering::Relaxed);
         let moved = self.now_ms() - before;
-        if moved.abs() > 1_000 {
-            crate::log::info!(
-                moved_ms = moved,
-                "this process's clock differs from the database's; the runtime uses the database's"
-            );
+        if moved.abs() > STEP_MS {
+            if read_before {
+                self.stepped_at_ns.store(
+                    nanos(at.saturating_duration_since(self.anchor)),
+                    Ordering::Release,
+                );
+                crate::log::warn!(
+                    moved_ms = moved,
+                    "the database's clock stepped since its last reading; leases are not \
+                     rescued until their holders had the time to renew them"
+                );
+            } else {
+                crate::log::info!(
+                    moved_ms = moved,
+                    "this process's clock differs from the database's; the runtime uses the database's"
+                );
+            }
         }
         Ok(())
     }
@@ -200,5 +237,33 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let now = clock.now_ms();
         assert!((1_020..1_500).contains(&now), "{now}");
+    }
+
+    /// Issue 18 item 10: a reading that finds the database's clock a lease ahead of what
+    /// the last one predicted is a step, remembered for a while; the first reading (this
+    /// process's clock against the database's) is not.
+    #[tokio::test]
+    async fn a_step_between_two_readings_is_remembered() {
+        let clock = Clock::new(-3_600_000);
+        clock.sync_with(async { Ok(wall_ms()) }).await.unwrap();
+        assert!(
+            !clock.stepped_within(Duration::from_secs(60)),
+            "the first reading"
+        );
+        clock
+            .sync_with(async { Ok(wall_ms() + 200) })
+            .await
+            .unwrap();
+        assert!(
+            !clock.stepped_within(Duration::from_secs(60)),
+            "within drift"
+        );
+        clock
+            .sync_with(async { Ok(wall_ms() + 30_000) })
+            .await
+            .unwrap();
+        assert!(clock.stepped_within(Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!clock.stepped_within(Duration::from_millis(10)), "long ago");
     }
 }

@@ -23,6 +23,9 @@ pub(crate) struct CompensatorConfig {
     pub(crate) batch: i64,
     /// How long past its due time an `init` record counts as never dispatched.
     pub(crate) stale_after: Duration,
+    /// How long one run may go on deleting expired keys while batches come back full
+    /// (half of `compensate_interval`).
+    pub(crate) key_budget: Duration,
 }
 
 impl CompensatorConfig {
@@ -31,6 +34,7 @@ impl CompensatorConfig {
         CompensatorConfig {
             batch: settings.compensate_batch,
             stale_after: settings.stale_after,
+            key_budget: settings.compensate_interval / 2,
         }
     }
 }
@@ -66,12 +70,14 @@ impl std::fmt::Debug for Compensator {
 pub struct CompensateReport {
     /// Records claimed and started.
     pub started: usize,
-    /// Expired idempotency keys deleted (at most 1,000 per sweep).
+    /// Expired idempotency keys deleted: batches of 1,000 while they come back full, for
+    /// up to half of `compensate_interval`.
     pub keys_expired: u64,
 }
 
 impl Compensator {
-    /// Deletes idempotency keys whose `key_retention` has passed (at most 1,000), then
+    /// Deletes idempotency keys whose `key_retention` has passed (1,000 at a time, again
+    /// while a batch comes back full, for up to half of `compensate_interval`), then
     /// claims `init` records whose due time is more than `stale_after` ago (at most
     /// `compensate_batch`, no more than there are free workers) and starts them.
     ///
@@ -79,9 +85,11 @@ impl Compensator {
     /// `{sweep="compensator",result="claimed"}`, and a failed round of either in
     /// `async_exec_sweep_failures_total{sweep}`.
     pub async fn run_once(&self) -> Result<CompensateReport> {
-        let expired = self
-            .store
-            .key_expire(&self.application, self.clock.now_ms(), KEY_SWEEP_BATCH)
+        let expired =
+            crate::sweep::while_full(KEY_SWEEP_BATCH as u64, self.config.key_budget, || {
+                self.store
+                    .key_expire(&self.application, self.clock.now_ms(), KEY_SWEEP_BATCH)
+            })
             .await;
         let keys_expired = crate::metrics::round(Sweep::Keys, expired)?;
         crate::metrics::swept(Sweep::Keys, "expired", keys_expired);

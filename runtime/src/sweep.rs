@@ -72,6 +72,27 @@ pub(crate) async fn caught<T>(sweep: Sweep, round: impl Future<Output = Result<T
         })
 }
 
+/// Runs `round` again while it comes back full (it did `batch` or more: more may be
+/// waiting) and `budget` has not passed since the first, so that a sweep keeps up with a
+/// backlog larger than one batch without holding the database for longer than its
+/// interval. Returns the sum of what the rounds did. The first round always runs; an
+/// error ends the loop with what was done before it lost (the error is returned).
+pub(crate) async fn while_full<F, Fut>(batch: u64, budget: Duration, mut round: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64>>,
+{
+    let until = tokio::time::Instant::now() + budget;
+    let mut total = 0u64;
+    loop {
+        let done = round().await?;
+        total = total.saturating_add(done);
+        if batch == 0 || done < batch || tokio::time::Instant::now() >= until {
+            return Ok(total);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -136,6 +157,45 @@ mod tests {
             (failures("retrier"), failures("rescuer")),
             (2, 1),
             "the panic and the failure of the retrier, the rescuer's caught panic"
+        );
+    }
+
+    /// Issue 18 item 9: a sweep whose batches come back full goes on until one is not
+    /// full, and stops at its time budget however much is left.
+    #[tokio::test(start_paused = true)]
+    async fn rounds_repeat_while_full_within_the_budget() {
+        let left = Arc::new(AtomicU32::new(2_500));
+        let take = |left: Arc<AtomicU32>| {
+            move || {
+                let left = left.clone();
+                async move {
+                    let now = left.load(Ordering::SeqCst).min(1_000);
+                    left.fetch_sub(now, Ordering::SeqCst);
+                    Ok(u64::from(now))
+                }
+            }
+        };
+        let done = while_full(1_000, Duration::from_secs(5), take(left.clone()))
+            .await
+            .unwrap();
+        assert_eq!((done, left.load(Ordering::SeqCst)), (2_500, 0));
+
+        let rounds = Arc::new(AtomicU32::new(0));
+        let counted = rounds.clone();
+        let done = while_full(10, Duration::from_secs(5), move || {
+            let rounds = counted.clone();
+            async move {
+                rounds.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                Ok(10)
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            (done, rounds.load(Ordering::SeqCst)),
+            (30, 3),
+            "always full: rounds at 0, 2 and 4 s, none after the 5 s budget"
         );
     }
 }

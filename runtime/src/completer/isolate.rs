@@ -296,6 +296,7 @@ mod tests {
             owner: Arc::from("test@1"),
             executor: "test",
             result,
+            finished: crate::record::now_ms(),
             log: None,
             subject: Default::default(),
         }

@@ -382,6 +382,7 @@ impl Executor {
             owner: self.owner.clone(),
             executor: job.def.name,
             result,
+            finished: attempt.finished,
             log,
             subject: Subject {
                 key: record.key.take(),

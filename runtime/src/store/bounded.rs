@@ -290,19 +290,9 @@ impl Store for Bounded {
             .await
     }
 
-    async fn request_rescue(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued> {
-        self.within(
-            "request_rescue",
-            self.inner
-                .request_rescue(application, executors, now, limit),
-        )
-        .await
+    async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
+        self.within("request_rescue", self.inner.request_rescue(batch))
+            .await
     }
 
     /// Not bounded: the listener lives as long as the runtime and re-connects itself.

@@ -216,6 +216,9 @@ pub(crate) struct Completion {
     /// The executor's name, for the outcome listeners.
     pub(crate) executor: &'static str,
     pub(crate) result: CompletionResult,
+    /// When the attempt ended, by the database's clock (unix ms): the record's
+    /// `update_time`.
+    pub(crate) finished: i64,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
     /// What the outcome listeners are told of the request (not written).
@@ -316,8 +319,9 @@ pub(crate) enum CompletionResult {
 pub(crate) type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
 
 impl CompletionResult {
-    /// The record's new status, last error (unchanged when `None`) and run time
-    /// (unchanged when `None`); `None` when the record is deleted.
+    /// The record's new status, last error (none for a success: an earlier attempt's
+    /// error is cleared) and run time (unchanged when `None`); `None` when the record is
+    /// deleted.
     pub(crate) fn update(&self) -> Option<(&'static str, Option<&str>, Option<i64>)> {
         match self {
             CompletionResult::Delete => None,
@@ -337,6 +341,24 @@ pub(crate) struct Rescued {
     pub(crate) retried: Vec<RequestId>,
     /// Out of attempts: `dead`.
     pub(crate) dead: Vec<RequestId>,
+}
+
+/// What one round of [`Store::request_rescue`] looks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RescueBatch<'a> {
+    /// The application whose records are rescued.
+    pub(crate) application: &'a str,
+    /// The executors this binary knows: records of others are left to an instance that
+    /// knows them.
+    pub(crate) executors: &'a [&'static str],
+    /// Now (unix ms), written as the rescued records' `run_at` and `update_time`.
+    pub(crate) now: i64,
+    /// How long past its end, by the database's clock, a lease must be to be rescued (a
+    /// heartbeat interval: a lease is taken from a holder only after it missed more than
+    /// one renewal, so that a renewal late by less than that wins).
+    pub(crate) grace_ms: i64,
+    /// The most records rescued.
+    pub(crate) limit: i64,
 }
 
 /// Which finished records [`Store::request_purge`] deletes.
@@ -418,14 +440,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Hands records back to the queue at once, without counting the attempt (shutdown).
     async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;
 
-    /// Running records whose lease expired (by the database's clock): back to `failed`, or `dead` when out of attempts.
-    async fn request_rescue(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued>;
+    /// Running records whose lease ended more than `grace_ms` ago (by the database's
+    /// clock): back to `failed`, or `dead` when out of attempts.
+    async fn request_rescue(&self, batch: RescueBatch<'_>) -> Result<Rescued>;
 
     /// Wake-ups sent when other instances commit new requests for `application`
     /// (PostgreSQL `LISTEN`); `None` when the backend has no such thing and other

@@ -258,14 +258,8 @@ pub(super) const DB_NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
 impl MySqlStore {
     /// Running records whose lease expired: back to `failed`, or `dead`.
-    async fn rescue_once(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued> {
-        rescue::rescue_once(self, application, executors, now, limit).await
+    async fn rescue_once(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
+        rescue::rescue_once(self, batch).await
     }
 
     async fn retry_now_once(
@@ -466,17 +460,11 @@ impl Store for MySqlStore {
         Ok(released)
     }
 
-    async fn request_rescue(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued> {
-        if limit <= 0 || executors.is_empty() {
+    async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
+        if batch.limit <= 0 || batch.executors.is_empty() {
             return Ok(Rescued::default());
         }
-        with_retry(|| self.rescue_once(application, executors, now, limit)).await
+        with_retry(|| self.rescue_once(batch)).await
     }
 
     async fn instance_announce(

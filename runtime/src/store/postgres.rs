@@ -324,13 +324,14 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
-    async fn request_rescue(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued> {
+    async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
+        let super::RescueBatch {
+            application,
+            executors,
+            now,
+            grace_ms,
+            limit,
+        } = batch;
         if limit <= 0 {
             return Ok(Rescued::default());
         }
@@ -338,7 +339,7 @@ impl Store for PostgresStore {
         // Locked, so that the rescuers of several instances share the work.
         let sql = format!(
             "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-             WHERE application_name = $1 AND status = 'running' AND lease_until < {DB_NOW} \
+             WHERE application_name = $1 AND status = 'running' AND lease_until < {DB_NOW} - $4 \
              AND executor = ANY($3) \
              ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED"
         );
@@ -346,6 +347,7 @@ impl Store for PostgresStore {
             .bind(application)
             .bind(limit)
             .bind(executors)
+            .bind(grace_ms)
             .fetch_all(&mut *tx)
             .await?;
         let mut rescued = Rescued::default();
@@ -359,13 +361,14 @@ impl Store for PostgresStore {
             let done = sqlx::query(&format!(
                 "UPDATE async_req SET status = $1, last_error = $2, run_at = $3, lease_owner = NULL, \
                  lease_until = NULL, update_time = $3 WHERE id = $4 AND status = 'running' \
-                 AND exec_count = $5 AND lease_until < {DB_NOW}"
+                 AND exec_count = $5 AND lease_until < {DB_NOW} - $6"
             ))
             .bind(if dead { "dead" } else { "failed" })
             .bind(&error)
             .bind(now)
             .bind(id)
             .bind(attempt)
+            .bind(grace_ms)
             .execute(&mut *tx)
             .await?;
             if done.rows_affected() == 0 {

@@ -72,12 +72,27 @@ impl Writer<'_> {
 
 /// Whether a migration failed because another runtime recorded the same version first.
 fn applied_by_another(e: &sqlx::migrate::MigrateError) -> bool {
+    use sqlx::migrate::MigrateError::{Execute, ExecuteMigration};
     match e {
-        sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(d)) => {
-            d.is_unique_violation() && d.message().contains("_sqlx_migrations")
+        Execute(sqlx::Error::Database(d)) => {
+            (d.is_unique_violation() && d.message().contains("_sqlx_migrations")) || is_busy(&**d)
         }
+        // A migration's transaction reads, then writes (`CREATE TABLE IF NOT EXISTS` of a
+        // table another runtime just made, then an `INSERT ... SELECT`): when another
+        // runtime commits in between, SQLite refuses the write at once (SQLITE_BUSY, 5,
+        // or SQLITE_BUSY_SNAPSHOT, 517: no busy wait can help a stale snapshot). Seen with
+        // four runtimes starting on one new file. The transaction was rolled back: run
+        // again, and the migrator finds what the other one applied.
+        ExecuteMigration(sqlx::Error::Database(d), _) => is_busy(&**d),
         _ => false,
     }
+}
+
+/// SQLITE_BUSY (5) or one of its extended codes (517: BUSY_SNAPSHOT, 261: BUSY_RECOVERY).
+fn is_busy(d: &dyn sqlx::error::DatabaseError) -> bool {
+    d.code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
 }
 
 impl SqliteStore {
@@ -156,6 +171,17 @@ async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<I
             return Ok(Inserted::Existing(id));
         }
     }
+    let written = write_request(&mut *conn, r).await;
+    if written.is_err() && r.idempotency_key.is_some() {
+        if let Err(error) = keys::release_pending(&mut *conn, r).await {
+            crate::log::warn!(%error, "could not undo the claim of a key whose request was not written");
+        }
+    }
+    written
+}
+
+/// Writes the request (its key claimed), names it in its key, writes its attempt log.
+async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
     let done = sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
@@ -339,7 +365,7 @@ impl Store for SqliteStore {
         loop {
             match migrator.run(&self.pool).await {
                 Ok(()) => return Ok(()),
-                Err(e) if raced < 20 && applied_by_another(&e) => {
+                Err(e) if raced < 50 && applied_by_another(&e) => {
                     raced += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
@@ -399,15 +425,9 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn request_rescue(
-        &self,
-        application: &str,
-        executors: &[&'static str],
-        now: i64,
-        limit: i64,
-    ) -> Result<Rescued> {
+    async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
         let mut writer = self.writer().await?;
-        let result = rescue(writer.conn(), application, executors, now, limit).await;
+        let result = rescue(writer.conn(), batch).await;
         writer.check(result)
     }
 

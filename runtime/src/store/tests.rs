@@ -20,6 +20,7 @@ fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> C
         owner: Arc::from(owner),
         executor: "test",
         result,
+        finished: now_ms(),
         log: None,
         subject: Default::default(),
     }

@@ -7,31 +7,36 @@ use sqlx::Row;
 use super::{bind_list, insert_log, marks, MySqlStore, DB_NOW};
 use crate::error::Result;
 use crate::record::AttemptLog;
-use crate::store::{ExpiredLease, Rescued};
+use crate::store::{ExpiredLease, RescueBatch, Rescued};
 
-/// Running records of `executors` whose lease expired: back to `failed`, or `dead`.
-pub(super) async fn rescue_once(
-    store: &MySqlStore,
-    application: &str,
-    executors: &[&'static str],
-    now: i64,
-    limit: i64,
-) -> Result<Rescued> {
+/// Running records of `executors` whose lease ended more than `grace_ms` ago: back to
+/// `failed`, or `dead`.
+pub(super) async fn rescue_once(store: &MySqlStore, batch: RescueBatch<'_>) -> Result<Rescued> {
+    let RescueBatch {
+        application,
+        executors,
+        now,
+        grace_ms,
+        limit,
+    } = batch;
     let mut tx = store.begin().await?;
     let sql = expired_leases_sql(executors.len());
-    let mut expired: Vec<ExpiredLease> = bind_list(sqlx::query(&sql).bind(application), executors)
-        .bind(limit)
-        .try_map(|row: MySqlRow| {
-            Ok((
-                row.try_get(0)?,
-                row.try_get(1)?,
-                row.try_get(2)?,
-                row.try_get_unchecked(3)?,
-                row.try_get(4)?,
-            ))
-        })
-        .fetch_all(&mut *tx)
-        .await?;
+    let mut expired: Vec<ExpiredLease> = bind_list(
+        sqlx::query(&sql).bind(application).bind(grace_ms),
+        executors,
+    )
+    .bind(limit)
+    .try_map(|row: MySqlRow| {
+        Ok((
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get_unchecked(3)?,
+            row.try_get(4)?,
+        ))
+    })
+    .fetch_all(&mut *tx)
+    .await?;
     // Rows are locked in id order, as the completer locks them: fewer deadlocks.
     expired.sort_by_key(|e| e.0);
     let mut rescued = Rescued::default();
@@ -45,7 +50,7 @@ pub(super) async fn rescue_once(
         let done = sqlx::query(&format!(
             "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
              lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-             AND lease_until < {DB_NOW}"
+             AND lease_until < {DB_NOW} - ?"
         ))
         .bind(if dead { "dead" } else { "failed" })
         .bind(&error)
@@ -53,6 +58,7 @@ pub(super) async fn rescue_once(
         .bind(now)
         .bind(id)
         .bind(attempt)
+        .bind(grace_ms)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -78,7 +84,7 @@ pub(super) async fn rescue_once(
     Ok(rescued)
 }
 
-/// The running records of an application whose lease has ended, of `executors` (one
+/// The running records of an application whose lease ended more than `?` ms ago, of `executors` (one
 /// mark each), the first to end first, at most `?` of them. Read through the claim index's
 /// (application, `running`) range, the records claimed now (MariaDB/MySQL has no lease
 /// index since migration 20261203000001). Named: beside `executor IN (...)` the optimizer
@@ -86,7 +92,7 @@ pub(super) async fn rescue_once(
 pub(super) fn expired_leases_sql(executors: usize) -> String {
     format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until \
-         FROM async_req FORCE INDEX (async_req_due) WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
+         FROM async_req FORCE INDEX (async_req_due) WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} - ? \
          AND executor IN ({}) ORDER BY lease_until LIMIT ?",
         marks(executors)
     )
@@ -111,6 +117,7 @@ mod tests {
         let sql = format!("EXPLAIN {}", expired_leases_sql(2));
         let row = sqlx::query(&sql)
             .bind(&application)
+            .bind(10_000_i64)
             .bind("executor_0")
             .bind("executor_1")
             .bind(100_i64)

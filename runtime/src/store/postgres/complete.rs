@@ -55,12 +55,7 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
         statuses.push(status);
         errors.push(error);
         run_ats.push(run_at);
-        nows.push(
-            c.log
-                .as_ref()
-                .map(|l| l.finished)
-                .unwrap_or_else(crate::record::now_ms),
-        );
+        nows.push(c.finished);
         if let Some(log) = &c.log {
             // The 1-based position of this completion among those sent.
             log_for.push(ids.len() as i64);
@@ -78,7 +73,7 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
            ORDER BY r.id FOR UPDATE OF r \
          ), updated AS ( \
            UPDATE async_req r SET status = c.status, run_at = COALESCE(c.run_at, r.run_at), \
-             last_error = COALESCE(c.error, r.last_error), lease_owner = NULL, \
+             last_error = c.error, lease_owner = NULL, \
              lease_until = NULL, update_time = c.now \
            FROM c WHERE r.id = c.id AND c.status <> 'delete' \
              AND r.id IN (SELECT id FROM locked) \

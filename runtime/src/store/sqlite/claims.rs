@@ -10,7 +10,9 @@ use super::{insert_log, json_list, SqliteStore, DB_NOW};
 use crate::error::Result;
 use crate::record::{AttemptLog, ClaimedId, RequestId};
 use crate::store::rows::CLAIMED_COLUMNS;
-use crate::store::{ClaimDue, ClaimIds, DueKind, ExpiredLease, LeaseKeeper, Renewal, Rescued};
+use crate::store::{
+    ClaimDue, ClaimIds, DueKind, ExpiredLease, LeaseKeeper, Renewal, RescueBatch, Rescued,
+};
 
 /// Claims the given `init` records.
 pub(super) async fn claim_ids(
@@ -177,25 +179,27 @@ pub(super) async fn release(
     Ok(done.rows_affected())
 }
 
-/// Running records whose lease expired: back to `failed`, or `dead`.
-pub(super) async fn rescue(
-    conn: &mut SqliteConnection,
-    application: &str,
-    executors: &[&'static str],
-    now: i64,
-    limit: i64,
-) -> Result<Rescued> {
+/// Running records whose lease ended more than `grace_ms` ago: back to `failed`, or `dead`.
+pub(super) async fn rescue(conn: &mut SqliteConnection, batch: RescueBatch<'_>) -> Result<Rescued> {
+    let RescueBatch {
+        application,
+        executors,
+        now,
+        grace_ms,
+        limit,
+    } = batch;
     // It reads, then writes: a deferred transaction would fail with SQLITE_BUSY_SNAPSHOT
     // (517, "database is locked", no busy wait) when another connection commits between
     // the two. IMMEDIATE takes the write lock first, waiting as long as busy_timeout.
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
     let sql = format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until FROM async_req \
-         WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} \
+         WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} - ? \
          AND executor IN (SELECT value FROM json_each(?)) ORDER BY lease_until LIMIT ?"
     );
     let expired: Vec<ExpiredLease> = sqlx::query_as(&sql)
         .bind(application)
+        .bind(grace_ms)
         .bind(json_list(executors))
         .bind(limit)
         .fetch_all(&mut *tx)
@@ -211,7 +215,7 @@ pub(super) async fn rescue(
         let done = sqlx::query(&format!(
             "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
              lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
-             AND lease_until < {DB_NOW}"
+             AND lease_until < {DB_NOW} - ?"
         ))
         .bind(if dead { "dead" } else { "failed" })
         .bind(&error)
@@ -219,6 +223,7 @@ pub(super) async fn rescue(
         .bind(now)
         .bind(id)
         .bind(attempt)
+        .bind(grace_ms)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {

@@ -92,11 +92,7 @@ async fn write_all<'a>(
         rows += deleted;
     }
     for &(position, c) in rest {
-        let now = c
-            .log
-            .as_ref()
-            .map(|l| l.finished)
-            .unwrap_or_else(crate::record::now_ms);
+        let now = c.finished;
         let result = match c.result.update() {
             None => {
                 sqlx::query(
@@ -112,7 +108,7 @@ async fn write_all<'a>(
             Some((status, error, run_at)) => {
                 sqlx::query(
                     "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
-                     last_error = COALESCE(?, last_error), lease_owner = NULL, lease_until = NULL, \
+                     last_error = ?, lease_owner = NULL, lease_until = NULL, \
                      update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
                      AND exec_count = ?",
                 )
