@@ -314,3 +314,116 @@ network_suite!(
     a_claim_whose_lease_ran_out_while_waiting_is_not_started,
     a_row_locked_elsewhere_is_not_a_lost_lease,
 );
+
+/// Issue 18 item 8: a claim given up before its body started (its lease ran out while it
+/// waited for a worker) is handed back without counting the attempt, and logged "not
+/// started"; it was left to expire, and with one attempt the rescuer wrote `dead` for a
+/// request that never ran. The stall: a body that blocks the thread of a single-threaded
+/// runtime for twice the lease (the heartbeat cannot run either), while the second
+/// request, claimed with it, waits for the only worker.
+#[allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+mod not_started {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use async_exec::{async_exec, Backend, Context, Data, Status};
+
+    use super::common::{Probe, TestDb};
+
+    #[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
+    async fn blocks_the_thread(probe: Data<Probe>, ctx: Context) {
+        probe.record("blocker started", ctx.attempt());
+        std::thread::sleep(std::time::Duration::from_millis(2_000));
+    }
+
+    #[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
+    async fn waits_behind_it(probe: Data<Probe>, ctx: Context) {
+        probe.record("waiter", ctx.attempt());
+    }
+
+    /// Log lines, written by a `fmt` subscriber.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    async fn a_claim_not_started_is_handed_back_uncounted<DB: Backend>(db: TestDb) {
+        // The runtime under test on a thread of its own, single-threaded: the blocking
+        // body stalls every part of it.
+        let thread = std::thread::spawn(move || {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || writer.clone())
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(scenario(&db, &captured));
+        });
+        tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .expect("join")
+            .expect("the scenario passed");
+    }
+
+    async fn scenario(db: &TestDb, captured: &Captured) {
+        let a = db
+            .builder()
+            .concurrency(1)
+            .lease(std::time::Duration::from_secs(1))
+            .heartbeat_interval(std::time::Duration::from_millis(300))
+            .delete_on_success(false)
+            .data(super::Told::default())
+            .start()
+            .await
+            .expect("start");
+        let probe = a.data::<Probe>().expect("probe");
+        // Both claimed at the commit; the second waits for the only worker.
+        let receipts = async_exec::batch([blocks_the_thread(), waits_behind_it()])
+            .on(&a)
+            .await
+            .expect("calls");
+        let ids: Vec<i64> = receipts.iter().map(|r| r.id.expect("stored")).collect();
+        probe.wait_runs("blocker started", 1).await;
+        a.wait_idle().await;
+        // Whatever the stall left running with a lapsed lease is rescued now; whatever
+        // was handed back is claimed again.
+        a.rescuer().run_once().await.expect("rescue");
+        a.retrier().run_once().await.expect("retry");
+        a.wait_idle().await;
+        let mut never_ran_dead = Vec::new();
+        for (id, ran) in ids
+            .iter()
+            .zip([probe.runs("blocker started"), probe.runs("waiter")])
+        {
+            let request = a.get(*id).await.expect("get").expect("record");
+            if request.status == Status::Dead && ran == 0 {
+                never_ran_dead.push(*id);
+            }
+        }
+        let logged = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+        assert!(
+            never_ran_dead.is_empty(),
+            "dead without their body having run: {never_ran_dead:?}\n{logged}"
+        );
+        assert_eq!(probe.runs("blocker started"), 1);
+        assert_eq!(probe.runs("waiter"), 1, "{logged}");
+        assert!(logged.contains("not started"), "{logged}");
+        a.shutdown().await.expect("shutdown");
+    }
+
+    backend_suite!(a_claim_not_started_is_handed_back_uncounted);
+}

@@ -24,7 +24,7 @@ use crate::instances::{skip_key, Roster};
 use crate::record::{Claimed, ClaimedId, RequestId};
 use crate::registry::{ExecutorDef, Registry};
 use crate::settings::Settings;
-use crate::store::{ClaimDue, ClaimIds, DueKind, Store};
+use crate::store::{ClaimDue, ClaimIds, DueKind, Held, Store};
 use crate::trace::TraceContext;
 
 /// The settings the claimer reads, taken from [`Settings`] (validated there).
@@ -202,9 +202,10 @@ impl Claimer {
             return ours;
         }
         let ids: Vec<RequestId> = theirs.iter().map(|c| c.id).collect();
+        let held: Vec<Held> = theirs.iter().map(|c| (c.id, c.attempt)).collect();
         match self
             .store
-            .lease_release(&self.owner, &ids, self.clock.now_ms())
+            .lease_release(&self.owner, &held, self.clock.now_ms())
             .await
         {
             Ok(_) => crate::log::info!(
@@ -294,12 +295,29 @@ impl Claimer {
             }
             None => {
                 if let Some(record) = &job.record {
-                    let released = self
+                    let held = (record.id, record.attempt);
+                    match self
                         .store
-                        .lease_release(&self.owner, &[record.id], self.clock.now_ms())
-                        .await;
-                    if let Ok(n) = released {
-                        self.handed_back.fetch_add(n, Ordering::AcqRel);
+                        .lease_release(&self.owner, &[held], self.clock.now_ms())
+                        .await
+                    {
+                        Ok(n) => {
+                            self.handed_back.fetch_add(n, Ordering::AcqRel);
+                            // Not renewed any more; not handed back again.
+                            pool.forget(record.id, record.attempt);
+                            crate::log::info!(
+                                request_id = record.id,
+                                attempt = record.attempt,
+                                "not started: shutting down; handed back without counting \
+                                 the attempt"
+                            );
+                        }
+                        Err(error) => crate::log::warn!(
+                            request_id = record.id,
+                            %error,
+                            "not started: shutting down, and the claim could not be handed \
+                             back now; shutdown tries again"
+                        ),
                     }
                 }
                 false

@@ -67,8 +67,8 @@ impl Heartbeat {
             ),
             ..HeartbeatReport::default()
         };
-        let (ids, earliest) = self.pool.renewable(sent);
-        if ids.is_empty() {
+        let (held, earliest) = self.pool.renewable(sent);
+        if held.is_empty() {
             return Ok(report);
         }
         // No renewal waits past the end of a lease it would keep; when every lease ended
@@ -82,12 +82,12 @@ impl Heartbeat {
         let until = sent + lease_ms;
         let renewal = self
             .keeper
-            .renew(&self.owner, &ids, lease_ms, patience)
+            .renew(&self.owner, &held, lease_ms, patience)
             .await?;
         report.renewed = renewal.renewed.len() as u64;
         crate::metrics::leases("renewed", report.renewed);
         report.lost += self.report_lost(
-            self.pool.renewed(&ids, &renewal, until),
+            self.pool.renewed(&held, &renewal, until),
             "are held by another instance now (or the records are gone): their bodies are \
              told to stop (`Context::is_cancelled`) and their outcomes will not be written",
         );
@@ -144,7 +144,6 @@ impl Heartbeat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::RequestId;
     use async_trait::async_trait;
     use std::sync::Mutex;
 
@@ -153,7 +152,7 @@ mod tests {
     #[derive(Debug)]
     struct SlowKeeper {
         round_trip: Duration,
-        asked: Mutex<Vec<(Vec<RequestId>, Duration)>>,
+        asked: Mutex<Vec<(Vec<crate::store::Held>, Duration)>>,
     }
 
     #[async_trait]
@@ -161,15 +160,17 @@ mod tests {
         async fn renew(
             &self,
             _owner: &str,
-            ids: &[RequestId],
+            held: &[crate::store::Held],
             _lease_ms: i64,
             patience: Duration,
         ) -> Result<crate::store::Renewal> {
-            self.asked.lock().unwrap().push((ids.to_vec(), patience));
+            self.asked.lock().unwrap().push((held.to_vec(), patience));
             if patience < self.round_trip {
                 return Err(crate::Error::NoAnswer(patience));
             }
-            Ok(crate::store::Renewal::all(ids.to_vec()))
+            Ok(crate::store::Renewal::all(
+                held.iter().map(|&(id, _)| id).collect(),
+            ))
         }
     }
 
@@ -200,7 +201,7 @@ mod tests {
         let report = heartbeat.run_once().await.expect("renewed");
         assert_eq!(report.renewed, 2, "{:?}", keeper.asked.lock().unwrap());
         let asked = keeper.asked.lock().unwrap();
-        assert_eq!(asked[0].0, vec![1, 2]);
+        assert_eq!(asked[0].0, vec![(1, 1), (2, 1)]);
         assert!(asked[0].1 >= Duration::from_millis(2_500), "{asked:?}");
     }
 }

@@ -57,6 +57,7 @@ mod fault;
 mod gauges;
 mod health;
 mod heartbeat;
+mod identity;
 mod instances;
 mod keys;
 mod listeners;

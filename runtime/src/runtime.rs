@@ -115,7 +115,7 @@ pub fn global() -> Option<Runtime> {
 }
 
 /// What a graceful shutdown did. After it, no record holds this instance's lease but
-/// those counted in `unwritten`.
+/// those counted in `unwritten` and `unstopped`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
@@ -131,6 +131,11 @@ pub struct ShutdownReport {
     /// Records whose body finished but whose outcome could not be written (the database
     /// failed): they keep their lease, and their attempt counts, when it expires.
     pub unwritten: u64,
+    /// Bodies still running when shutdown returned: stopping them did not end them within
+    /// 5 s (a blocking call never yields to be stopped). Their records are not handed back
+    /// while they may still run: they keep this instance's lease, and run again (their
+    /// attempt counted) once it expires and another instance rescues them.
+    pub unstopped: u64,
 }
 
 impl Runtime {
@@ -166,13 +171,7 @@ impl Runtime {
                     reason: format!("could not start the outcome listeners' thread: {e}"),
                 })?;
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
-        let owner: Arc<str> = format!(
-            "{}@{}:{:04x}",
-            settings.application_name,
-            std::process::id(),
-            rand::random::<u16>()
-        )
-        .into();
+        let owner: Arc<str> = crate::identity::instance_name(&settings.application_name).into();
         let shared = Shared {
             store,
             application: settings.application_name.as_str().into(),
@@ -293,7 +292,9 @@ impl Runtime {
         &self.inner.settings
     }
 
-    /// This instance's name, as written in `lease_owner` and `async_log.worker`.
+    /// This instance's name, as written in `lease_owner`, `async_log.worker` and
+    /// `async_instance.owner`: `application@host:pid:<32 hex digits>`, the 128 random
+    /// bits unique to this runtime.
     pub fn instance(&self) -> &str {
         &self.inner.owner
     }
@@ -331,9 +332,11 @@ impl Runtime {
 
     /// Stops gracefully: refuses new calls, stops claiming, waits up to `shutdown_grace`
     /// for running bodies, then stops the rest; writes every outcome it can; hands every
-    /// other record this instance holds back to the queue at once (no lease expiry, no
-    /// attempt counted), and uninstalls itself as the global runtime. Every wait is
-    /// bounded: it returns even when the database is gone or its connections went silent
+    /// other record this instance claimed back to the queue at once (no lease expiry, no
+    /// attempt counted; by id and attempt, so never a record another instance of the
+    /// same name holds), except those of bodies that could not be stopped
+    /// ([`ShutdownReport::unstopped`]), and uninstalls itself as the global runtime. Every
+    /// wait is bounded: it returns even when the database is gone or its connections went silent
     /// (then it says so), within `shutdown_grace`, plus 5 s when bodies had to be stopped,
     /// plus three statement bounds ([`statement_bound`](crate::statement_bound) of the
     /// lease: two for the parts to stop, one to hand the records back).
@@ -365,9 +368,19 @@ impl Runtime {
             }
         }
         let unwritten = inner.pool.finished_unwritten();
+        // Only what this instance's pool holds, at the attempt it claimed: never a record
+        // a twin (an instance of the same name) holds, nor one whose body may still run.
+        let (hand_back, unstopped) = inner.pool.to_hand_back();
+        if unstopped > 0 {
+            crate::log::error!(
+                unstopped,
+                "shutdown: {unstopped} body(ies) did not stop (a blocking call?); their \
+                 records are not handed back and run again once their lease expires"
+            );
+        }
         let released = inner
             .store
-            .lease_release_owner(&inner.app, &inner.owner, &unwritten, inner.now_ms())
+            .lease_release(&inner.owner, &hand_back, inner.now_ms())
             .await;
         self.uninstall();
         let released = released.inspect_err(|error| {
@@ -379,6 +392,7 @@ impl Runtime {
             completed: (running_at_start as u64).saturating_sub(stopped),
             released: released + inner.handed_back.load(Ordering::Acquire),
             unwritten: unwritten.len() as u64,
+            unstopped: unstopped as u64,
         };
         crate::log::info!(?report, "async-exec runtime stopped");
         Ok(report)

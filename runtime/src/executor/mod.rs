@@ -243,11 +243,7 @@ impl Executor {
             {
                 Some(token) => lease_lost = token,
                 None => {
-                    crate::log::warn!(
-                        request_id = id,
-                        "the lease of a claimed request was lost or ran out before a worker \
-                         was free; not running it here (another instance may)"
-                    );
+                    self.hand_back_unstarted(id, attempt);
                     return;
                 }
             }
@@ -264,6 +260,33 @@ impl Executor {
         if let Some((id, attempt)) = record {
             self.pool.started(id, attempt, handle.abort_handle());
         }
+    }
+
+    /// A claimed record whose lease was lost or ran out before a worker was free: its body
+    /// did not start, so its attempt does not count. Handed back (on a task of the pool,
+    /// which `wait_idle` and shutdown wait for) while this instance still holds it at that
+    /// attempt; a record another instance took, or the rescuer moved on, is left alone.
+    fn hand_back_unstarted(&self, id: RequestId, attempt: i32) {
+        let (store, owner, now) = (self.store.clone(), self.owner.clone(), self.clock.now_ms());
+        self.pool.tasks.spawn(async move {
+            match store.lease_release(&owner, &[(id, attempt)], now).await {
+                Ok(released) => crate::log::warn!(
+                    request_id = id,
+                    attempt,
+                    released,
+                    "not started: the lease of a claimed request was lost or ran out before a \
+                     worker was free; handed back without counting the attempt (unless \
+                     another instance holds it now)"
+                ),
+                Err(error) => crate::log::warn!(
+                    request_id = id,
+                    attempt,
+                    %error,
+                    "not started: the lease of a claimed request ran out before a worker was \
+                     free, and it could not be handed back; it runs again once rescued"
+                ),
+            }
+        });
     }
 
     /// Runs an in-memory job on its own task, outside the worker permits.

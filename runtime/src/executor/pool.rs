@@ -30,6 +30,8 @@ struct InFlight {
     /// outcome, if any, is fenced.
     lost: bool,
     abort: Option<AbortHandle>,
+    /// Shutdown aborted its body (which may not have ended yet: a blocking call).
+    aborted: bool,
     /// The body has run to its end; its outcome is on its way to the store.
     done: bool,
 }
@@ -43,6 +45,7 @@ impl InFlight {
             lease_lost: CancellationToken::new(),
             lost: false,
             abort: None,
+            aborted: false,
             done: false,
         }
     }
@@ -137,7 +140,7 @@ impl ExecutorPool {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
         in_flight
             .values()
-            .filter(|f| f.abort.is_some() && !f.done)
+            .filter(|f| f.abort.is_some() && !f.done && !f.aborted)
             .count()
     }
 
@@ -151,6 +154,30 @@ impl ExecutorPool {
             .collect()
     }
 
+    /// What shutdown hands back, once the bodies it could stop have stopped: the records
+    /// held (id, attempt) whose body never started or was stopped, and is not running now;
+    /// and how many bodies are still running (abort did not end them: a blocking call).
+    /// Neither a record whose body finished (its outcome, written or not, keeps its
+    /// attempt) nor one whose body may still run (handed back, it could run twice at
+    /// once) is handed back, nor one lost to another instance.
+    pub(crate) fn to_hand_back(&self) -> (Vec<crate::store::Held>, usize) {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut unstopped = 0;
+        let mut held = Vec::new();
+        for (id, f) in in_flight.iter() {
+            if f.done || f.lost {
+                continue;
+            }
+            if f.abort.as_ref().is_some_and(|abort| !abort.is_finished()) {
+                unstopped += 1;
+                continue;
+            }
+            held.push((*id, f.attempt));
+        }
+        held.sort_unstable();
+        (held, unstopped)
+    }
+
     /// Forgets a stored job once its outcome is written.
     pub(crate) fn forget(&self, id: RequestId, attempt: i32) {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
@@ -159,16 +186,16 @@ impl ExecutorPool {
         }
     }
 
-    /// Ids whose leases the heartbeat should renew now, in id order (the order every
-    /// statement locks records in), and the earliest end among their leases that have not
-    /// ended by `now`. A lease that ended already is still renewed (a renewal that gets
-    /// through before another instance takes the record keeps it here), but it no longer
-    /// bounds how long a renewal may wait: it would make every renewal give up at once,
-    /// and the leases still alive would run out too.
-    pub(crate) fn renewable(&self, now: i64) -> (Vec<RequestId>, Option<i64>) {
+    /// The records (id, attempt) whose leases the heartbeat should renew now, in id order
+    /// (the order every statement locks records in), and the earliest end among their
+    /// leases that have not ended by `now`. A lease that ended already is still renewed
+    /// (a renewal that gets through before another instance takes the record keeps it
+    /// here), but it no longer bounds how long a renewal may wait: it would make every
+    /// renewal give up at once, and the leases still alive would run out too.
+    pub(crate) fn renewable(&self, now: i64) -> (Vec<crate::store::Held>, Option<i64>) {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut earliest = None::<i64>;
-        let mut ids: Vec<RequestId> = in_flight
+        let mut ids: Vec<crate::store::Held> = in_flight
             .iter()
             .filter(|(_, f)| !f.lost && f.renew_until > now)
             .inspect(|(_, f)| {
@@ -176,7 +203,7 @@ impl ExecutorPool {
                     earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
                 }
             })
-            .map(|(id, _)| *id)
+            .map(|(id, f)| (*id, f.attempt))
             .collect();
         ids.sort_unstable();
         (ids, earliest)
@@ -188,7 +215,7 @@ impl ExecutorPool {
     /// taken over or removed: they are lost, their bodies told. Returns the ids lost.
     pub(crate) fn renewed(
         &self,
-        asked: &[RequestId],
+        asked: &[crate::store::Held],
         renewal: &crate::store::Renewal,
         until: i64,
     ) -> Vec<RequestId> {
@@ -197,8 +224,8 @@ impl ExecutorPool {
             renewal.renewed.iter().copied().collect();
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut lost = Vec::new();
-        for id in asked {
-            let Some(flight) = in_flight.get_mut(id) else {
+        for (id, attempt) in asked {
+            let Some(flight) = in_flight.get_mut(id).filter(|f| f.attempt == *attempt) else {
                 continue;
             };
             if renewed.contains(id) {
@@ -257,11 +284,12 @@ impl ExecutorPool {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut aborted = Vec::new();
         for (id, flight) in in_flight.iter_mut() {
-            if flight.done {
+            if flight.done || flight.aborted {
                 continue;
             }
-            if let Some(abort) = flight.abort.take() {
+            if let Some(abort) = &flight.abort {
                 abort.abort();
+                flight.aborted = true;
                 aborted.push(*id);
             }
         }

@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{
-    Announce, ClaimDue, ClaimIds, Completion, LeaseKeeper, PurgeBatch, Purged, Rescued, Store,
-    StoredKey, Wrote,
+    Announce, ClaimDue, ClaimIds, Completion, Held, LeaseKeeper, PurgeBatch, Purged, Rescued,
+    Store, StoredKey, Wrote,
 };
 use crate::error::{Error, Result};
 use crate::record::{
@@ -285,8 +285,8 @@ impl Store for Bounded {
         self.inner.lease_keeper()
     }
 
-    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
-        self.within("lease_release", self.inner.lease_release(owner, ids, now))
+    async fn lease_release(&self, owner: &str, held: &[Held], now: i64) -> Result<u64> {
+        self.within("lease_release", self.inner.lease_release(owner, held, now))
             .await
     }
 
@@ -380,21 +380,6 @@ impl Store for Bounded {
     async fn request_make_due(&self, application: &str) -> Result<u64> {
         self.within("request_make_due", self.inner.request_make_due(application))
             .await
-    }
-
-    async fn lease_release_owner(
-        &self,
-        application: &str,
-        owner: &str,
-        keep: &[RequestId],
-        now: i64,
-    ) -> Result<u64> {
-        self.within(
-            "lease_release_owner",
-            self.inner
-                .lease_release_owner(application, owner, keep, now),
-        )
-        .await
     }
 
     async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {

@@ -81,7 +81,7 @@ async fn claim_after_a_begin_given_up(
     // open, `other` would wait for its locks (MySQL refuses `store`'s delete instead, and
     // the assertion on `seen` then says what went wrong).
     let _ = store
-        .lease_release("cancel-test", &[record], now_ms())
+        .lease_release("cancel-test", &[(record, 1)], now_ms())
         .await;
     let _ = store.request_delete(application, record).await;
     seen

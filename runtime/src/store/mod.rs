@@ -46,17 +46,23 @@ pub(crate) const REQUEST_COLUMNS: &str =
     max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
     last_error, trace_json, create_time, update_time";
 
+/// A record this instance claimed: its id and the attempt the claim counted. Renewals and
+/// hand-backs touch a record only while `owner` holds it at that attempt, as outcome
+/// writes do: an instance whose name a twin shares (or a stale renewal or hand-back of an
+/// earlier attempt) never renews or hands back a later claim of it.
+pub(crate) type Held = (RequestId, i32);
+
 /// Renews leases: the heartbeat's one statement, on a connection of its own.
 #[async_trait]
 pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
-    /// Extends by `lease_ms` from the database's clock the leases of those of `ids` that
-    /// `owner` still holds as running; returns the ids renewed, and those still held but
-    /// not renewed this time (locked by another statement at that moment). Gives up after
-    /// `patience` (connecting included).
+    /// Extends by `lease_ms` from the database's clock the leases of those of `held` that
+    /// `owner` still holds as running at their attempt; returns the ids renewed, and those
+    /// still held but not renewed this time (locked by another statement at that moment).
+    /// Gives up after `patience` (connecting included).
     async fn renew(
         &self,
         owner: &str,
-        ids: &[RequestId],
+        held: &[Held],
         lease_ms: i64,
         patience: std::time::Duration,
     ) -> Result<Renewal>;
@@ -437,8 +443,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// application's transactions wait on). Made once, at start.
     fn lease_keeper(&self) -> std::sync::Arc<dyn LeaseKeeper>;
 
-    /// Hands records back to the queue at once, without counting the attempt (shutdown).
-    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64>;
+    /// Hands records back to the queue at once, without counting the attempt: those of
+    /// `held` that `owner` still holds as running at their attempt (a claim not started,
+    /// shutdown). Returns how many.
+    async fn lease_release(&self, owner: &str, held: &[Held], now: i64) -> Result<u64>;
 
     /// Running records whose lease ended more than `grace_ms` ago (by the database's
     /// clock): back to `failed`, or `dead` when out of attempts.
@@ -516,17 +524,6 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// delays and retry backoffs end at once. For test modes (`Runtime::run_due`).
     /// Returns how many records moved.
     async fn request_make_due(&self, application: &str) -> Result<u64>;
-
-    /// Hands back, without counting the attempt, every record of `application` that
-    /// `owner` holds `running`, except those in `keep` (shutdown: bodies that finished but
-    /// whose outcome could not be written keep their attempt).
-    async fn lease_release_owner(
-        &self,
-        application: &str,
-        owner: &str,
-        keep: &[RequestId],
-        now: i64,
-    ) -> Result<u64>;
 
     /// The idempotency key `key` of `application`, unless it expired by `now`.
     async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>>;

@@ -158,6 +158,23 @@ where
     query
 }
 
+/// `(?, ?), (?, ?), ...` for a list of `n` pairs, padded as [`marks`] pads.
+pub(super) fn pair_marks(n: usize) -> String {
+    vec!["(?, ?)"; padded(n)].join(", ")
+}
+
+/// Binds the (id, attempt) pairs of a list made by [`pair_marks`].
+pub(super) fn bind_pairs<'q>(
+    mut query: Query<'q, MySql, MySqlArguments>,
+    pairs: &'q [super::Held],
+) -> Query<'q, MySql, MySqlArguments> {
+    for i in 0..padded(pairs.len()) {
+        let (id, attempt) = pairs[i.min(pairs.len() - 1)];
+        query = query.bind(id).bind(attempt);
+    }
+    query
+}
+
 /// The server's error number, when the error is the server's.
 fn error_number(error: &sqlx::Error) -> Option<u16> {
     match error {
@@ -441,18 +458,24 @@ impl Store for MySqlStore {
         std::sync::Arc::new(super::mysql_leases::MySqlLeases::new(&self.pool))
     }
 
-    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+    async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
         let mut released = 0;
-        for chunk in ids.chunks(MAX_IN) {
+        for chunk in held.chunks(MAX_IN) {
+            // By id (the primary key), then only at the attempt claimed.
             let sql = format!(
                 "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
                  lease_owner = NULL, lease_until = NULL, update_time = ? \
-                 WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
-                marks(chunk.len())
+                 WHERE status = 'running' AND lease_owner = ? AND id IN ({}) \
+                 AND (id, exec_count) IN ({})",
+                marks(chunk.len()),
+                pair_marks(chunk.len())
             );
+            let ids: Vec<RequestId> = chunk.iter().map(|&(id, _)| id).collect();
             let done = with_retry(|| async {
                 let query = sqlx::query(&sql).bind(now.max(1)).bind(now).bind(owner);
-                Ok(bind_list(query, chunk).execute(&self.pool).await?)
+                Ok(bind_pairs(bind_list(query, &ids), chunk)
+                    .execute(&self.pool)
+                    .await?)
             })
             .await?;
             released += done.rows_affected();
@@ -611,40 +634,6 @@ impl Store for MySqlStore {
                 .bind(application)
                 .execute(&self.pool)
                 .await?)
-        })
-        .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn lease_release_owner(
-        &self,
-        application: &str,
-        owner: &str,
-        keep: &[RequestId],
-        now: i64,
-    ) -> Result<u64> {
-        let keep_clause = if keep.is_empty() {
-            String::new()
-        } else {
-            format!("AND id NOT IN ({})", marks(keep.len()))
-        };
-        let sql = format!(
-            "UPDATE async_req SET status = 'init', exec_count = GREATEST(exec_count - 1, 0), \
-             run_at = ?, lease_owner = NULL, lease_until = NULL, update_time = ? \
-             WHERE application_name = ? AND status = 'running' AND lease_owner = ? {keep_clause}"
-        );
-        let done = with_retry(|| async {
-            let query = sqlx::query(&sql)
-                .bind(now.max(1))
-                .bind(now)
-                .bind(application)
-                .bind(owner);
-            let query = if keep.is_empty() {
-                query
-            } else {
-                bind_list(query, keep)
-            };
-            Ok(query.execute(&self.pool).await?)
         })
         .await?;
         Ok(done.rows_affected())

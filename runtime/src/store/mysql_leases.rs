@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::{MySql, MySqlConnection};
 
 use super::dedicated::DedicatedConnection;
-use super::{LeaseKeeper, Renewal};
+use super::{Held, LeaseKeeper, Renewal};
 use crate::error::Result;
 use crate::record::RequestId;
 
@@ -38,39 +38,58 @@ fn padded(n: usize) -> usize {
     n.next_power_of_two().min(CHUNK)
 }
 
-/// `ids`, then its last id again up to `len`.
-fn ids_padded(ids: &[RequestId], len: usize) -> impl Iterator<Item = RequestId> + '_ {
-    let last = ids.last().copied().unwrap_or_default();
-    ids.iter()
-        .copied()
-        .chain(std::iter::repeat(last))
-        .take(len.max(ids.len()))
+/// `(?, ?), ...`: `len` pairs.
+fn pair_marks(len: usize) -> String {
+    vec!["(?, ?)"; len].join(",")
 }
 
-/// Extends the leases of `ids` (distinct, at most [`CHUNK`]) held by `owner` to the
+/// `held`, then its last pair again up to `len`.
+fn held_padded(held: &[Held], len: usize) -> impl Iterator<Item = Held> + '_ {
+    let last = held.last().copied().unwrap_or_default();
+    held.iter()
+        .copied()
+        .chain(std::iter::repeat(last))
+        .take(len.max(held.len()))
+}
+
+/// The records of `held` a statement touches: by id (the primary key), then only those
+/// at the attempt claimed (a twin's later claim of one, under the same name, is not
+/// this instance's).
+fn held_at(len: usize) -> String {
+    format!(
+        "id IN ({}) AND (id, exec_count) IN ({})",
+        marks(len),
+        pair_marks(len)
+    )
+}
+
+/// Extends the leases of `held` (distinct ids, at most [`CHUNK`]) held by `owner` to the
 /// database's time plus `lease_ms`; whether every one of them was.
 async fn renew_all(
     conn: &mut MySqlConnection,
     owner: &str,
-    ids: &[RequestId],
+    held: &[Held],
     lease_ms: i64,
 ) -> Result<bool> {
-    let len = padded(ids.len());
+    let len = padded(held.len());
     let update = format!(
         "UPDATE async_req SET lease_until = {} + ? \
-         WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
+         WHERE status = 'running' AND lease_owner = ? AND {}",
         super::mysql::DB_NOW,
-        marks(len)
+        held_at(len)
     );
     let mut query = sqlx::query(&update).bind(lease_ms).bind(owner);
-    for id in ids_padded(ids, len) {
+    for (id, _) in held_padded(held, len) {
         query = query.bind(id);
     }
+    for (id, attempt) in held_padded(held, len) {
+        query = query.bind(id).bind(attempt);
+    }
     let done = query.execute(&mut *conn).await?;
-    Ok(done.rows_affected() == ids.len() as u64)
+    Ok(done.rows_affected() == held.len() as u64)
 }
 
-/// Extends the leases of `ids` held by `owner` and says which were: the renewed rows are
+/// Extends the leases of `held` held by `owner` and says which were: the renewed rows are
 /// those that carry this renewal's `lease_until` under this owner afterwards (MariaDB has
 /// no `UPDATE ... RETURNING`). The lease end is read first, so that both statements name
 /// the same value (each in autocommit; a record taken over between the two is rightly not
@@ -78,34 +97,40 @@ async fn renew_all(
 async fn renew_noting(
     conn: &mut MySqlConnection,
     owner: &str,
-    ids: &[RequestId],
+    held: &[Held],
     lease_ms: i64,
 ) -> Result<Vec<RequestId>> {
     let until: i64 = sqlx::query_scalar(&format!("SELECT {} + ?", super::mysql::DB_NOW))
         .bind(lease_ms)
         .fetch_one(&mut *conn)
         .await?;
-    let len = padded(ids.len());
+    let len = padded(held.len());
     let update = format!(
         "UPDATE async_req SET lease_until = ? \
-         WHERE status = 'running' AND lease_owner = ? AND id IN ({})",
-        marks(len)
+         WHERE status = 'running' AND lease_owner = ? AND {}",
+        held_at(len)
     );
     let mut query = sqlx::query(&update).bind(until).bind(owner);
-    for id in ids_padded(ids, len) {
+    for (id, _) in held_padded(held, len) {
         query = query.bind(id);
+    }
+    for (id, attempt) in held_padded(held, len) {
+        query = query.bind(id).bind(attempt);
     }
     query.execute(&mut *conn).await?;
     let select = format!(
         "SELECT id FROM async_req WHERE status = 'running' \
-         AND lease_owner = ? AND lease_until = ? AND id IN ({})",
-        marks(len)
+         AND lease_owner = ? AND lease_until = ? AND {}",
+        held_at(len)
     );
     let mut query = sqlx::query_scalar::<_, RequestId>(&select)
         .bind(owner)
         .bind(until);
-    for id in ids_padded(ids, len) {
+    for (id, _) in held_padded(held, len) {
         query = query.bind(id);
+    }
+    for (id, attempt) in held_padded(held, len) {
+        query = query.bind(id).bind(attempt);
     }
     Ok(query.fetch_all(&mut *conn).await?)
 }
@@ -115,26 +140,26 @@ impl LeaseKeeper for MySqlLeases {
     async fn renew(
         &self,
         owner: &str,
-        ids: &[RequestId],
+        held: &[Held],
         lease_ms: i64,
         patience: Duration,
     ) -> Result<Renewal> {
-        if ids.is_empty() {
+        if held.is_empty() {
             return Ok(Renewal::default());
         }
         // Owned, for the statement's future (which may outlive this call's borrows).
-        let (owner, ids) = (owner.to_owned(), ids.to_vec());
+        let (owner, held) = (owner.to_owned(), held.to_vec());
         self.conn
             .run(patience, move |conn: &mut MySqlConnection| {
                 Box::pin(async move {
-                    let mut renewed = Vec::with_capacity(ids.len());
-                    for chunk in ids.chunks(CHUNK) {
+                    let mut renewed = Vec::with_capacity(held.len());
+                    for chunk in held.chunks(CHUNK) {
                         // Usually one round trip: every lease of the chunk renewed (sqlx
                         // asks for FOUND_ROWS: the rows matched are counted, changed or
                         // not). Only when some were not (taken over, gone) is it found
                         // out which, in three more.
                         if renew_all(conn, &owner, chunk, lease_ms).await? {
-                            renewed.extend_from_slice(chunk);
+                            renewed.extend(chunk.iter().map(|&(id, _)| id));
                         } else {
                             renewed.extend(renew_noting(conn, &owner, chunk, lease_ms).await?);
                         }
@@ -182,7 +207,12 @@ mod tests {
         }
         let keeper = MySqlLeases::new(store.pool());
         let renewal = keeper
-            .renew("me", &ids, 60_000, Duration::from_secs(10))
+            .renew(
+                "me",
+                &ids.iter().map(|&id| (id, 0)).collect::<Vec<Held>>(),
+                60_000,
+                Duration::from_secs(10),
+            )
             .await
             .unwrap();
         assert_eq!(renewal.renewed, [ids[0], ids[2]]);
@@ -213,7 +243,7 @@ mod tests {
         assert_eq!(padded(3), 4);
         assert_eq!(padded(600), CHUNK);
         assert_eq!(padded(CHUNK), CHUNK);
-        let ids: Vec<RequestId> = ids_padded(&[7, 9, 12], 4).collect();
-        assert_eq!(ids, [7, 9, 12, 12]);
+        let held: Vec<Held> = held_padded(&[(7, 1), (9, 2), (12, 1)], 4).collect();
+        assert_eq!(held, [(7, 1), (9, 2), (12, 1), (12, 1)]);
     }
 }

@@ -304,21 +304,28 @@ impl Store for PostgresStore {
         std::sync::Arc::new(super::postgres_leases::PostgresLeases::new(&self.pool))
     }
 
-    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
-        if ids.is_empty() {
+    async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
+        if held.is_empty() {
             return Ok(0);
         }
+        let (ids, attempts): (Vec<RequestId>, Vec<i32>) = held.iter().copied().unzip();
+        // Locked in id order, as every statement locks records; only those `owner` holds
+        // at the attempt it claimed.
         let done = sqlx::query(
             "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = $1, \
              lease_owner = NULL, lease_until = NULL, update_time = $2 \
              WHERE status = 'running' AND lease_owner = $3 \
-             AND id IN (SELECT id FROM async_req WHERE id = ANY($4) AND status = 'running' \
-               AND lease_owner = $3 ORDER BY id FOR UPDATE)",
+             AND (id, exec_count) IN (SELECT * FROM UNNEST($4::BIGINT[], $5::INTEGER[])) \
+             AND id IN (SELECT r.id FROM async_req r \
+               JOIN UNNEST($4::BIGINT[], $5::INTEGER[]) AS h(id, attempt) \
+                 ON r.id = h.id AND r.exec_count = h.attempt \
+               WHERE r.status = 'running' AND r.lease_owner = $3 ORDER BY r.id FOR UPDATE OF r)",
         )
         .bind(now.max(1))
         .bind(now)
         .bind(owner)
-        .bind(ids)
+        .bind(&ids)
+        .bind(&attempts)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
@@ -556,31 +563,6 @@ impl Store for PostgresStore {
              WHERE application_name = $1 AND status IN ('init', 'failed') AND run_at > {DB_NOW}"
         ))
         .bind(application)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn lease_release_owner(
-        &self,
-        application: &str,
-        owner: &str,
-        keep: &[RequestId],
-        now: i64,
-    ) -> Result<u64> {
-        let done = sqlx::query(
-            "UPDATE async_req SET status = 'init', exec_count = GREATEST(exec_count - 1, 0), \
-             run_at = $1, lease_owner = NULL, lease_until = NULL, update_time = $2 \
-             WHERE status = 'running' AND lease_owner = $4 \
-             AND id IN (SELECT id FROM async_req WHERE application_name = $3 \
-               AND status = 'running' AND lease_owner = $4 AND id <> ALL($5) \
-               ORDER BY id FOR UPDATE)",
-        )
-        .bind(now.max(1))
-        .bind(now)
-        .bind(application)
-        .bind(owner)
-        .bind(keep)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres};
 
 use super::dedicated::DedicatedConnection;
-use super::{LeaseKeeper, Renewal};
+use super::{Held, LeaseKeeper, Renewal};
 use crate::error::Result;
 use crate::record::RequestId;
 
@@ -29,27 +29,34 @@ impl LeaseKeeper for PostgresLeases {
     async fn renew(
         &self,
         owner: &str,
-        ids: &[RequestId],
+        held: &[Held],
         lease_ms: i64,
         patience: Duration,
     ) -> Result<Renewal> {
-        if ids.is_empty() {
+        if held.is_empty() {
             return Ok(Renewal::default());
         }
         // Owned, for the statement's future (which may outlive this call's borrows).
-        let (owner, ids) = (owner.to_owned(), ids.to_vec());
+        let owner = owner.to_owned();
+        let (ids, attempts): (Vec<RequestId>, Vec<i32>) = held.iter().copied().unzip();
         self.conn
             .run(patience, move |conn: &mut PgConnection| {
                 Box::pin(async move {
                     // Rows locked by another statement are skipped, so that a renewal never
                     // waits while holding locks (no deadlock with an outcome being
                     // written). A skipped record may still be this owner's: see below.
+                    // Only records held at the attempt claimed: a twin's later claim of
+                    // one (the same name) is not renewed.
                     let sql = format!(
                         "UPDATE async_req SET lease_until = {} + $1 \
                          WHERE status = 'running' AND lease_owner = $2 \
-                         AND id IN (SELECT id FROM async_req WHERE id = ANY($3) \
-                           AND status = 'running' AND lease_owner = $2 \
-                           ORDER BY id FOR UPDATE SKIP LOCKED) \
+                         AND (id, exec_count) IN \
+                           (SELECT * FROM UNNEST($3::BIGINT[], $4::INTEGER[])) \
+                         AND id IN (SELECT r.id FROM async_req r \
+                           JOIN UNNEST($3::BIGINT[], $4::INTEGER[]) AS h(id, attempt) \
+                             ON r.id = h.id AND r.exec_count = h.attempt \
+                           WHERE r.status = 'running' AND r.lease_owner = $2 \
+                           ORDER BY r.id FOR UPDATE OF r SKIP LOCKED) \
                          RETURNING id",
                         super::postgres::DB_NOW
                     );
@@ -57,6 +64,7 @@ impl LeaseKeeper for PostgresLeases {
                         .bind(lease_ms)
                         .bind(&owner)
                         .bind(&ids)
+                        .bind(&attempts)
                         .fetch_all(&mut *conn)
                         .await?;
                     if renewed.len() == ids.len() {
@@ -66,10 +74,14 @@ impl LeaseKeeper for PostgresLeases {
                     // another statement (a claim's recheck, an operator's action). A plain
                     // read, which waits for no lock, tells which are still this owner's.
                     let held = sqlx::query_scalar(
-                        "SELECT id FROM async_req WHERE id = ANY($1) AND status = 'running' \
-                         AND lease_owner = $2 AND NOT (id = ANY($3)) ORDER BY id",
+                        "SELECT r.id FROM async_req r \
+                         JOIN UNNEST($1::BIGINT[], $2::INTEGER[]) AS h(id, attempt) \
+                           ON r.id = h.id AND r.exec_count = h.attempt \
+                         WHERE r.status = 'running' AND r.lease_owner = $3 \
+                         AND NOT (r.id = ANY($4)) ORDER BY r.id",
                     )
                     .bind(&ids)
+                    .bind(&attempts)
                     .bind(&owner)
                     .bind(&renewed)
                     .fetch_all(&mut *conn)

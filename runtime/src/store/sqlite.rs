@@ -419,9 +419,9 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn lease_release(&self, owner: &str, ids: &[RequestId], now: i64) -> Result<u64> {
+    async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
         let mut writer = self.writer().await?;
-        let result = release(writer.conn(), owner, ids, now).await;
+        let result = release(writer.conn(), owner, held, now).await;
         writer.check(result)
     }
 
@@ -609,18 +609,6 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
-    async fn lease_release_owner(
-        &self,
-        application: &str,
-        owner: &str,
-        keep: &[RequestId],
-        now: i64,
-    ) -> Result<u64> {
-        let mut writer = self.writer().await?;
-        let result = release_owner(writer.conn(), application, owner, keep, now).await;
-        writer.check(result)
-    }
-
     async fn db_now_ms(&self) -> Result<i64> {
         let now: i64 = sqlx::query_scalar(&format!("SELECT {DB_NOW}"))
             .fetch_one(&self.pool)
@@ -661,30 +649,6 @@ async fn postpone(conn: &mut SqliteConnection, moves: &[(RequestId, i64)]) -> Re
         .rows_affected();
     }
     Ok(moved)
-}
-
-/// Every record the owner holds, but `keep`, back to `init` without counting the attempt.
-async fn release_owner(
-    conn: &mut SqliteConnection,
-    application: &str,
-    owner: &str,
-    keep: &[RequestId],
-    now: i64,
-) -> Result<u64> {
-    let done = sqlx::query(
-        "UPDATE async_req SET status = 'init', exec_count = MAX(exec_count - 1, 0), run_at = ?, \
-         lease_owner = NULL, lease_until = NULL, update_time = ? \
-         WHERE application_name = ? AND status = 'running' AND lease_owner = ? \
-           AND id NOT IN (SELECT value FROM json_each(?))",
-    )
-    .bind(now.max(1))
-    .bind(now)
-    .bind(application)
-    .bind(owner)
-    .bind(json_list(keep))
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
 }
 
 // The runtime's own writes, on the writer connection (`SqliteStore::writer`): the claims

@@ -175,7 +175,7 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
     for id in [b, c, f] {
         // Leave the shared test database as found (b is running: release it first).
         store
-            .lease_release("owner-a", &[id], now_ms())
+            .lease_release("owner-a", &[(id, 1)], now_ms())
             .await
             .unwrap();
         store.request_delete(&application, id).await.unwrap();

@@ -11,7 +11,8 @@ use crate::error::Result;
 use crate::record::{AttemptLog, ClaimedId, RequestId};
 use crate::store::rows::CLAIMED_COLUMNS;
 use crate::store::{
-    ClaimDue, ClaimIds, DueKind, ExpiredLease, LeaseKeeper, Renewal, RescueBatch, Rescued,
+    ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch,
+    Rescued,
 };
 
 /// Claims the given `init` records.
@@ -106,23 +107,34 @@ pub(super) async fn claim_due(
     Ok(query.fetch_all(&mut *conn).await?)
 }
 
-/// Extends the leases of these records while `owner` holds them.
+/// Which records of `held` (as JSON pairs `[id, attempt]`, bound at `?N`) a statement
+/// touches: by id (the primary key), then at the attempt claimed.
+fn held_at(n: usize) -> String {
+    format!(
+        "id IN (SELECT json_extract(value, '$[0]') FROM json_each(?{n})) \
+         AND exec_count = (SELECT json_extract(value, '$[1]') FROM json_each(?{n}) \
+           WHERE json_extract(value, '$[0]') = async_req.id)"
+    )
+}
+
+/// Extends the leases of these records while `owner` holds them at their attempt.
 pub(super) async fn renew(
     conn: &mut SqliteConnection,
     owner: &str,
-    ids: &[RequestId],
+    held: &[Held],
     lease_ms: i64,
 ) -> Result<Vec<RequestId>> {
-    if ids.is_empty() {
+    if held.is_empty() {
         return Ok(Vec::new());
     }
     let renewed = sqlx::query_scalar(&format!(
-        "UPDATE async_req SET lease_until = {DB_NOW} + ? WHERE status = 'running' AND lease_owner = ? \
-         AND id IN (SELECT value FROM json_each(?)) RETURNING id"
+        "UPDATE async_req SET lease_until = {DB_NOW} + ?1 \
+         WHERE status = 'running' AND lease_owner = ?2 AND {} RETURNING id",
+        held_at(3)
     ))
     .bind(lease_ms)
     .bind(owner)
-    .bind(json_list(ids))
+    .bind(json_list(held))
     .fetch_all(&mut *conn)
     .await?;
     Ok(renewed)
@@ -140,13 +152,13 @@ impl LeaseKeeper for SqliteLeases {
     async fn renew(
         &self,
         owner: &str,
-        ids: &[RequestId],
+        held: &[Held],
         lease_ms: i64,
         patience: std::time::Duration,
     ) -> Result<Renewal> {
         let work = async {
             let mut writer = self.store.writer().await?;
-            let result = renew(writer.conn(), owner, ids, lease_ms).await;
+            let result = renew(writer.conn(), owner, held, lease_ms).await;
             writer.check(result).map(Renewal::all)
         };
         tokio::time::timeout(patience, work)
@@ -155,25 +167,27 @@ impl LeaseKeeper for SqliteLeases {
     }
 }
 
-/// Hands records back to the queue without counting the attempt.
+/// Hands records back to the queue without counting the attempt, while `owner` holds
+/// them at their attempt.
 pub(super) async fn release(
     conn: &mut SqliteConnection,
     owner: &str,
-    ids: &[RequestId],
+    held: &[Held],
     now: i64,
 ) -> Result<u64> {
-    if ids.is_empty() {
+    if held.is_empty() {
         return Ok(0);
     }
-    let done = sqlx::query(
-        "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
-         lease_owner = NULL, lease_until = NULL, update_time = ? \
-         WHERE status = 'running' AND lease_owner = ? AND id IN (SELECT value FROM json_each(?))",
-    )
+    let done = sqlx::query(&format!(
+        "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?1, \
+         lease_owner = NULL, lease_until = NULL, update_time = ?2 \
+         WHERE status = 'running' AND lease_owner = ?3 AND {}",
+        held_at(4)
+    ))
     .bind(now.max(1))
     .bind(now)
     .bind(owner)
-    .bind(json_list(ids))
+    .bind(json_list(held))
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
