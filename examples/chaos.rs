@@ -18,7 +18,8 @@
 //!
 //! The submitter makes keyed and unkeyed calls, in transactions and in autocommit, some
 //! keys twice (one after the other, or from two calls at once), some transactions rolled
-//! back, and records every receipt in `chaos_receipts` after its transaction ended.
+//! back, some transaction scopes with a scope opened inside them (refused: the outer scope
+//! rolls back), and records every receipt in `chaos_receipts` after its transaction ended.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -277,6 +278,8 @@ struct Submitter<'a> {
     next_key: u64,
     seed: u64,
     calls: u64,
+    /// Scopes whose nested transaction was refused and which rolled back, as they must.
+    nested_refused: u64,
 }
 
 impl Submitter<'_> {
@@ -461,6 +464,61 @@ impl Submitter<'_> {
         }
     }
 
+    /// A transaction scope of 1 to 3 calls that runs a helper opening a scope of its own
+    /// (`rt.transaction(..)` inside `rt.transaction(..)`) and swallows its error, as a
+    /// careless helper would. The inner scope is refused and the outer one rolls back: none
+    /// of the calls may run (the checker flags a request nobody committed that ran, which
+    /// an inner scope committed on its own would be), and a scope that committed is
+    /// recorded as an unexpected receipt.
+    async fn nested_scope<DB: Backend>(&mut self) {
+        let calls = self.rng.gen_range(1..=3);
+        let draws: Vec<Draw> = (0..calls)
+            .map(|_| {
+                let key = self.draw_key();
+                self.draw(key)
+            })
+            .collect();
+        let inner_draw = self.draw(None);
+        self.calls += calls + 1;
+        let inner_rt = self.rt.clone();
+        let outcome: Result<(), async_exec::Error> = self
+            .rt
+            .transaction(|_tx: &mut Tx<DB>| {
+                Box::pin(async move {
+                    for draw in draws {
+                        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
+                        if let Some(key) = &draw.key {
+                            call = call.key(key.clone());
+                        }
+                        call.await?;
+                    }
+                    let inner: Result<(), async_exec::Error> = inner_rt
+                        .transaction(|_tx: &mut Tx<DB>| {
+                            Box::pin(async move {
+                                work(None, inner_draw.work_ms, inner_draw.fail_first).await?;
+                                Ok(())
+                            })
+                        })
+                        .await;
+                    if inner.is_ok() {
+                        eprintln!("a transaction inside a transaction scope was not refused");
+                    }
+                    Ok(())
+                })
+            })
+            .await;
+        match outcome {
+            Err(async_exec::Error::RollbackOnly { .. }) => self.nested_refused += 1,
+            Err(error) => eprintln!("nested scope failed otherwise: {error}"),
+            Ok(()) => {
+                eprintln!("a scope whose nested transaction was refused committed");
+                self.receipts
+                    .record(None, None, "nested_committed", "nested")
+                    .await
+            }
+        }
+    }
+
     async fn step<DB: Backend>(&mut self) {
         match self.rng.gen_range(0..100) {
             0..=39 => {
@@ -468,8 +526,9 @@ impl Submitter<'_> {
                 let draw = self.draw(key);
                 self.autocommit(draw).await
             }
-            40..=79 => self.transaction::<DB>(false).await,
-            80..=91 => self.racing_pair::<DB>().await,
+            40..=76 => self.transaction::<DB>(false).await,
+            77..=88 => self.racing_pair::<DB>().await,
+            89..=91 => self.nested_scope::<DB>().await,
             _ => self.transaction::<DB>(true).await,
         }
         let pause = self.rng.gen_range(5..=30);
@@ -487,6 +546,7 @@ async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> a
         next_key: 0,
         seed: args.seed,
         calls: 0,
+        nested_refused: 0,
     };
     // A step is never cut short (its receipts are written after its commit): SIGTERM is
     // looked at between steps.
@@ -500,6 +560,7 @@ async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> a
     while !stop.load(Ordering::Acquire) {
         submitter.step::<DB>().await;
     }
+    println!("nested scopes refused and rolled back {}", submitter.nested_refused);
     Ok(submitter.calls)
 }
 
