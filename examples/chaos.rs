@@ -560,7 +560,10 @@ async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> a
     while !stop.load(Ordering::Acquire) {
         submitter.step::<DB>().await;
     }
-    println!("nested scopes refused and rolled back {}", submitter.nested_refused);
+    println!(
+        "nested scopes refused and rolled back {}",
+        submitter.nested_refused
+    );
     Ok(submitter.calls)
 }
 

@@ -135,8 +135,14 @@ async fn delayed_calls_start_on_time_across_skewed_clocks<DB: Backend>(db: TestD
             .simulated_clock_offset(offset_ms)
             .retry_interval(retry)
     };
-    let ahead = skewed(15_000, Duration::from_secs(5)).start().await.unwrap();
-    let behind = skewed(-15_000, Duration::from_secs(5)).start().await.unwrap();
+    let ahead = skewed(15_000, Duration::from_secs(5))
+        .start()
+        .await
+        .unwrap();
+    let behind = skewed(-15_000, Duration::from_secs(5))
+        .start()
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let tag = rand::random::<u32>();
     let mut calls = Vec::new();
@@ -168,7 +174,10 @@ async fn delayed_calls_start_on_time_across_skewed_clocks<DB: Backend>(db: TestD
         .start()
         .await
         .unwrap();
-    let worker = skewed(-15_000, Duration::from_secs(1)).start().await.unwrap();
+    let worker = skewed(-15_000, Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
     let label = format!("{tag}-elsewhere");
     let at = Instant::now();
     delayed(label.clone())
