@@ -58,7 +58,12 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
         .await
         .unwrap();
     wait_status(&rt, Status::Dead, 3).await;
-    let app = mounted(&rt);
+    // Served as applications, so that the `application` filter reaches the store (a
+    // console refuses other applications' names otherwise).
+    let app = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().applications(ODD.iter().copied())).unwrap(),
+    );
     let (cookie, _) = login(&app, "victor", "viewer pass").await;
     let auth = Auth::Cookie(&cookie);
     let expect = |needle: &str| -> usize {
@@ -170,11 +175,15 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     // Then the action.
     let mut go = review.to_vec();
     go.push(("confirm", "yes"));
+    go.push(("up_to", "3"));
     let done = post_form(&app, "/actions", auth, &go).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER);
     let location = done.location.unwrap();
     assert!(location.starts_with("/ops/console/requests?"), "{location}");
-    assert!(location.contains("notice="));
+    assert!(
+        location.ends_with("notice=done&action=replay_dead&changed=3"),
+        "{location}"
+    );
     // Replayed: fresh attempts, so each ran once more and is dead again.
     wait_for(|| async {
         let batch = RequestQuery::default().error_contains("batch");
@@ -203,7 +212,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         "outside the filter: untouched"
     );
     // One request: cancel the waiting one through the API, with the session's token.
-    let cancel = json!({"action": "cancel", "query": {"id": waiting}});
+    let cancel = json!({"action": "cancel", "filter": {"id": waiting}, "up_to": 1});
     let reply = post_json(&app, "/api/actions", auth, Some(&csrf), cancel).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(reply.json()["changed"], 1);
@@ -218,6 +227,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         ("action", "retry"),
         ("id", &id),
         ("confirm", "yes"),
+        ("up_to", "1"),
         ("back", &format!("/requests/{other}")),
     ];
     let reply = post_form(&app, "/actions", auth, &retry).await;
@@ -239,6 +249,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
             ("action", "retry"),
             ("id", &id),
             ("confirm", "yes"),
+            ("up_to", "1"),
             ("back", outside),
         ];
         let reply = post_form(&app, "/actions", auth, &retry).await;
@@ -253,6 +264,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         ("action", "delete"),
         ("status", "cancelled"),
         ("confirm", "yes"),
+        ("up_to", "1"),
     ];
     assert_eq!(
         post_form(&app, "/actions", auth, &delete).await.status,
@@ -578,7 +590,7 @@ async fn the_overview_keeps_its_counts_with_their_age_and_recounts_in_the_backgr
         "/api/actions",
         bot,
         None,
-        json!({"action": "delete", "query": {"status": "dead"}}),
+        json!({"action": "delete", "filter": {"status": "dead"}, "up_to": 3}),
     )
     .await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);

@@ -62,19 +62,11 @@ pub(crate) fn error_page(base: &str, who: &Who, status: StatusCode, message: &st
 }
 
 fn failed(base: &str, who: &Who, error: crate::Error) -> Response {
-    let status = match error {
-        crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error_page(base, who, status, &error.to_string())
+    let refused = super::reads::Refused::from(error);
+    error_page(base, who, refused.status, &refused.message)
 }
 
-/// A `?notice=` shown after an action.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct NoticeParams {
-    #[serde(default)]
-    pub(crate) notice: Option<String>,
-}
+pub(crate) use super::views::NoticeParams;
 
 /// Overview: counts by status and executor, the oldest waiting request, the failure rate,
 /// and the charts.
@@ -164,8 +156,8 @@ pub(crate) struct ListParams {
     pub(crate) filter: FilterForm,
     #[serde(flatten)]
     pub(crate) page: PageForm,
-    #[serde(default)]
-    pub(crate) notice: Option<String>,
+    #[serde(flatten)]
+    pub(crate) notice: NoticeParams,
 }
 
 /// The filter form, with the values of `filter`.
@@ -251,7 +243,7 @@ pub(crate) async fn requests(
         )
     });
     let body = html! {
-        (notice(params.notice.as_deref(), None))
+        (notice(params.notice.text().as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
         table id="requests" {
             thead { tr { th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" } } }
@@ -332,7 +324,7 @@ pub(crate) async fn request_detail(
     let r = &request;
     let runs = attempts.last().map_or(1, |a| a.run);
     let body = html! {
-        (notice(params.notice.as_deref(), None))
+        (notice(params.text().as_deref(), None))
         dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
             dt { "status" } dd id="request-status" { (badge(r.status)) }
             dt { "executor" } dd { (r.executor) }
@@ -390,15 +382,27 @@ pub(crate) async fn request_detail(
             h2 { "Actions" }
             div.actions {
                 @for a in Action::ALL {
-                    @if a.applies_to().contains(&r.status) {
+                    @if a != Action::Delete && a.applies_to().contains(&r.status) {
                         form.inline method="post" action={ (base) "/actions" } {
                             (csrf_field(&who))
                             input type="hidden" name="id" value=(r.id);
                             input type="hidden" name="action" value=(a.as_str());
                             input type="hidden" name="confirm" value="yes";
+                            input type="hidden" name="up_to" value="1";
                             input type="hidden" name="back" value={ "/requests/" (r.id) };
                             button id={ "action-" (a.as_str()) } type="submit" { (action_label(a)) }
                         }
+                    }
+                }
+            }
+            @if Action::Delete.applies_to().contains(&r.status) {
+                // Apart from the others, and through the confirmation page: it cannot be undone.
+                div.actions.danger {
+                    form.inline method="post" action={ (base) "/actions" } {
+                        (csrf_field(&who))
+                        input type="hidden" name="id" value=(r.id);
+                        input type="hidden" name="action" value="delete";
+                        button id="action-delete" type="submit" { "Delete…" }
                     }
                 }
             }

@@ -110,6 +110,39 @@ pub(crate) fn badge(status: Status) -> Markup {
     html! { span class={ "badge " (status.as_str()) } { (status.as_str()) } }
 }
 
+/// The notice a redirect after an action asks for (`?notice=done&action=retry&changed=3`):
+/// one of a fixed set of codes, written out here from parsed values only, so that a link
+/// cannot put its own text in the console's success banner.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct NoticeParams {
+    #[serde(default)]
+    pub(crate) notice: Option<String>,
+    #[serde(default)]
+    pub(crate) action: Option<String>,
+    #[serde(default)]
+    pub(crate) changed: Option<String>,
+}
+
+impl NoticeParams {
+    /// The notice's text, when its code and values are known.
+    pub(crate) fn text(&self) -> Option<String> {
+        match self.notice.as_deref()? {
+            "done" => {
+                let action = crate::query::Action::parse(self.action.as_deref()?)?;
+                let changed: i64 = self.changed.as_deref()?.parse().ok()?;
+                Some(format!(
+                    "{}: {} changed",
+                    super::pages::action_label(action),
+                    count_of(changed, "request")
+                ))
+            }
+            "paused" => Some("Claims of the executor paused on every instance".into()),
+            "resumed" => Some("Claims of the executor resumed".into()),
+            _ => None,
+        }
+    }
+}
+
 /// A notice or error line at the top of a page.
 pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
     html! {
