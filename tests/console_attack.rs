@@ -411,6 +411,82 @@ async fn the_open_console_answers_to_its_own_host_only() {
     rt.shutdown().await.unwrap();
 }
 
+/// Finding 7: the page asked for before the login is where the login leads (inside the
+/// console only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_leads_back_to_the_page_asked_for() {
+    let (_db, rt) = sqlite().await;
+    let app = mounted(&rt);
+    let asked = get(&app, "/requests?status=dead", Auth::None).await;
+    let location = asked.location.unwrap();
+    assert_eq!(
+        location,
+        "/ops/console/login?next=%2Frequests%3Fstatus%3Ddead"
+    );
+    let form = get(&app, &location["/ops/console".len()..], Auth::None).await;
+    assert!(
+        form.body
+            .contains(r#"name="next" value="/requests?status=dead""#),
+        "{}",
+        form.body
+    );
+    for (next, to) in [
+        ("/requests?status=dead", "/ops/console/requests?status=dead"),
+        ("//evil.example/", "/ops/console"),
+        ("https://evil.example/", "/ops/console"),
+    ] {
+        let reply = post_form(
+            &app,
+            "/login",
+            Auth::None,
+            &[
+                ("user", "victor"),
+                ("password", "viewer pass"),
+                ("next", next),
+            ],
+        )
+        .await;
+        assert_eq!(reply.location.as_deref(), Some(to), "{next}");
+    }
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 7: bidirectional controls in a key, arguments or an error are shown, not
+/// obeyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_controls_are_shown_not_obeyed() {
+    let (_db, rt) = sqlite().await;
+    let id = doomed("a\u{202e}gnp.exe".into())
+        .key("key\u{2066}reversed")
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    wait_status(&rt, Status::Dead, 1).await;
+    let app = mounted(&rt);
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    for page in [format!("/requests/{id}"), "/requests".to_string()] {
+        let body = get(&app, &page, Auth::Cookie(&cookie)).await.body;
+        assert!(!body.contains('\u{202e}'), "{page}: {body}");
+        assert!(!body.contains('\u{2066}'), "{page}: {body}");
+        assert!(body.contains("key⟦U+2066⟧reversed"), "{page}: {body}");
+    }
+    rt.shutdown().await.unwrap();
+}
+
+/// Finding 7: the unauthenticated health answer says only whether the runtime is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_health_has_no_detail() {
+    let (_db, rt) = sqlite().await;
+    let app = mounted(&rt);
+    let open = get(&app, "/health", Auth::None).await;
+    assert_eq!(open.json(), json!({"ready": true}), "{}", open.body);
+    let full = get(&app, "/health", Auth::Bearer(VIEWER_TOKEN)).await;
+    assert!(full.body.contains("tests"), "{}", full.body);
+    rt.shutdown().await.unwrap();
+}
+
 /// Finding 7, the smaller ones: notices from a fixed set, JSON not cached nor sniffed, a
 /// confirmed delete on the detail page, an idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::State as Shared;
+use axum::extract::{Query, State as Shared};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -29,9 +29,26 @@ pub(crate) struct LoginForm {
     user: String,
     #[serde(default)]
     password: String,
+    /// The page to go back to, inside the console.
+    #[serde(default)]
+    next: Option<String>,
 }
 
-fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -> Response {
+/// The login page's query string.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct LoginParams {
+    #[serde(default)]
+    next: Option<String>,
+}
+
+fn login_page(
+    base: &str,
+    open: bool,
+    status: StatusCode,
+    error: Option<&str>,
+    next: Option<&str>,
+) -> Response {
+    let next = next.and_then(auth::safe_next);
     let body = html! {
         (notice(None, error))
         @if open {
@@ -42,6 +59,7 @@ fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -
             input id="login-user" name="user" autocomplete="username" autofocus;
             label for="login-password" { "Password" }
             input id="login-password" name="password" type="password" autocomplete="current-password";
+            @if let Some(next) = next { input type="hidden" name="next" value=(next); }
             button id="login-submit" type="submit" { "Log in" }
         }
     };
@@ -49,12 +67,17 @@ fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -
 }
 
 /// The login page.
-pub(crate) async fn login_form(Shared(state): Shared<Arc<State>>, parts: Parts) -> Response {
+pub(crate) async fn login_form(
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<LoginParams>,
+    parts: Parts,
+) -> Response {
     login_page(
         &auth::base_of(&parts),
         !state.login_required,
         StatusCode::OK,
         None,
+        params.next.as_deref(),
     )
 }
 
@@ -156,11 +179,11 @@ pub(crate) async fn login(
                 &token,
                 state.config.secure_cookie || auth::over_tls(&parts),
             );
-            (
-                [(header::SET_COOKIE, cookie)],
-                Redirect::to(super::views::home(&base)),
-            )
-                .into_response()
+            let to = match form.next.as_deref().and_then(auth::safe_next) {
+                Some(next) => format!("{base}{next}"),
+                None => super::views::home(&base).to_string(),
+            };
+            ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response()
         }
         Err(refused) => {
             let mut response = login_page(
@@ -168,6 +191,7 @@ pub(crate) async fn login(
                 !state.login_required,
                 refused.status,
                 Some(&refused.message),
+                form.next.as_deref(),
             );
             for (name, value) in refused.headers() {
                 if let Ok(value) = value.parse() {

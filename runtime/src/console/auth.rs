@@ -248,6 +248,32 @@ fn session_of(parts: &Parts, state: &State) -> Option<Who> {
     cookie(parts, COOKIE).and_then(|token| state.sessions.find(token, state.config.idle_timeout))
 }
 
+/// `next` when it is a path inside the console to go back to after a login: relative to
+/// the mount path, starting with one `/`, no backslash, no control character, not the
+/// login page itself. Anything else (`//evil.example`, `https://...`) is ignored.
+pub(crate) fn safe_next(next: &str) -> Option<&str> {
+    let inside = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && !next.starts_with("/login")
+        && next.len() <= 2048;
+    inside.then_some(next)
+}
+
+/// The caller, by session cookie or bearer token, if any.
+pub(crate) fn caller(parts: &Parts, state: &State) -> Option<Who> {
+    let bearer = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match bearer {
+        Some(token) => verify_token(&state.config, token.trim()),
+        None => session_of(parts, state),
+    }
+}
+
 /// A page's visitor, logged in; others are sent to the login page.
 #[derive(Debug)]
 pub(crate) struct PageWho {
@@ -265,7 +291,17 @@ impl FromRequestParts<std::sync::Arc<State>> for PageWho {
         let base = base_of(parts);
         match session_of(parts, state) {
             Some(who) => Ok(PageWho { who, base }),
-            None => Err(Redirect::to(&format!("{base}/login")).into_response()),
+            None => {
+                // Back to the page asked for after the login (a page, not a form's post).
+                let asked = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                let next = match (&parts.method, safe_next(asked)) {
+                    (&axum::http::Method::GET, Some(next)) if next != "/" => {
+                        format!("?next={}", super::pages::urlencode(next))
+                    }
+                    _ => String::new(),
+                };
+                Err(Redirect::to(&format!("{base}/login{next}")).into_response())
+            }
         }
     }
 }
@@ -291,16 +327,7 @@ impl FromRequestParts<std::sync::Arc<State>> for ApiWho {
             .get("x-csrf-token")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bearer = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let who = match bearer {
-            Some(token) => verify_token(&state.config, token.trim()),
-            None => session_of(parts, state),
-        };
-        match who {
+        match caller(parts, state) {
             Some(who) => Ok(ApiWho { who, csrf_header }),
             None => Err(super::api::problem(
                 StatusCode::UNAUTHORIZED,
@@ -324,6 +351,24 @@ mod tests {
         );
         assert_eq!(verify_password(&config, "alice", "Secret"), None);
         assert_eq!(verify_password(&config, "bob", "secret"), None);
+    }
+
+    #[test]
+    fn only_paths_inside_the_console_are_gone_back_to() {
+        assert_eq!(
+            safe_next("/requests?status=dead"),
+            Some("/requests?status=dead")
+        );
+        for outside in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil.example",
+            "evil",
+            "/login",
+            "/x\nSet-Cookie: a=b",
+        ] {
+            assert_eq!(safe_next(outside), None, "{outside}");
+        }
     }
 
     #[test]

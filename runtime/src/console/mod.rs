@@ -145,10 +145,27 @@ async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Resp
     health_response(&rt).await
 }
 
+/// The console's `health`: the whole report for a logged-in caller (session or token),
+/// only `{"ready": ...}` for others (the report names the instance and its parts).
 async fn health_of_state(
     axum::extract::State(state): axum::extract::State<Arc<State>>,
+    parts: axum::http::request::Parts,
 ) -> Response {
-    health_response(&state.rt).await
+    if auth::caller(&parts, &state).is_some() || !state.login_required {
+        return health_response(&state.rt).await;
+    }
+    let ready = state.rt.health().await.is_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(serde_json::json!({ "ready": ready })),
+    )
+        .into_response()
 }
 
 async fn health_response(rt: &Runtime) -> Response {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::auth::{PageWho, Who};
 use super::charts;
 use super::filter::{FilterForm, PageForm};
-use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el};
+use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el, visible};
 use super::State;
 use crate::query::{Action, Order};
 use crate::record::Status;
@@ -254,9 +254,9 @@ pub(crate) async fn requests(
                         td { (badge(r.status)) }
                         td { (r.executor) }
                         td.num { (r.exec_count) "/" (r.max_attempts) }
-                        td { (r.idempotency_key.as_deref().unwrap_or("")) }
+                        td.key title=(visible(r.idempotency_key.as_deref().unwrap_or(""))) { (visible(r.idempotency_key.as_deref().unwrap_or(""))) }
                         td { (time_el(r.create_time)) }
-                        td.error-text { (r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default()) }
+                        td.error-text { (visible(&r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default())) }
                     }
                 }
             }
@@ -331,8 +331,8 @@ pub(crate) async fn request_detail(
             dt { "application" } dd { (r.application_name) }
             dt { "strategy" } dd { (r.strategy) }
             dt { "sign" } dd { code { (r.sign) } }
-            dt { "remark" } dd { (r.remark) }
-            dt { "key" } dd id="request-key" { (r.idempotency_key.as_deref().unwrap_or("—")) }
+            dt { "remark" } dd { (visible(&r.remark)) }
+            dt { "key" } dd id="request-key" { (visible(r.idempotency_key.as_deref().unwrap_or("—"))) }
             dt { "priority" } dd { (r.priority) }
             dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) @if runs > 1 { " in run " (runs) } }
             dt { "created" } dd { (time_el(r.create_time)) }
@@ -347,14 +347,14 @@ pub(crate) async fn request_detail(
             @if let Some(error) = &r.last_error {
                 @if r.status == Status::Success {
                     // It succeeded since: the error is history, not its state.
-                    dt { "earlier attempt's error" } dd { pre.error-text id="request-earlier-error" { (error) } }
+                    dt { "earlier attempt's error" } dd { pre.error-text id="request-earlier-error" { (visible(error)) } }
                 } @else {
-                    dt { "last error" } dd { pre.error-text id="request-error" { (error) } }
+                    dt { "last error" } dd { pre.error-text id="request-error" { (visible(error)) } }
                 }
             }
         }
         h2 { "Arguments" }
-        pre.json id="request-args" { (pretty(&r.param_json)) }
+        pre.json id="request-args" { (visible(&pretty(&r.param_json))) }
         h2 { "Caller's trace and baggage" }
         pre.json id="request-trace" { (r.trace_json.as_deref().map(pretty).unwrap_or_else(|| "none".into())) }
         h2 { "Attempts" }
@@ -374,7 +374,7 @@ pub(crate) async fn request_detail(
                     span class={ "badge " (if log.outcome == "success" { "success" } else { "failed" }) } { (log.outcome) }
                     " " strong.attempt-no { @if runs > 1 { "run " (a.run) ", " } "attempt " (log.attempt) }
                     " on " (log.worker) ", started " (time_el(log.started)) ", took " (span(log.finished - log.started))
-                    @if let Some(error) = &log.error { pre.error-text { (error) } }
+                    @if let Some(error) = &log.error { pre.error-text { (visible(error)) } }
                 }
             }
         }
