@@ -335,7 +335,7 @@ async fn every_page_renders_and_viewers_cannot_act<DB: Backend>(db: TestDb) {
     let token = post_json(&app, "/api/actions", Auth::Bearer(VIEWER_TOKEN), None, body).await;
     assert_eq!(token.status, StatusCode::FORBIDDEN);
     assert_eq!(
-        db.count("async_audit").await,
+        db.count("async_audit WHERE action NOT LIKE 'login%'").await,
         0,
         "nothing refused is audited"
     );
@@ -385,7 +385,10 @@ async fn actions_without_the_csrf_token_are_refused<DB: Backend>(db: TestDb) {
     let logout = post_form(&app, "/logout", auth, &[]).await;
     assert_eq!(logout.status, StatusCode::FORBIDDEN);
     assert!(rt.get(dead).await.unwrap().is_some(), "nothing was deleted");
-    assert_eq!(db.count("async_audit").await, 0);
+    assert_eq!(
+        db.count("async_audit WHERE action NOT LIKE 'login%'").await,
+        0
+    );
     // With the token, the same delete goes through.
     let fields = [
         ("csrf", csrf.as_str()),

@@ -304,7 +304,10 @@ async fn another_applications_requests_are_out_of_reach() {
     let act = json!({"action": "replay_dead", "filter": {"application": "billing"}, "up_to": 1});
     let reply = post_json(&app, "/api/actions", operator, None, act.clone()).await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
-    assert_eq!(db.count("async_audit").await, 0);
+    assert_eq!(
+        db.count("async_audit WHERE action NOT LIKE 'login%'").await,
+        0
+    );
     assert_eq!(
         db.count("async_req WHERE application_name = 'billing' AND status = 'dead'")
             .await,
@@ -484,6 +487,62 @@ async fn unauthenticated_health_has_no_detail() {
     assert_eq!(open.json(), json!({"ready": true}), "{}", open.body);
     let full = get(&app, "/health", Auth::Bearer(VIEWER_TOKEN)).await;
     assert!(full.body.contains("tests"), "{}", full.body);
+    rt.shutdown().await.unwrap();
+}
+
+/// A log that keeps what is written to it.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Finding 7: logins were neither audited nor safe to log (a name with a newline or an
+/// ANSI escape forged log lines). Both outcomes are audited now, with the address, and
+/// logged with control characters escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_are_audited_and_logged_escaped() {
+    // The process's subscriber (a scoped one misses events while tests run in parallel):
+    // every test's events are kept; this one's are told by their addresses.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    let (_db, rt) = sqlite().await;
+    let app = mounted(&rt);
+    let forged =
+        "mallory\n1999-01-01T00:00:00Z  INFO async_exec: console login user=alice\u{1b}[2J";
+    let refused = call(&app, login_from("10.77.0.1", forged, "x", &[])).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let fine = call(&app, login_from("10.77.0.2", "alice", "operator pass", &[])).await;
+    assert_eq!(fine.status, StatusCode::SEE_OTHER);
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let ours: Vec<&str> = log.lines().filter(|l| l.contains("10.77.0.")).collect();
+    assert_eq!(ours.len(), 2, "one line per login: {log}");
+    assert!(ours[0].contains("console login refused"), "{log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("1999-01-01")),
+        "a forged line: {log}"
+    );
+    assert!(!log.contains('\u{1b}'), "{log}");
+    let trail = rt.audit_trail(10).await.unwrap();
+    let seen: Vec<(&str, bool)> = trail
+        .iter()
+        .map(|e| (e.action.as_str(), e.actor.starts_with("mallory")))
+        .collect();
+    assert_eq!(seen, [("login", false), ("login_refused", true)]);
+    assert_eq!(trail[0].actor, "alice");
+    assert!(trail[0].target.contains("10.77.0.2"), "{}", trail[0].target);
     rt.shutdown().await.unwrap();
 }
 

@@ -113,8 +113,9 @@ impl LoginRefused {
 
 /// Checks a login: the user's role, or why it is refused (401 for a wrong name or
 /// password, 429 while this address must wait before trying this user again, 503 when
-/// too many password checks are under way). Logged either way. Shared with the JSON
-/// API.
+/// too many password checks are under way). Logged and audited (`login`,
+/// `login_refused`, with the client address) once the password was checked. Shared with
+/// the JSON API.
 pub(crate) async fn check_login(
     state: &State,
     parts: &Parts,
@@ -150,7 +151,7 @@ pub(crate) async fn check_login(
     };
     // Names are logged escaped (Debug) and cut short: no forged log lines.
     let shown = crate::text::capped(user, 64);
-    match role {
+    let outcome = match role {
         Some(role) => {
             state.limiter.succeeded(&address, user);
             crate::log::info!(user = ?shown, address = ?address, "console login");
@@ -161,7 +162,21 @@ pub(crate) async fn check_login(
             crate::log::warn!(user = ?shown, address = ?address, "console login refused");
             Err(LoginRefused::wrong())
         }
+    };
+    let action = if outcome.is_ok() {
+        "login"
+    } else {
+        "login_refused"
+    };
+    let target = serde_json::json!({ "address": address }).to_string();
+    let audited = state
+        .rt
+        .audit(state.rt.application(), &shown, action, target, 0)
+        .await;
+    if let Err(error) = audited {
+        crate::log::warn!(error = ?error.to_string(), "console: could not audit a login");
     }
+    outcome
 }
 
 /// Logs in: a session cookie, then the overview.
