@@ -167,6 +167,25 @@ async fn failures_slow_their_pair_and_trusted_proxies_name_the_client() {
     let api = call(&app, api).await;
     assert_eq!(api.status, StatusCode::TOO_MANY_REQUESTS, "{}", api.body);
     assert!(api.header("retry-after").is_some());
+    // Tries sent together are counted as they start: no more than 5 get a password check.
+    let together: Vec<_> = (0..12)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                call(&app, login_from("10.0.0.20", "victor", "wrong", &[]))
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    let mut checked = 0;
+    for task in together {
+        match task.await.unwrap() {
+            StatusCode::UNAUTHORIZED => checked += 1,
+            other => assert_eq!(other, StatusCode::TOO_MANY_REQUESTS),
+        }
+    }
+    assert_eq!(checked, 5, "passwords checked of 12 tries sent together");
     rt.shutdown().await.unwrap();
 }
 

@@ -129,7 +129,7 @@ pub(crate) async fn check_login(
         return Err(LoginRefused::wrong());
     }
     let address = limiter::client_address(parts, &state.config.trusted_proxies);
-    if let Some(wait) = state.limiter.wait(&address, user) {
+    if let Err(wait) = state.limiter.try_start(&address, user) {
         let seconds = wait.as_secs() + 1;
         return Err(LoginRefused {
             status: StatusCode::TOO_MANY_REQUESTS,
@@ -143,6 +143,7 @@ pub(crate) async fn check_login(
     }
     let checked = state.gate.verify(&state.config, user, password).await;
     let Ok(role) = checked else {
+        state.limiter.not_tried(&address, user);
         return Err(LoginRefused {
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: "too many logins at once: try again in a second".to_string(),
@@ -158,7 +159,7 @@ pub(crate) async fn check_login(
             Ok((user.to_string(), role))
         }
         None => {
-            state.limiter.failed(&address, user);
+            // Counted by try_start already.
             crate::log::warn!(user = ?shown, address = ?address, "console login refused");
             Err(LoginRefused::wrong())
         }

@@ -18,7 +18,7 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
 
-/// Failures of a pair before it has to wait.
+/// Failed (or unfinished) tries of a pair before it has to wait.
 pub(crate) const FREE_FAILURES: u32 = 5;
 
 /// The longest wait between tries of a pair.
@@ -75,21 +75,20 @@ impl Limiter {
         }
     }
 
-    /// How long `address` must wait before it tries `user` again; `None` when it may try
-    /// now. Stores nothing.
-    pub(crate) fn wait(&self, address: &str, user: &str) -> Option<Duration> {
-        let pairs = self.pairs.lock().expect("limiter lock");
-        let failures = pairs.get(&pair(address, user))?;
-        let now = Instant::now();
-        let next = failures.next_try();
-        (next > now).then(|| next - now)
-    }
-
-    /// Counts a failed login of `user` from `address`.
-    pub(crate) fn failed(&self, address: &str, user: &str) {
+    /// Starts a try of `user` from `address`: `Err(wait)` when the pair must wait that long
+    /// first; otherwise the try is counted as a failure at once (and forgotten by
+    /// [`succeeded`](Self::succeeded) if the password was right), so that tries sent
+    /// together cannot all pass before the first of them fails.
+    pub(crate) fn try_start(&self, address: &str, user: &str) -> Result<(), Duration> {
         let key = pair(address, user);
         let now = Instant::now();
         let mut pairs = self.pairs.lock().expect("limiter lock");
+        if let Some(failures) = pairs.get(&key) {
+            let next = failures.next_try();
+            if next > now && now.duration_since(failures.last) < FORGET_AFTER {
+                return Err(next - now);
+            }
+        }
         if !pairs.contains_key(&key) && pairs.len() >= self.max_pairs {
             pairs.retain(|_, f| now.duration_since(f.last) < FORGET_AFTER);
             if pairs.len() >= self.max_pairs {
@@ -111,6 +110,15 @@ impl Limiter {
         }
         entry.count = entry.count.saturating_add(1);
         entry.last = now;
+        Ok(())
+    }
+
+    /// Takes back a try that was not checked (too many checks under way).
+    pub(crate) fn not_tried(&self, address: &str, user: &str) {
+        let mut pairs = self.pairs.lock().expect("limiter lock");
+        if let Some(failures) = pairs.get_mut(&pair(address, user)) {
+            failures.count = failures.count.saturating_sub(1);
+        }
     }
 
     /// Forgets the failures of `user` from `address`.
@@ -137,6 +145,14 @@ pub(crate) fn client_address(parts: &Parts, trusted: &[IpAddr]) -> String {
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
     else {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            crate::log::warn!(
+                "console: no client address (serve with \
+                 `into_make_service_with_connect_info::<SocketAddr>()`): every login counts \
+                 against the same address"
+            )
+        });
         return "unknown".to_string();
     };
     if !trusted.contains(&peer) {
@@ -167,18 +183,20 @@ mod tests {
     fn failures_slow_down_their_pair_only() {
         let limiter = Limiter::default();
         for _ in 0..FREE_FAILURES {
-            assert_eq!(limiter.wait("10.0.0.1", "alice"), None);
-            limiter.failed("10.0.0.1", "alice");
+            assert_eq!(limiter.try_start("10.0.0.1", "alice"), Ok(()));
         }
-        let wait = limiter.wait("10.0.0.1", "alice").expect("waits");
+        let wait = limiter.try_start("10.0.0.1", "alice").expect_err("waits");
         assert!(wait <= Duration::from_secs(1), "{wait:?}");
-        assert_eq!(limiter.wait("10.0.0.2", "alice"), None, "other address");
-        assert_eq!(limiter.wait("10.0.0.1", "bob"), None, "other user");
-        limiter.failed("10.0.0.1", "alice");
-        let wait = limiter.wait("10.0.0.1", "alice").expect("waits");
-        assert!(wait > Duration::from_secs(1), "doubles: {wait:?}");
+        assert_eq!(
+            limiter.try_start("10.0.0.2", "alice"),
+            Ok(()),
+            "other address"
+        );
+        assert_eq!(limiter.try_start("10.0.0.1", "bob"), Ok(()), "other user");
+        limiter.not_tried("10.0.0.1", "alice");
+        assert_eq!(limiter.try_start("10.0.0.1", "alice"), Ok(()), "taken back");
         limiter.succeeded("10.0.0.1", "alice");
-        assert_eq!(limiter.wait("10.0.0.1", "alice"), None);
+        assert_eq!(limiter.try_start("10.0.0.1", "alice"), Ok(()), "forgotten");
     }
 
     #[test]
@@ -186,14 +204,14 @@ mod tests {
         let limiter = Limiter::with_capacity(100);
         let long_name = "x".repeat(64 << 10);
         for i in 0..1_000 {
-            limiter.failed("10.0.0.1", &format!("{long_name}{i}"));
+            let _ = limiter.try_start("10.0.0.1", &format!("{long_name}{i}"));
         }
         assert_eq!(limiter.len(), 100);
         for _ in 0..FREE_FAILURES {
-            limiter.failed("10.0.0.9", "alice");
+            let _ = limiter.try_start("10.0.0.9", "alice");
         }
         // The newest pair stays; the oldest went.
-        assert!(limiter.wait("10.0.0.9", "alice").is_some());
+        assert!(limiter.try_start("10.0.0.9", "alice").is_err());
         assert_eq!(limiter.len(), 100);
     }
 }
