@@ -1,7 +1,9 @@
 //! Issue 9: the console in a real headless Chromium, driven through chromedriver
-//! (WebDriver, `fantoccini`): a wrong password refused, log in, filter dead requests, open
-//! one, retry it, see it succeed; screenshots of the overview and of the request's detail
-//! in `target/screenshots/`.
+//! (WebDriver, `fantoccini`): a wrong password refused, a link opened without a session
+//! leads through the login back to its page, one long key does not widen the list past
+//! the window, filter dead requests, open one, Delete stands apart and asks first, retry
+//! it, see it succeed; screenshots of the overview and of the request's detail in
+//! `target/screenshots/`.
 //!
 //! Runs when `ASYNC_EXEC_TEST_CHROMEDRIVER` names chromedriver (`.ci/run` installs the
 //! Debian packages `chromium` and `chromium-driver` and sets it to
@@ -153,6 +155,16 @@ mod chromium {
 
     async fn log_in(client: &Client, base: &str, password: &str) {
         client.goto(&format!("{base}/login")).await.unwrap();
+        fill_login(client, password).await;
+    }
+
+    /// Fills in and sends the login form of the page shown.
+    async fn fill_login(client: &Client, password: &str) {
+        client
+            .wait()
+            .for_element(Locator::Id("login-user"))
+            .await
+            .unwrap();
         client
             .find(Locator::Id("login-user"))
             .await
@@ -203,6 +215,12 @@ mod chromium {
                 .await
                 .unwrap();
         }
+        // One key far wider than the window, without a space to break at.
+        send_mail("long@example.com".into())
+            .key("k".repeat(600))
+            .on(&rt)
+            .await
+            .unwrap();
         let dead = charge("A-1001".into())
             .key("charge-A-1001")
             .on(&rt)
@@ -211,7 +229,7 @@ mod chromium {
             .id
             .unwrap();
         wait_status(&rt, Status::Dead, 1).await;
-        wait_status(&rt, Status::Success, 12).await;
+        wait_status(&rt, Status::Success, 13).await;
         let base = serve_console(&rt).await;
 
         let (_driver, webdriver) = start_chromedriver().await;
@@ -227,11 +245,53 @@ mod chromium {
             "a wrong password logged in"
         );
 
-        // The right one: the overview.
-        log_in(&client, &base, PASSWORD).await;
+        // A link to a page, opened without a session: the login, then that page.
+        client
+            .goto(&format!("{base}/requests?status=dead"))
+            .await
+            .unwrap();
+        fill_login(&client, PASSWORD).await;
         client
             .wait()
-            .for_element(Locator::Id("nav-overview"))
+            .for_element(Locator::Id("requests"))
+            .await
+            .unwrap();
+        let landed = client.current_url().await.unwrap().to_string();
+        assert!(
+            landed.ends_with("/console/requests?status=dead"),
+            "the login did not lead back to the page asked for: {landed}"
+        );
+        // One long key does not widen the list past the window.
+        client.goto(&format!("{base}/requests")).await.unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("requests"))
+            .await
+            .unwrap();
+        let widths = client
+            .execute(
+                "return [document.documentElement.scrollWidth, window.innerWidth];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let (scroll, window) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
+        assert!(
+            scroll <= window,
+            "the requests list is {scroll}px wide in a {window}px window"
+        );
+
+        // The overview.
+        client
+            .find(Locator::Id("nav-overview"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("count-dead"))
             .await
             .unwrap();
         let dead_count = client
@@ -246,7 +306,7 @@ mod chromium {
         let hour = client.find(Locator::Id("chart-hour")).await.unwrap();
         assert_eq!(
             hour.attr("data-succeeded").await.unwrap().as_deref(),
-            Some("12")
+            Some("13")
         );
         let depth = client.find(Locator::Id("chart-depth")).await.unwrap();
         assert_eq!(
@@ -325,6 +385,31 @@ mod chromium {
             .unwrap();
         assert_eq!(status.text().await.unwrap(), "dead");
         assert!(text_of(&client, "attempts").await.contains("card declined"));
+        // Delete stands apart from the other actions and asks first.
+        let detail_url = client.current_url().await.unwrap();
+        let delete = client.find(Locator::Id("action-delete")).await.unwrap();
+        let apart = client
+            .execute(
+                "return arguments[0].closest('.actions.danger') !== null;",
+                vec![serde_json::to_value(&delete).unwrap()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(apart, json!(true), "Delete sits among the other actions");
+        delete.click().await.unwrap();
+        let asked = text_of(&client, "confirm-text").await;
+        assert!(asked.starts_with("Delete"), "{asked}");
+        assert_eq!(
+            rt.get(dead).await.unwrap().map(|r| r.status),
+            Some(Status::Dead),
+            "one click deleted it"
+        );
+        client.goto(detail_url.as_str()).await.unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("action-retry"))
+            .await
+            .unwrap();
         client
             .find(Locator::Id("action-retry"))
             .await

@@ -58,7 +58,12 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
         .await
         .unwrap();
     wait_status(&rt, Status::Dead, 3).await;
-    let app = mounted(&rt);
+    // Served as applications, so that the `application` filter reaches the store (a
+    // console refuses other applications' names otherwise).
+    let app = Router::new().nest(
+        MOUNT,
+        console::router(&rt, config().applications(ODD.iter().copied())).unwrap(),
+    );
     let (cookie, _) = login(&app, "victor", "viewer pass").await;
     let auth = Auth::Cookie(&cookie);
     let expect = |needle: &str| -> usize {
@@ -113,9 +118,11 @@ async fn filters_with_metacharacters_and_odd_unicode_return_normal_results<DB: B
     );
     let unicode = serde_urlencoded::to_string([("error", "\u{200f}rtl\u{202e}")]).unwrap();
     let page = get(&app, &format!("/requests?{unicode}"), auth).await;
+    // Found by its text as stored; its bidi override shown, not obeyed (issue 18).
     assert!(
-        page.body.contains("🦀 emoji \u{200f}rtl\u{202e}mark"),
-        "shown as it is"
+        page.body.contains("🦀 emoji \u{200f}rtl⟦U+202E⟧mark"),
+        "{}",
+        page.body
     );
     // Bad fields are explained, not failed.
     let bad = get(&app, "/api/requests?status=deadd", auth).await;
@@ -166,15 +173,23 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         confirm.body
     );
     assert!(confirm.body.contains(r#"id="confirm-submit""#));
-    assert_eq!(db.count("async_audit").await, 0, "not yet");
+    assert_eq!(
+        db.count("async_audit WHERE action NOT LIKE 'login%'").await,
+        0,
+        "not yet"
+    );
     // Then the action.
     let mut go = review.to_vec();
     go.push(("confirm", "yes"));
+    go.push(("up_to", "3"));
     let done = post_form(&app, "/actions", auth, &go).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER);
     let location = done.location.unwrap();
     assert!(location.starts_with("/ops/console/requests?"), "{location}");
-    assert!(location.contains("notice="));
+    assert!(
+        location.ends_with("notice=done&action=replay_dead&changed=3"),
+        "{location}"
+    );
     // Replayed: fresh attempts, so each ran once more and is dead again.
     wait_for(|| async {
         let batch = RequestQuery::default().error_contains("batch");
@@ -186,7 +201,14 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         replayed
     })
     .await;
-    let trail = rt.audit_trail(10).await.unwrap();
+    // Logins are audited too: look at the actions.
+    let trail: Vec<_> = rt
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| !e.action.starts_with("login"))
+        .collect();
     assert_eq!(trail.len(), 1);
     assert_eq!(
         (
@@ -203,7 +225,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         "outside the filter: untouched"
     );
     // One request: cancel the waiting one through the API, with the session's token.
-    let cancel = json!({"action": "cancel", "query": {"id": waiting}});
+    let cancel = json!({"action": "cancel", "filter": {"id": waiting}, "up_to": 1});
     let reply = post_json(&app, "/api/actions", auth, Some(&csrf), cancel).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(reply.json()["changed"], 1);
@@ -218,6 +240,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         ("action", "retry"),
         ("id", &id),
         ("confirm", "yes"),
+        ("up_to", "1"),
         ("back", &format!("/requests/{other}")),
     ];
     let reply = post_form(&app, "/actions", auth, &retry).await;
@@ -239,6 +262,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
             ("action", "retry"),
             ("id", &id),
             ("confirm", "yes"),
+            ("up_to", "1"),
             ("back", outside),
         ];
         let reply = post_form(&app, "/actions", auth, &retry).await;
@@ -253,6 +277,7 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         ("action", "delete"),
         ("status", "cancelled"),
         ("confirm", "yes"),
+        ("up_to", "1"),
     ];
     assert_eq!(
         post_form(&app, "/actions", auth, &delete).await.status,
@@ -260,11 +285,12 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
     );
     assert!(rt.get(waiting).await.unwrap().is_none());
     let actions: Vec<String> = rt
-        .audit_trail(10)
+        .audit_trail(20)
         .await
         .unwrap()
         .into_iter()
         .map(|e| e.action)
+        .filter(|a| !a.starts_with("login"))
         .collect();
     assert_eq!(
         actions,
@@ -279,7 +305,12 @@ async fn actions_on_a_filter_show_the_count_then_act_and_are_audited<DB: Backend
         ]
     );
     let audit_page = get(&app, "/audit", auth).await;
-    assert_eq!(audit_page.body.matches("data-audit-id=").count(), 7);
+    let logins = audit_page.body.matches(r#"data-action="login"#).count();
+    assert_eq!(logins, 1, "alice's login");
+    assert_eq!(
+        audit_page.body.matches("data-audit-id=").count() - logins,
+        7
+    );
     rt.shutdown().await.unwrap();
 }
 
@@ -340,6 +371,7 @@ async fn pausing_stops_claims_on_other_instances_within_seconds<DB: Backend>(db:
         .unwrap()
         .into_iter()
         .map(|e| e.action)
+        .filter(|a| !a.starts_with("login"))
         .collect();
     assert_eq!(actions, ["resume", "pause"]);
     front.shutdown().await.unwrap();
@@ -578,7 +610,7 @@ async fn the_overview_keeps_its_counts_with_their_age_and_recounts_in_the_backgr
         "/api/actions",
         bot,
         None,
-        json!({"action": "delete", "query": {"status": "dead"}}),
+        json!({"action": "delete", "filter": {"status": "dead"}, "up_to": 3}),
     )
     .await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);

@@ -2,10 +2,9 @@
 //! page that shows how many requests the action changes), pauses of executors.
 //! Every state-changing form carries the session's CSRF token; viewers get 403.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State as Shared};
+use axum::extract::{Query, State as Shared};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -16,7 +15,9 @@ use serde::Deserialize;
 use super::auth::{self, PageWho, Who};
 use super::config::Role;
 use super::filter::FilterForm;
+use super::limiter;
 use super::pages::{action_label, error_page, hidden_filter, page, urlencode};
+use super::reads::{scoped_query, Refused};
 use super::views::{count_of, csrf_field, layout, notice};
 use super::State;
 use crate::query::Action;
@@ -28,9 +29,26 @@ pub(crate) struct LoginForm {
     user: String,
     #[serde(default)]
     password: String,
+    /// The page to go back to, inside the console.
+    #[serde(default)]
+    next: Option<String>,
 }
 
-fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -> Response {
+/// The login page's query string.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct LoginParams {
+    #[serde(default)]
+    next: Option<String>,
+}
+
+fn login_page(
+    base: &str,
+    open: bool,
+    status: StatusCode,
+    error: Option<&str>,
+    next: Option<&str>,
+) -> Response {
+    let next = next.and_then(auth::safe_next);
     let body = html! {
         (notice(None, error))
         @if open {
@@ -41,6 +59,7 @@ fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -
             input id="login-user" name="user" autocomplete="username" autofocus;
             label for="login-password" { "Password" }
             input id="login-password" name="password" type="password" autocomplete="current-password";
+            @if let Some(next) = next { input type="hidden" name="next" value=(next); }
             button id="login-submit" type="submit" { "Log in" }
         }
     };
@@ -48,59 +67,117 @@ fn login_page(base: &str, open: bool, status: StatusCode, error: Option<&str>) -
 }
 
 /// The login page.
-pub(crate) async fn login_form(Shared(state): Shared<Arc<State>>, parts: Parts) -> Response {
+pub(crate) async fn login_form(
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<LoginParams>,
+    parts: Parts,
+) -> Response {
     login_page(
         &auth::base_of(&parts),
         !state.login_required,
         StatusCode::OK,
         None,
+        params.next.as_deref(),
     )
 }
 
-/// The client's address, when the server was started with connect info.
-fn client_address(parts: &Parts) -> String {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string())
+/// The longest user name and password a login reads; longer ones are refused unread.
+const MAX_CREDENTIAL: usize = 1024;
+
+/// Why a login was refused: the status, what to say, and for 429/503 the seconds to wait
+/// (`Retry-After`).
+#[derive(Debug)]
+pub(crate) struct LoginRefused {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+    pub(crate) retry_after: Option<u64>,
 }
 
-/// Checks a login: the user's role, or the response refusing it (401 for a wrong name or
-/// password, 429 after too many failures). Shared with the JSON API.
-pub(crate) fn check_login(
+impl LoginRefused {
+    fn wrong() -> LoginRefused {
+        LoginRefused {
+            status: StatusCode::UNAUTHORIZED,
+            message: "wrong user name or password".to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// The `Retry-After` header, when there is one.
+    pub(crate) fn headers(&self) -> Vec<(header::HeaderName, String)> {
+        self.retry_after
+            .map(|s| (header::RETRY_AFTER, s.to_string()))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Checks a login: the user's role, or why it is refused (401 for a wrong name or
+/// password, 429 while this address must wait before trying this user again, 503 when
+/// too many password checks are under way). Logged and audited (`login`,
+/// `login_refused`, with the client address) once the password was checked. Shared with
+/// the JSON API.
+pub(crate) async fn check_login(
     state: &State,
     parts: &Parts,
     user: &str,
     password: &str,
-) -> Result<(String, Role), (StatusCode, String)> {
+) -> Result<(String, Role), LoginRefused> {
     if !state.login_required {
         return Ok(("local".to_string(), Role::Operator));
     }
-    let address = client_address(parts);
-    if state.limiter.blocked(user, &address) {
-        return Err((
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "too many failed logins for this user or from this address: wait 15 minutes \
-                 (at most {} failures in 15 minutes)",
-                auth::MAX_FAILURES
-            ),
-        ));
+    if user.len() > MAX_CREDENTIAL || password.len() > MAX_CREDENTIAL {
+        return Err(LoginRefused::wrong());
     }
-    match auth::verify_password(&state.config, user, password) {
+    let address = limiter::client_address(parts, &state.config.trusted_proxies);
+    if let Err(wait) = state.limiter.try_start(&address, user) {
+        let seconds = wait.as_secs() + 1;
+        return Err(LoginRefused {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "too many failed logins for this user from this address: wait {seconds} s \
+                 (after {} failures, each one doubles the wait, up to 15 minutes)",
+                limiter::FREE_FAILURES
+            ),
+            retry_after: Some(seconds),
+        });
+    }
+    let checked = state.gate.verify(&state.config, user, password).await;
+    let Ok(role) = checked else {
+        state.limiter.not_tried(&address, user);
+        return Err(LoginRefused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "too many logins at once: try again in a second".to_string(),
+            retry_after: Some(1),
+        });
+    };
+    // Names are logged escaped (Debug) and cut short: no forged log lines.
+    let shown = crate::text::capped(user, 64);
+    let outcome = match role {
         Some(role) => {
-            state.limiter.succeeded(user);
+            state.limiter.succeeded(&address, user);
+            crate::log::info!(user = ?shown, address = ?address, "console login");
             Ok((user.to_string(), role))
         }
         None => {
-            state.limiter.failed(user, &address);
-            crate::log::warn!(user, address, "console login refused");
-            Err((
-                StatusCode::UNAUTHORIZED,
-                "wrong user name or password".to_string(),
-            ))
+            // Counted by try_start already.
+            crate::log::warn!(user = ?shown, address = ?address, "console login refused");
+            Err(LoginRefused::wrong())
         }
+    };
+    let action = if outcome.is_ok() {
+        "login"
+    } else {
+        "login_refused"
+    };
+    let target = serde_json::json!({ "address": address }).to_string();
+    let audited = state
+        .rt
+        .audit(state.rt.application(), &shown, action, target, 0)
+        .await;
+    if let Err(error) = audited {
+        crate::log::warn!(error = ?error.to_string(), "console: could not audit a login");
     }
+    outcome
 }
 
 /// Logs in: a session cookie, then the overview.
@@ -110,7 +187,7 @@ pub(crate) async fn login(
     Form(form): Form<LoginForm>,
 ) -> Response {
     let base = auth::base_of(&parts);
-    match check_login(&state, &parts, &form.user, &form.password) {
+    match check_login(&state, &parts, &form.user, &form.password).await {
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let cookie = auth::session_cookie(
@@ -118,13 +195,27 @@ pub(crate) async fn login(
                 &token,
                 state.config.secure_cookie || auth::over_tls(&parts),
             );
-            (
-                [(header::SET_COOKIE, cookie)],
-                Redirect::to(super::views::home(&base)),
-            )
-                .into_response()
+            let to = match form.next.as_deref().and_then(auth::safe_next) {
+                Some(next) => format!("{base}{next}"),
+                None => super::views::home(&base).to_string(),
+            };
+            ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response()
         }
-        Err((status, message)) => login_page(&base, !state.login_required, status, Some(&message)),
+        Err(refused) => {
+            let mut response = login_page(
+                &base,
+                !state.login_required,
+                refused.status,
+                Some(&refused.message),
+                form.next.as_deref(),
+            );
+            for (name, value) in refused.headers() {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
     }
 }
 
@@ -196,6 +287,9 @@ pub(crate) struct ActionForm {
     /// Where to go afterwards, inside the console (`/requests/42`).
     #[serde(default)]
     back: Option<String>,
+    /// The most requests to change: the count the confirmation showed.
+    #[serde(default)]
+    up_to: Option<String>,
     #[serde(flatten)]
     filter: FilterForm,
 }
@@ -219,16 +313,19 @@ pub(crate) async fn action(
         );
         return error_page(&base, &who, StatusCode::BAD_REQUEST, &message);
     };
-    let query = match form.filter.to_query() {
+    let query = match scoped_query(&state, &form.filter) {
         Ok(query) => query,
-        Err(message) => return error_page(&base, &who, StatusCode::BAD_REQUEST, &message),
+        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
     };
     let filter_qs = form.filter.to_query_string();
-    if form.confirm.as_deref() != Some("yes") {
+    let up_to = form.up_to.as_deref().and_then(|u| u.parse::<i64>().ok());
+    let confirmed = form.confirm.as_deref() == Some("yes");
+    let Some(up_to) = up_to.filter(|_| confirmed) else {
         let count = match state.rt.count_actionable(action, &query).await {
             Ok(count) => count,
             Err(error) => {
-                return error_page(&base, &who, StatusCode::BAD_REQUEST, &error.to_string())
+                let refused = Refused::from(error);
+                return error_page(&base, &who, refused.status, &refused.message);
             }
         };
         let statuses: Vec<&str> = action.applies_to().iter().map(|s| s.as_str()).collect();
@@ -244,38 +341,59 @@ pub(crate) async fn action(
                 (hidden_filter(&form.filter))
                 input type="hidden" name="action" value=(action.as_str());
                 input type="hidden" name="confirm" value="yes";
+                input type="hidden" name="up_to" value=(count);
+                @if let Some(back) = form.back.as_deref() { input type="hidden" name="back" value=(back); }
                 button id="confirm-submit" type="submit" disabled[count == 0] { (action_label(action)) " " (count) }
             }
             " "
             a id="confirm-cancel" href={ (base) "/requests?" (filter_qs) } { "Cancel" }
         };
         return page(StatusCode::OK, layout(&base, Some(&who), "Confirm", body));
-    }
-    let done = state.rt.act(action, &query, &who.name).await;
-    state.counts.recount_soon(&state.rt);
-    let changed = match done {
-        Ok(changed) => changed,
-        Err(error) => {
-            return error_page(
-                &base,
-                &who,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &error.to_string(),
-            )
-        }
     };
-    let text = format!(
-        "{}: {} changed",
-        action_label(action),
-        count_of(changed as i64, "request")
-    );
+    let changed = match act_up_to(&state, action, &query, up_to, &who.name).await {
+        Ok(changed) => changed,
+        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
+    };
     let back = form
         .back
         .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
         .filter(|_| action != Action::Delete)
         .unwrap_or_else(|| format!("/requests?{filter_qs}"));
     let sep = if back.contains('?') { "&" } else { "?" };
-    Redirect::to(&format!("{base}{back}{sep}notice={}", urlencode(&text))).into_response()
+    Redirect::to(&format!(
+        "{base}{back}{sep}notice=done&action={}&changed={changed}",
+        action.as_str()
+    ))
+    .into_response()
+}
+
+/// Applies `action` to the requests matching `query` (audited as `actor`'s), unless more
+/// than `up_to` match now (409: the count changed since it was shown).
+pub(crate) async fn act_up_to(
+    state: &State,
+    action: Action,
+    query: &crate::RequestQuery,
+    up_to: i64,
+    actor: &str,
+) -> Result<u64, Refused> {
+    let count = state.rt.count_actionable(action, query).await?;
+    if count > up_to {
+        return Err(Refused {
+            status: StatusCode::CONFLICT,
+            message: format!(
+                "{} the filter now, more than the {up_to} confirmed: nothing changed; \
+                 count again and confirm that number",
+                if count == 1 {
+                    "1 request matches".to_string()
+                } else {
+                    format!("{count} requests match")
+                }
+            ),
+        });
+    }
+    let done = state.rt.act(action, query, actor).await;
+    state.counts.recount_soon(&state.rt);
+    Ok(done?)
 }
 
 async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: bool) -> Response {
@@ -294,18 +412,15 @@ async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: 
             .map(|_| ()),
     };
     if let Err(error) = done {
-        return error_page(
-            base,
-            who,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &error.to_string(),
-        );
+        let refused = Refused::from(error);
+        return error_page(base, who, refused.status, &refused.message);
     }
-    let text = match pause {
-        true => format!("{executor}: claims paused on every instance"),
-        false => format!("{executor}: claims resumed"),
-    };
-    Redirect::to(&format!("{base}/executors?notice={}", urlencode(&text))).into_response()
+    let code = if pause { "paused" } else { "resumed" };
+    Redirect::to(&format!(
+        "{base}/executors?notice={code}&executor={}",
+        urlencode(&executor)
+    ))
+    .into_response()
 }
 
 /// Pauses an executor's claims.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -19,9 +20,9 @@ use super::config::Role;
 use super::filter::{FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
-use super::reads::Attempt;
+use super::reads::{scoped_query, Attempt};
 use super::State;
-use crate::query::{Action, AuditEntry, Cursor, RequestQuery};
+use crate::query::{Action, AuditEntry, Cursor};
 use crate::record::Request;
 
 pub(crate) fn routes() -> Router<Arc<State>> {
@@ -60,12 +61,8 @@ pub(crate) fn problem(status: StatusCode, message: &str) -> Response {
 }
 
 fn failed(error: crate::Error) -> Response {
-    let status = match error {
-        crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
-        crate::Error::NotFound(_) => StatusCode::NOT_FOUND,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    problem(status, &error.to_string())
+    let refused = super::reads::Refused::from(error);
+    problem(refused.status, &refused.message)
 }
 
 /// Refuses viewers (403) and session writes without the session's CSRF token (403).
@@ -105,13 +102,14 @@ pub(crate) struct LoginBody {
 #[utoipa::path(post, path = "/api/login", request_body = LoginBody, responses(
     (status = 200, description = "Logged in; the cookie is set", body = SessionInfo),
     (status = 401, description = "Wrong user name or password", body = Problem),
-    (status = 429, description = "Too many failed logins", body = Problem)))]
+    (status = 429, description = "Too many failed logins of this user from this address: wait `Retry-After` seconds", body = Problem),
+    (status = 503, description = "Too many logins at once: retry after `Retry-After` seconds", body = Problem)))]
 async fn login(
     Shared(state): Shared<Arc<State>>,
     parts: Parts,
     Json(body): Json<LoginBody>,
 ) -> Response {
-    match check_login(&state, &parts, &body.user, &body.password) {
+    match check_login(&state, &parts, &body.user, &body.password).await {
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let base = auth::base_of(&parts);
@@ -120,7 +118,7 @@ async fn login(
                 &token,
                 state.config.secure_cookie || auth::over_tls(&parts),
             );
-            let who = state.sessions.find(&token);
+            let who = state.sessions.find(&token, state.config.idle_timeout);
             let info = SessionInfo {
                 user: name,
                 role,
@@ -128,7 +126,15 @@ async fn login(
             };
             ([(header::SET_COOKIE, cookie)], Json(info)).into_response()
         }
-        Err((status, message)) => problem(status, &message),
+        Err(refused) => {
+            let mut response = problem(refused.status, &refused.message);
+            for (name, value) in refused.headers() {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
     }
 }
 
@@ -166,6 +172,15 @@ pub(crate) struct RequestPage {
     searched: Option<i64>,
 }
 
+/// The query string of a page of requests: the filter and the paging.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListParams {
+    #[serde(flatten)]
+    filter: FilterForm,
+    #[serde(flatten)]
+    page: PageForm,
+}
+
 /// Requests matching the filter, a keyset page at a time.
 #[utoipa::path(get, path = "/api/requests", params(FilterForm, PageForm),
     responses((status = 200, body = RequestPage), (status = 400, body = Problem), (status = 401, body = Problem)),
@@ -173,10 +188,9 @@ pub(crate) struct RequestPage {
 async fn list_requests(
     _caller: ApiWho,
     Shared(state): Shared<Arc<State>>,
-    Query(filter): Query<FilterForm>,
-    Query(paging): Query<PageForm>,
+    Query(params): Query<ListParams>,
 ) -> Response {
-    match super::reads::request_list(&state, &filter, &paging).await {
+    match super::reads::request_list(&state, &params.filter, &params.page).await {
         Ok(list) => Json(RequestPage {
             requests: list.rows,
             next: list.next.map(Cursor::to_text),
@@ -260,14 +274,6 @@ async fn list_audit(
     }
 }
 
-/// Which action to count.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct ActionParams {
-    /// `retry`, `cancel`, `delete` or `replay_dead`.
-    action: String,
-}
-
 /// How many requests an action would change.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ActionCount {
@@ -283,23 +289,51 @@ fn parse_action(name: &str) -> Result<Action, String> {
     })
 }
 
-/// How many requests matching the filter an action would change: show it before acting.
-#[utoipa::path(get, path = "/api/actions/count", params(ActionParams, FilterForm),
-    responses((status = 200, body = ActionCount), (status = 400, body = Problem), (status = 401, body = Problem)),
+/// The `action` of a count's query string and its filter; a field neither knows is
+/// refused (400, naming it).
+fn count_params(query: Option<&str>) -> Result<(Action, FilterForm), String> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| e.to_string())?;
+    let mut action = None;
+    let mut filter = serde_json::Map::new();
+    for (name, value) in pairs {
+        if name == "action" {
+            action = Some(value);
+        } else if super::filter::FIELDS.contains(&name.as_str()) {
+            filter.insert(name, serde_json::Value::String(value));
+        } else {
+            return Err(format!(
+                "unknown field `{}`: the filter's fields are {}, with `action`",
+                crate::text::capped(&name, 100),
+                super::filter::FIELDS.join(", ")
+            ));
+        }
+    }
+    let action = parse_action(&action.unwrap_or_default())?;
+    let filter =
+        serde_json::from_value(serde_json::Value::Object(filter)).map_err(|e| e.to_string())?;
+    Ok((action, filter))
+}
+
+/// How many requests matching the filter an action would change: show it, then send it
+/// as `up_to` with the action (`POST api/actions`). A field it does not know is refused.
+#[utoipa::path(get, path = "/api/actions/count", params(
+        ("action" = String, Query, description = "`retry`, `cancel`, `delete` or `replay_dead`"),
+        FilterForm),
+    responses((status = 200, body = ActionCount), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
     security(("session" = []), ("bearer" = [])))]
 async fn count_action(
     _caller: ApiWho,
     Shared(state): Shared<Arc<State>>,
-    Query(params): Query<ActionParams>,
-    Query(filter): Query<FilterForm>,
+    parts: Parts,
 ) -> Response {
-    let action = match parse_action(&params.action) {
-        Ok(action) => action,
+    let (action, filter) = match count_params(parts.uri.query()) {
+        Ok(params) => params,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    let query = match filter.to_query() {
+    let query = match scoped_query(&state, &filter) {
         Ok(query) => query,
-        Err(e) => return problem(StatusCode::BAD_REQUEST, &e),
+        Err(refused) => return problem(refused.status, &refused.message),
     };
     match state.rt.count_actionable(action, &query).await {
         Ok(count) => Json(ActionCount { action, count }).into_response(),
@@ -307,12 +341,19 @@ async fn count_action(
     }
 }
 
-/// An action on every request matching a query.
+/// An action on the requests matching a filter, no more of them than the caller counted.
+/// A field it does not know is refused.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ActionBody {
     action: Action,
-    /// Which requests; `{"id": 42}` for one.
-    query: RequestQuery,
+    /// Which requests: the fields of `GET api/actions/count` (`{"id": 42}` for one; `{}`
+    /// for every request of the application the action applies to).
+    #[serde(default)]
+    filter: FilterForm,
+    /// The most requests it may change: the count the caller saw. When more match now,
+    /// nothing changes (409): count again.
+    up_to: i64,
 }
 
 /// What an action changed.
@@ -322,30 +363,38 @@ pub(crate) struct ActionDone {
     changed: u64,
 }
 
-/// Retries, cancels, deletes or replays every request matching the query (audited).
+/// Retries, cancels, deletes or replays the requests matching the filter (audited),
+/// refused when more than `up_to` match.
 #[utoipa::path(post, path = "/api/actions", request_body = ActionBody,
-    responses((status = 200, body = ActionDone), (status = 401, body = Problem), (status = 403, body = Problem)),
+    responses((status = 200, body = ActionDone), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 409, description = "More requests match than `up_to`", body = Problem),
+        (status = 422, description = "A field is unknown or of the wrong type", body = Problem)),
     security(("session" = []), ("bearer" = [])))]
 async fn run_action(
     caller: ApiWho,
     Shared(state): Shared<Arc<State>>,
-    Json(body): Json<ActionBody>,
+    body: Result<Json<ActionBody>, JsonRejection>,
 ) -> Response {
     if let Some(refused) = may_act(&caller) {
         return refused;
     }
-    let done = state
-        .rt
-        .act(body.action, &body.query, &caller.who.name)
-        .await;
-    state.counts.recount_soon(&state.rt);
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return problem(rejection.status(), &rejection.body_text()),
+    };
+    let query = match scoped_query(&state, &body.filter) {
+        Ok(query) => query,
+        Err(refused) => return problem(refused.status, &refused.message),
+    };
+    let done =
+        super::actions::act_up_to(&state, body.action, &query, body.up_to, &caller.who.name).await;
     match done {
         Ok(changed) => Json(ActionDone {
             action: body.action,
             changed,
         })
         .into_response(),
-        Err(error) => failed(error),
+        Err(refused) => problem(refused.status, &refused.message),
     }
 }
 

@@ -29,12 +29,6 @@ pub(crate) const COOKIE: &str = "async_exec_console";
 /// How long a session lasts without a new login.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Failed logins allowed per user and per address within [`FAILURE_WINDOW`].
-pub(crate) const MAX_FAILURES: usize = 5;
-
-/// The window of [`MAX_FAILURES`].
-const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
-
 /// Hashes a password with argon2id (a fresh salt), for [`ConsoleConfig::user`] or
 /// `ASYNC_EXEC_CONSOLE_USERS`.
 ///
@@ -98,6 +92,8 @@ impl Who {
 struct Session {
     who: Who,
     expires: Instant,
+    /// Its last request, for the idle timeout.
+    seen: Instant,
 }
 
 /// Sessions, by the SHA-256 of their token.
@@ -122,57 +118,29 @@ impl Sessions {
                     csrf: Some(random_token()),
                 },
                 expires: now + SESSION_TTL,
+                seen: now,
             },
         );
         token
     }
 
-    pub(crate) fn find(&self, token: &str) -> Option<Who> {
+    /// The session of `token`, unless it expired or went unused for `idle`; marks it used.
+    pub(crate) fn find(&self, token: &str, idle: Duration) -> Option<Who> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let map = self.map.lock().expect("session lock");
-        map.get(&key)
-            .filter(|s| s.expires > Instant::now())
-            .map(|s| s.who.clone())
+        let mut map = self.map.lock().expect("session lock");
+        let now = Instant::now();
+        let session = map.get_mut(&key)?;
+        if session.expires <= now || now.duration_since(session.seen) >= idle {
+            map.remove(&key);
+            return None;
+        }
+        session.seen = now;
+        Some(session.who.clone())
     }
 
     pub(crate) fn close(&self, token: &str) {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.map.lock().expect("session lock").remove(&key);
-    }
-}
-
-/// Failed logins per user and per address.
-#[derive(Debug, Default)]
-pub(crate) struct Limiter {
-    failures: Mutex<HashMap<String, Vec<Instant>>>,
-}
-
-impl Limiter {
-    /// Whether `user` or `address` has failed too often lately.
-    pub(crate) fn blocked(&self, user: &str, address: &str) -> bool {
-        let mut failures = self.failures.lock().expect("limiter lock");
-        let now = Instant::now();
-        [format!("user:{user}"), format!("addr:{address}")]
-            .iter()
-            .any(|key| {
-                let list = failures.entry(key.clone()).or_default();
-                list.retain(|t| now.duration_since(*t) < FAILURE_WINDOW);
-                list.len() >= MAX_FAILURES
-            })
-    }
-
-    pub(crate) fn failed(&self, user: &str, address: &str) {
-        let mut failures = self.failures.lock().expect("limiter lock");
-        for key in [format!("user:{user}"), format!("addr:{address}")] {
-            failures.entry(key).or_default().push(Instant::now());
-        }
-    }
-
-    pub(crate) fn succeeded(&self, user: &str) {
-        self.failures
-            .lock()
-            .expect("limiter lock")
-            .remove(&format!("user:{user}"));
     }
 }
 
@@ -183,21 +151,32 @@ fn decoy_hash() -> &'static str {
     DECOY.get_or_init(|| hash_password("decoy").expect("argon2 hashes"))
 }
 
-/// The user `name`'s role when `password` is theirs.
-pub(crate) fn verify_password(config: &ConsoleConfig, name: &str, password: &str) -> Option<Role> {
+/// The role of user `name` (`None` when there is no such user) and the hash to check a
+/// password against: theirs, or a decoy's, so that the answer takes as long either way.
+pub(crate) fn user_hash(config: &ConsoleConfig, name: &str) -> (Option<Role>, String) {
     let user = config
         .users
         .iter()
         .find(|u| bool::from(u.name.as_bytes().ct_eq(name.as_bytes())));
     let hash = user.map_or(decoy_hash(), |u| u.hash.as_str());
-    let parsed = PasswordHash::new(hash).ok()?;
-    let ok = Argon2::default()
-        .verify_password(password.as_bytes(), &parsed)
-        .is_ok();
-    match (ok, user) {
-        (true, Some(user)) => Some(user.role),
-        _ => None,
-    }
+    (user.map(|u| u.role), hash.to_string())
+}
+
+/// Whether `password` matches the argon2 `hash` (slow on purpose: call it off the async
+/// workers, through [`super::gate::Gate`]).
+pub(crate) fn password_matches(hash: &str, password: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+/// The user `name`'s role when `password` is theirs.
+#[cfg(test)]
+pub(crate) fn verify_password(config: &ConsoleConfig, name: &str, password: &str) -> Option<Role> {
+    let (role, hash) = user_hash(config, name);
+    role.filter(|_| password_matches(&hash, password))
 }
 
 /// The token's name and role when it is one of the configured ones.
@@ -266,7 +245,33 @@ pub(crate) fn cleared_cookie(base: &str, secure: bool) -> String {
 }
 
 fn session_of(parts: &Parts, state: &State) -> Option<Who> {
-    cookie(parts, COOKIE).and_then(|token| state.sessions.find(token))
+    cookie(parts, COOKIE).and_then(|token| state.sessions.find(token, state.config.idle_timeout))
+}
+
+/// `next` when it is a path inside the console to go back to after a login: relative to
+/// the mount path, starting with one `/`, no backslash, no control character, not the
+/// login page itself. Anything else (`//evil.example`, `https://...`) is ignored.
+pub(crate) fn safe_next(next: &str) -> Option<&str> {
+    let inside = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && !next.starts_with("/login")
+        && next.len() <= 2048;
+    inside.then_some(next)
+}
+
+/// The caller, by session cookie or bearer token, if any.
+pub(crate) fn caller(parts: &Parts, state: &State) -> Option<Who> {
+    let bearer = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match bearer {
+        Some(token) => verify_token(&state.config, token.trim()),
+        None => session_of(parts, state),
+    }
 }
 
 /// A page's visitor, logged in; others are sent to the login page.
@@ -286,7 +291,17 @@ impl FromRequestParts<std::sync::Arc<State>> for PageWho {
         let base = base_of(parts);
         match session_of(parts, state) {
             Some(who) => Ok(PageWho { who, base }),
-            None => Err(Redirect::to(&format!("{base}/login")).into_response()),
+            None => {
+                // Back to the page asked for after the login (a page, not a form's post).
+                let asked = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                let next = match (&parts.method, safe_next(asked)) {
+                    (&axum::http::Method::GET, Some(next)) if next != "/" => {
+                        format!("?next={}", super::pages::urlencode(next))
+                    }
+                    _ => String::new(),
+                };
+                Err(Redirect::to(&format!("{base}/login{next}")).into_response())
+            }
         }
     }
 }
@@ -312,16 +327,7 @@ impl FromRequestParts<std::sync::Arc<State>> for ApiWho {
             .get("x-csrf-token")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bearer = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let who = match bearer {
-            Some(token) => verify_token(&state.config, token.trim()),
-            None => session_of(parts, state),
-        };
-        match who {
+        match caller(parts, state) {
             Some(who) => Ok(ApiWho { who, csrf_header }),
             None => Err(super::api::problem(
                 StatusCode::UNAUTHORIZED,
@@ -348,15 +354,21 @@ mod tests {
     }
 
     #[test]
-    fn the_limiter_blocks_after_five_failures_per_user_or_address() {
-        let limiter = Limiter::default();
-        for _ in 0..MAX_FAILURES {
-            assert!(!limiter.blocked("alice", "10.0.0.1"));
-            limiter.failed("alice", "10.0.0.1");
+    fn only_paths_inside_the_console_are_gone_back_to() {
+        assert_eq!(
+            safe_next("/requests?status=dead"),
+            Some("/requests?status=dead")
+        );
+        for outside in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil.example",
+            "evil",
+            "/login",
+            "/x\nSet-Cookie: a=b",
+        ] {
+            assert_eq!(safe_next(outside), None, "{outside}");
         }
-        assert!(limiter.blocked("alice", "10.0.0.2"), "per user");
-        assert!(limiter.blocked("bob", "10.0.0.1"), "per address");
-        assert!(!limiter.blocked("bob", "10.0.0.2"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Who may use the console, and how it is served.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -72,11 +72,18 @@ pub struct ConsoleConfig {
     pub(crate) secure_cookie: bool,
     pub(crate) counts_max_age: Duration,
     pub(crate) search_window: i64,
+    pub(crate) trusted_proxies: Vec<IpAddr>,
+    pub(crate) applications: Vec<String>,
+    pub(crate) hosts: Vec<String>,
+    pub(crate) idle_timeout: Duration,
     pub(crate) errors: Vec<String>,
 }
 
 /// How old the overview's counts may be before a view counts them again in the background.
 pub const DEFAULT_COUNTS_MAX_AGE: Duration = Duration::from_secs(10);
+
+/// How long a session lasts without a request before it must log in again.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
@@ -87,6 +94,10 @@ impl Default for ConsoleConfig {
             secure_cookie: false,
             counts_max_age: DEFAULT_COUNTS_MAX_AGE,
             search_window: crate::PageSpec::DEFAULT_SEARCH_WINDOW,
+            trusted_proxies: Vec::new(),
+            applications: Vec::new(),
+            hosts: Vec::new(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             errors: Vec::new(),
         }
     }
@@ -115,6 +126,10 @@ impl std::fmt::Debug for ConsoleConfig {
             .field("secure_cookie", &self.secure_cookie)
             .field("counts_max_age", &self.counts_max_age)
             .field("search_window", &self.search_window)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("applications", &self.applications)
+            .field("hosts", &self.hosts)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
@@ -265,6 +280,74 @@ impl ConsoleConfig {
             self.errors.push(format!(
                 "search_window({rows}): look at 1 to {max} requests a page"
             ));
+        }
+        self
+    }
+
+    /// The addresses of the reverse proxies in front of the console. A request from one of
+    /// them is taken to come from the address its `X-Forwarded-For` header names (the
+    /// rightmost one that is not itself a trusted proxy); from any other peer the header
+    /// is ignored, so that nobody can choose the address their failed logins count
+    /// against. Without trusted proxies, everyone behind a proxy shares its address for
+    /// the limit on failed logins.
+    ///
+    /// ```
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().trusted_proxies(["10.0.0.2".parse().unwrap()]);
+    /// # let _ = config;
+    /// ```
+    pub fn trusted_proxies(mut self, proxies: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.trusted_proxies.extend(proxies);
+        self
+    }
+
+    /// Other applications (by their `application_name`) this console also serves: their
+    /// requests can be listed, counted and acted on with the filter's `application`
+    /// field. Without it, the console serves the runtime's own application only and
+    /// refuses a filter naming another.
+    ///
+    /// ```
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().applications(["billing", "mailer"]);
+    /// # let _ = config;
+    /// ```
+    pub fn applications<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.applications.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Host names (as the `Host` header carries them, with or without the port) the
+    /// console answers to besides the address it listens on, `localhost`, `127.0.0.1` and
+    /// `[::1]`. The open console (loopback, no users) answers other `Host`s with `421
+    /// Misdirected Request`, so that a web page whose name resolves to 127.0.0.1 (DNS
+    /// rebinding) cannot use it; with names given here, every console checks them.
+    ///
+    /// ```
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().hosts(["ops.example.com"]);
+    /// # let _ = config;
+    /// ```
+    pub fn hosts<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.hosts
+            .extend(names.into_iter().map(|n| n.into().to_ascii_lowercase()));
+        self
+    }
+
+    /// How long a session lasts without a request (default [`DEFAULT_IDLE_TIMEOUT`], 30
+    /// minutes); a session ends 12 hours after its login in any case.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use async_exec::console::ConsoleConfig;
+    /// let config = ConsoleConfig::new().idle_timeout(Duration::from_secs(10 * 60));
+    /// # let _ = config;
+    /// ```
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        if idle.is_zero() {
+            self.errors
+                .push("idle_timeout(0): give sessions some time, e.g. 30 minutes".into());
+        } else {
+            self.idle_timeout = idle;
         }
         self
     }

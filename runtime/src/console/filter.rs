@@ -10,36 +10,80 @@ use crate::record::Status;
 
 /// The filter fields; empty fields are ignored. Times are RFC 3339 (`2026-12-01T09:30`,
 /// UTC) or unix milliseconds.
+///
+/// Read on its own (a JSON action's `filter`, the count's query string), a field it does
+/// not know is refused, so that a typo cannot widen the filter to every request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams, utoipa::ToSchema)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct FilterForm {
     /// `init`, `running`, `success`, `failed`, `dead` or `cancelled`.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) status: Option<String>,
     /// An executor's stable name.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) executor: Option<String>,
     /// An application name (the runtime's own when empty).
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) application: Option<String>,
     /// An idempotency key, exactly.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) key: Option<String>,
     /// A request id.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) id: Option<String>,
     /// Text the remark contains.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) remark: Option<String>,
     /// Text the last error contains.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) error: Option<String>,
     /// Created at or after.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) from: Option<String>,
     /// Created before.
-    #[serde(default, skip_serializing_if = "is_blank")]
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) to: Option<String>,
+}
+
+/// The names of the fields, for a query string read with others.
+pub(crate) const FIELDS: [&str; 9] = [
+    "status",
+    "executor",
+    "application",
+    "key",
+    "id",
+    "remark",
+    "error",
+    "from",
+    "to",
+];
+
+/// A field's text: a string, or a number written as one (`"id": 42` in JSON).
+fn text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or a number")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(Text)
 }
 
 fn is_blank(value: &Option<String>) -> bool {

@@ -197,16 +197,12 @@ pub(crate) async fn executors(
     let views = match executor_views(&state).await {
         Ok(views) => views,
         Err(error) => {
-            return error_page(
-                &base,
-                &who,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &error.to_string(),
-            )
+            let refused = super::reads::Refused::from(error);
+            return error_page(&base, &who, refused.status, &refused.message);
         }
     };
     let body = html! {
-        (notice(params.notice.as_deref(), None))
+        (notice(params.text().as_deref(), None))
         table id="executors" {
             thead { tr {
                 th { "executor" } th { "in this build" } th { "defaults" }
@@ -266,12 +262,8 @@ pub(crate) async fn instances(
     let views = match instance_views(&state).await {
         Ok(views) => views,
         Err(error) => {
-            return error_page(
-                &base,
-                &who,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &error.to_string(),
-            )
+            let refused = super::reads::Refused::from(error);
+            return error_page(&base, &who, refused.status, &refused.message);
         }
     };
     let body = html! {
@@ -304,12 +296,8 @@ pub(crate) async fn audit(
     let entries = match state.rt.audit_trail(200).await {
         Ok(entries) => entries,
         Err(error) => {
-            return error_page(
-                &base,
-                &who,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &error.to_string(),
-            )
+            let refused = super::reads::Refused::from(error);
+            return error_page(&base, &who, refused.status, &refused.message);
         }
     };
     let body = html! {

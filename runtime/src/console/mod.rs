@@ -20,7 +20,9 @@
 //! ```
 //!
 //! Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that failed
-//! logins are also limited per client address.
+//! logins are limited per client address (behind a reverse proxy, name it in
+//! [`ConsoleConfig::trusted_proxies`]); without it every client shares one address.
+//! Request bodies are refused past 16 KiB (`413`).
 
 mod actions;
 mod api;
@@ -29,6 +31,9 @@ mod charts;
 mod config;
 mod filter;
 mod fleet;
+mod gate;
+mod guard;
+mod limiter;
 mod overview;
 mod pages;
 mod reads;
@@ -43,7 +48,8 @@ use axum::Router;
 
 pub use auth::{hash_password, token_digest};
 pub use config::{
-    ConsoleConfig, Role, DEFAULT_COUNTS_MAX_AGE, SECURE_COOKIE_VAR, TOKENS_VAR, USERS_VAR,
+    ConsoleConfig, Role, DEFAULT_COUNTS_MAX_AGE, DEFAULT_IDLE_TIMEOUT, SECURE_COOKIE_VAR,
+    TOKENS_VAR, USERS_VAR,
 };
 
 use crate::error::Result;
@@ -56,7 +62,9 @@ pub(crate) struct State {
     /// `false` for the open console on a loopback address without users.
     pub(crate) login_required: bool,
     pub(crate) sessions: auth::Sessions,
-    pub(crate) limiter: auth::Limiter,
+    pub(crate) limiter: limiter::Limiter,
+    /// Password checks, off the async workers and a few at a time.
+    pub(crate) gate: gate::Gate,
     /// The overview's counts, with their age.
     pub(crate) counts: overview::CountCache,
 }
@@ -86,6 +94,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         login_required,
         sessions: Default::default(),
         limiter: Default::default(),
+        gate: Default::default(),
     });
     Ok(Router::new()
         .route("/", get(pages::overview))
@@ -102,6 +111,12 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/assets/console.css", get(css))
         .route("/health", get(health_of_state))
         .merge(api::routes())
+        .layer(axum::extract::DefaultBodyLimit::max(guard::MAX_BODY))
+        .layer(axum::middleware::map_response(guard::safe_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            guard::check_host,
+        ))
         .with_state(state))
 }
 
@@ -130,10 +145,27 @@ async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Resp
     health_response(&rt).await
 }
 
+/// The console's `health`: the whole report for a logged-in caller (session or token),
+/// only `{"ready": ...}` for others (the report names the instance and its parts).
 async fn health_of_state(
     axum::extract::State(state): axum::extract::State<Arc<State>>,
+    parts: axum::http::request::Parts,
 ) -> Response {
-    health_response(&state.rt).await
+    if auth::caller(&parts, &state).is_some() || !state.login_required {
+        return health_response(&state.rt).await;
+    }
+    let ready = state.rt.health().await.is_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(serde_json::json!({ "ready": ready })),
+    )
+        .into_response()
 }
 
 async fn health_response(rt: &Runtime) -> Response {

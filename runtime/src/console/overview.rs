@@ -134,7 +134,7 @@ impl CountCache {
         let rt = rt.clone();
         tokio::spawn(async move {
             if let Err(error) = cache.count(&rt).await {
-                crate::log::warn!(%error, "could not count the requests for the console's overview; \
+                crate::log::warn!(error = ?error.to_string(), "could not count the requests for the console's overview; \
                     showing the last count, trying again on the next view");
             }
             cache.shared.recounting.store(false, Ordering::Release);

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::auth::{PageWho, Who};
 use super::charts;
 use super::filter::{FilterForm, PageForm};
-use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el};
+use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el, visible};
 use super::State;
 use crate::query::{Action, Order};
 use crate::record::Status;
@@ -62,19 +62,11 @@ pub(crate) fn error_page(base: &str, who: &Who, status: StatusCode, message: &st
 }
 
 fn failed(base: &str, who: &Who, error: crate::Error) -> Response {
-    let status = match error {
-        crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error_page(base, who, status, &error.to_string())
+    let refused = super::reads::Refused::from(error);
+    error_page(base, who, refused.status, &refused.message)
 }
 
-/// A `?notice=` shown after an action.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct NoticeParams {
-    #[serde(default)]
-    pub(crate) notice: Option<String>,
-}
+pub(crate) use super::views::NoticeParams;
 
 /// Overview: counts by status and executor, the oldest waiting request, the failure rate,
 /// and the charts.
@@ -164,8 +156,8 @@ pub(crate) struct ListParams {
     pub(crate) filter: FilterForm,
     #[serde(flatten)]
     pub(crate) page: PageForm,
-    #[serde(default)]
-    pub(crate) notice: Option<String>,
+    #[serde(flatten)]
+    pub(crate) notice: NoticeParams,
 }
 
 /// The filter form, with the values of `filter`.
@@ -251,7 +243,7 @@ pub(crate) async fn requests(
         )
     });
     let body = html! {
-        (notice(params.notice.as_deref(), None))
+        (notice(params.notice.text().as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
         table id="requests" {
             thead { tr { th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" } } }
@@ -262,9 +254,9 @@ pub(crate) async fn requests(
                         td { (badge(r.status)) }
                         td { (r.executor) }
                         td.num { (r.exec_count) "/" (r.max_attempts) }
-                        td { (r.idempotency_key.as_deref().unwrap_or("")) }
+                        td.key title=(visible(r.idempotency_key.as_deref().unwrap_or(""))) { (visible(r.idempotency_key.as_deref().unwrap_or(""))) }
                         td { (time_el(r.create_time)) }
-                        td.error-text { (r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default()) }
+                        td.error-text { (visible(&r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default())) }
                     }
                 }
             }
@@ -332,15 +324,15 @@ pub(crate) async fn request_detail(
     let r = &request;
     let runs = attempts.last().map_or(1, |a| a.run);
     let body = html! {
-        (notice(params.notice.as_deref(), None))
+        (notice(params.text().as_deref(), None))
         dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
             dt { "status" } dd id="request-status" { (badge(r.status)) }
             dt { "executor" } dd { (r.executor) }
             dt { "application" } dd { (r.application_name) }
             dt { "strategy" } dd { (r.strategy) }
             dt { "sign" } dd { code { (r.sign) } }
-            dt { "remark" } dd { (r.remark) }
-            dt { "key" } dd id="request-key" { (r.idempotency_key.as_deref().unwrap_or("—")) }
+            dt { "remark" } dd { (visible(&r.remark)) }
+            dt { "key" } dd id="request-key" { (visible(r.idempotency_key.as_deref().unwrap_or("—"))) }
             dt { "priority" } dd { (r.priority) }
             dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) @if runs > 1 { " in run " (runs) } }
             dt { "created" } dd { (time_el(r.create_time)) }
@@ -355,14 +347,14 @@ pub(crate) async fn request_detail(
             @if let Some(error) = &r.last_error {
                 @if r.status == Status::Success {
                     // It succeeded since: the error is history, not its state.
-                    dt { "earlier attempt's error" } dd { pre.error-text id="request-earlier-error" { (error) } }
+                    dt { "earlier attempt's error" } dd { pre.error-text id="request-earlier-error" { (visible(error)) } }
                 } @else {
-                    dt { "last error" } dd { pre.error-text id="request-error" { (error) } }
+                    dt { "last error" } dd { pre.error-text id="request-error" { (visible(error)) } }
                 }
             }
         }
         h2 { "Arguments" }
-        pre.json id="request-args" { (pretty(&r.param_json)) }
+        pre.json id="request-args" { (visible(&pretty(&r.param_json))) }
         h2 { "Caller's trace and baggage" }
         pre.json id="request-trace" { (r.trace_json.as_deref().map(pretty).unwrap_or_else(|| "none".into())) }
         h2 { "Attempts" }
@@ -382,7 +374,7 @@ pub(crate) async fn request_detail(
                     span class={ "badge " (if log.outcome == "success" { "success" } else { "failed" }) } { (log.outcome) }
                     " " strong.attempt-no { @if runs > 1 { "run " (a.run) ", " } "attempt " (log.attempt) }
                     " on " (log.worker) ", started " (time_el(log.started)) ", took " (span(log.finished - log.started))
-                    @if let Some(error) = &log.error { pre.error-text { (error) } }
+                    @if let Some(error) = &log.error { pre.error-text { (visible(error)) } }
                 }
             }
         }
@@ -390,15 +382,27 @@ pub(crate) async fn request_detail(
             h2 { "Actions" }
             div.actions {
                 @for a in Action::ALL {
-                    @if a.applies_to().contains(&r.status) {
+                    @if a != Action::Delete && a.applies_to().contains(&r.status) {
                         form.inline method="post" action={ (base) "/actions" } {
                             (csrf_field(&who))
                             input type="hidden" name="id" value=(r.id);
                             input type="hidden" name="action" value=(a.as_str());
                             input type="hidden" name="confirm" value="yes";
+                            input type="hidden" name="up_to" value="1";
                             input type="hidden" name="back" value={ "/requests/" (r.id) };
                             button id={ "action-" (a.as_str()) } type="submit" { (action_label(a)) }
                         }
+                    }
+                }
+            }
+            @if Action::Delete.applies_to().contains(&r.status) {
+                // Apart from the others, and through the confirmation page: it cannot be undone.
+                div.actions.danger {
+                    form.inline method="post" action={ (base) "/actions" } {
+                        (csrf_field(&who))
+                        input type="hidden" name="id" value=(r.id);
+                        input type="hidden" name="action" value="delete";
+                        button id="action-delete" type="submit" { "Delete…" }
                     }
                 }
             }

@@ -17,16 +17,30 @@ pub(crate) struct Refused {
     pub(crate) message: String,
 }
 
+/// What a visitor is told when the database failed: the error itself (which may name
+/// tables, hosts or the instance) goes to the log only.
+pub(crate) const INTERNAL: &str =
+    "the console could not read or change the records: the application's log says why; try again";
+
 impl From<crate::Error> for Refused {
     fn from(error: crate::Error) -> Refused {
         let status = match error {
             crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
             crate::Error::NotFound(_) => StatusCode::NOT_FOUND,
+            crate::Error::InvalidState { .. } => StatusCode::CONFLICT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
+        if status != StatusCode::INTERNAL_SERVER_ERROR {
+            return Refused {
+                status,
+                message: error.to_string(),
+            };
+        }
+        // Debug formatting escapes newlines and control characters: no forged log lines.
+        crate::log::warn!(error = ?error.to_string(), "console: a request failed");
         Refused {
             status,
-            message: error.to_string(),
+            message: INTERNAL.to_string(),
         }
     }
 }
@@ -36,6 +50,34 @@ fn bad_request(message: String) -> Refused {
         status: StatusCode::BAD_REQUEST,
         message,
     }
+}
+
+/// The query of `filter`, refused (403) when it names an application this console does
+/// not serve: the runtime's own, and those of [`super::ConsoleConfig::applications`].
+pub(crate) fn scoped_query(
+    state: &State,
+    filter: &FilterForm,
+) -> Result<crate::RequestQuery, Refused> {
+    let query = filter.to_query().map_err(bad_request)?;
+    if let Some(application) = &query.application {
+        let own = state.rt.application();
+        if application != own && !state.config.applications.contains(application) {
+            return Err(Refused {
+                status: StatusCode::FORBIDDEN,
+                message: format!(
+                    "this console serves the application `{own}`{others}, not `{}`: \
+                     name it in ConsoleConfig::applications to serve it here",
+                    crate::text::capped(application, 100),
+                    others = if state.config.applications.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {}", state.config.applications.join(", "))
+                    }
+                ),
+            });
+        }
+    }
+    Ok(query)
 }
 
 /// A keyset page of requests.
@@ -57,7 +99,7 @@ pub(crate) async fn request_list(
     filter: &FilterForm,
     paging: &PageForm,
 ) -> Result<RequestList, Refused> {
-    let query = filter.to_query().map_err(bad_request)?;
+    let query = scoped_query(state, filter)?;
     let page = paging
         .to_page()
         .map_err(bad_request)?

@@ -105,9 +105,58 @@ pub(crate) fn span(ms: i64) -> String {
     }
 }
 
+/// `text` with its bidirectional controls (U+202A-U+202E, U+2066-U+2069) shown as
+/// `⟦U+202E⟧` instead of obeyed: a key or an error must not reorder what follows it.
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    let is_bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(is_bidi) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| match is_bidi(c) {
+            true => format!("⟦U+{:04X}⟧", c as u32),
+            false => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// A status as a colored badge.
 pub(crate) fn badge(status: Status) -> Markup {
     html! { span class={ "badge " (status.as_str()) } { (status.as_str()) } }
+}
+
+/// The notice a redirect after an action asks for (`?notice=done&action=retry&changed=3`):
+/// one of a fixed set of codes, written out here from parsed values only, so that a link
+/// cannot put its own text in the console's success banner.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct NoticeParams {
+    #[serde(default)]
+    pub(crate) notice: Option<String>,
+    #[serde(default)]
+    pub(crate) action: Option<String>,
+    #[serde(default)]
+    pub(crate) changed: Option<String>,
+}
+
+impl NoticeParams {
+    /// The notice's text, when its code and values are known.
+    pub(crate) fn text(&self) -> Option<String> {
+        match self.notice.as_deref()? {
+            "done" => {
+                let action = crate::query::Action::parse(self.action.as_deref()?)?;
+                let changed: i64 = self.changed.as_deref()?.parse().ok()?;
+                Some(format!(
+                    "{}: {} changed",
+                    super::pages::action_label(action),
+                    count_of(changed, "request")
+                ))
+            }
+            "paused" => Some("Claims of the executor paused on every instance".into()),
+            "resumed" => Some("Claims of the executor resumed".into()),
+            _ => None,
+        }
+    }
 }
 
 /// A notice or error line at the top of a page.
@@ -121,6 +170,12 @@ pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::{count_of, span, time_el};
+
+    #[test]
+    fn bidi_controls_are_shown_not_obeyed() {
+        assert_eq!(super::visible("abc"), "abc");
+        assert_eq!(super::visible("a\u{202e}b\u{2066}c"), "a⟦U+202E⟧b⟦U+2066⟧c");
+    }
 
     #[test]
     fn counts_are_singular_for_one() {
