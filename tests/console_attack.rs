@@ -22,6 +22,10 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;
 
+/// The tests here run one at a time: one measures this process's memory, which the
+/// others (a login flood among them) would grow beside it.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[async_exec(type = SaveAsync, name = "attack::doomed", max_attempts = 1)]
 async fn doomed(label: String) -> anyhow::Result<()> {
     anyhow::bail!("boom: {label}")
@@ -84,6 +88,7 @@ async fn sqlite() -> (TestDb, Runtime) {
 /// past 16 KiB are refused unread now, and nothing of them is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_names_are_refused_unread_and_kept_nowhere() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let app = mounted(&rt);
     for _ in 0..5 {
@@ -124,6 +129,7 @@ async fn long_names_are_refused_unread_and_kept_nowhere() {
 /// growing wait and `Retry-After`; `X-Forwarded-For` is read from trusted proxies only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_slow_their_pair_and_trusted_proxies_name_the_client() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let config = config().trusted_proxies(["10.0.0.9".parse().unwrap()]);
     let app = Router::new().nest(MOUNT, console::router(&rt, config).unwrap());
@@ -194,6 +200,7 @@ async fn failures_slow_their_pair_and_trusted_proxies_name_the_client() {
 /// flood of 64 concurrent wrong logins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_flood_leaves_other_requests_fast() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let app = mounted(&rt);
     let started = Instant::now();
@@ -295,6 +302,7 @@ async fn other_application(db: &TestDb) -> i64 {
 /// configured for others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_applications_requests_are_out_of_reach() {
+    let _alone = ALONE.lock().await;
     let (db, rt) = sqlite().await;
     let billing = other_application(&db).await;
     let app = mounted(&rt);
@@ -351,6 +359,7 @@ async fn another_applications_requests_are_out_of_reach() {
 /// refused by name, and never more changed than the caller confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_actions_refuse_unknown_fields_and_more_than_counted() {
+    let _alone = ALONE.lock().await;
     let (db, rt) = sqlite().await;
     for i in 0..4 {
         doomed(format!("dead {i}")).on(&rt).await.unwrap();
@@ -396,6 +405,7 @@ async fn bulk_actions_refuse_unknown_fields_and_more_than_counted() {
 /// name resolved to 127.0.0.1 was an operator. It answers its own names only now (421).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_console_answers_to_its_own_host_only() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let listen: SocketAddr = "127.0.0.1:8080".parse().unwrap();
     let open = |config: ConsoleConfig| {
@@ -437,6 +447,7 @@ async fn the_open_console_answers_to_its_own_host_only() {
 /// console only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_login_leads_back_to_the_page_asked_for() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let app = mounted(&rt);
     let asked = get(&app, "/requests?status=dead", Auth::None).await;
@@ -477,6 +488,7 @@ async fn the_login_leads_back_to_the_page_asked_for() {
 /// obeyed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bidi_controls_are_shown_not_obeyed() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let id = doomed("a\u{202e}gnp.exe".into())
         .key("key\u{2066}reversed")
@@ -500,6 +512,7 @@ async fn bidi_controls_are_shown_not_obeyed() {
 /// Finding 7: the unauthenticated health answer says only whether the runtime is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_health_has_no_detail() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let app = mounted(&rt);
     let open = get(&app, "/health", Auth::None).await;
@@ -528,6 +541,7 @@ impl std::io::Write for Captured {
 /// logged with control characters escaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_are_audited_and_logged_escaped() {
+    let _alone = ALONE.lock().await;
     // The process's subscriber (a scoped one misses events while tests run in parallel):
     // every test's events are kept; this one's are told by their addresses.
     let captured = Captured::default();
@@ -569,6 +583,7 @@ async fn logins_are_audited_and_logged_escaped() {
 /// confirmed delete on the detail page, an idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notices_headers_delete_and_idle_sessions() {
+    let _alone = ALONE.lock().await;
     let (_db, rt) = sqlite().await;
     let id = doomed("detail".into()).on(&rt).await.unwrap().id.unwrap();
     wait_status(&rt, Status::Dead, 1).await;

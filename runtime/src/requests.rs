@@ -201,8 +201,10 @@ impl Runtime {
     }
 
     /// Applies `action` to every request matching `query` that it applies to (see
-    /// [`Action::applies_to`]), in one transaction, and writes it to the audit trail as
-    /// done by `actor`. Returns how many requests changed.
+    /// [`Action::applies_to`]), 500 requests to a transaction in id order (so that a large
+    /// action does not hold the database's locks, or SQLite's one writer, for seconds; a
+    /// failure part way leaves the batches before it done), and writes it to the audit
+    /// trail as done by `actor`. Returns how many requests changed.
     ///
     /// ```no_run
     /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {

@@ -336,6 +336,76 @@ pub(crate) fn push_set(sql: &mut Sql, set: &str, now: i64) {
     }
 }
 
+/// How many records one transaction of an operator's action changes: an action on many
+/// records goes in batches of this many, each committed on its own, so that it does not
+/// hold SQLite's one writer (or PostgreSQL's and MariaDB's row locks on all of them) for
+/// seconds.
+pub(crate) const ACT_BATCH: usize = 500;
+
+/// The ids of the next batch of an action: records of `application` that match `query`,
+/// in a status the action applies to, with an id above `after`, in id order.
+pub(crate) fn act_batch_ids(
+    dialect: Dialect,
+    application: &str,
+    query: &RequestQuery,
+    action: Action,
+    after: i64,
+) -> Sql {
+    let mut s = Sql::new(dialect, "SELECT id FROM async_req WHERE");
+    s.filter(application, query).statuses(action.applies_to());
+    s.push(" AND id > ").bind(Bind::Int(after));
+    s.push(&format!(" ORDER BY id LIMIT {ACT_BATCH}"));
+    s
+}
+
+/// The change of one batch: the action on `ids`, re-checked against the query and the
+/// statuses it applies to (a record may have moved since its id was read).
+pub(crate) fn act_batch_change(
+    dialect: Dialect,
+    application: &str,
+    query: &RequestQuery,
+    action: Action,
+    now: i64,
+    ids: &[i64],
+) -> Sql {
+    let mut s = match action_set(action) {
+        Some(set) => {
+            let mut s = Sql::new(dialect, "UPDATE async_req SET ");
+            push_set(&mut s, set, now);
+            s.push(" WHERE");
+            s
+        }
+        None => Sql::new(dialect, "DELETE FROM async_req WHERE"),
+    };
+    s.filter(application, query).statuses(action.applies_to());
+    push_ids(&mut s, "id", ids);
+    s
+}
+
+/// The attempt logs of the records of `ids` that are gone (after a batch of deletes).
+pub(crate) fn act_batch_logs(dialect: Dialect, ids: &[i64]) -> Sql {
+    let mut s = Sql::new(dialect, "DELETE FROM async_log WHERE");
+    push_ids(&mut s, "", ids);
+    s.push(" AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_log.req_id)");
+    s
+}
+
+/// Appends ` AND <column> IN (...)` (`req_id` when `column` is empty, with no `AND`).
+fn push_ids(s: &mut Sql, column: &str, ids: &[i64]) {
+    if column.is_empty() {
+        s.push(" req_id IN (");
+    } else {
+        s.push(&format!(" AND {column} IN ("));
+    }
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.bind(Bind::Int(id));
+    }
+    s.push(")");
+}
+
 /// The minute (its start, unix ms) that `ms` falls in.
 pub(crate) fn minute_of(ms: i64) -> i64 {
     ms.div_euclid(60_000) * 60_000

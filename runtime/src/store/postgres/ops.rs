@@ -12,7 +12,10 @@ use crate::query::{
     StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{action_set, push_set, Bind, Dialect, OpsStore, Sql};
+use crate::store::ops::{
+    act_batch_change, act_batch_ids, act_batch_logs, action_set, Bind, Dialect, OpsStore, Sql,
+    ACT_BATCH,
+};
 use crate::store::rows::{request_from_row, status};
 
 fn bound(sql: &Sql) -> Query<'_, Postgres, PgArguments> {
@@ -69,29 +72,34 @@ impl OpsStore for PostgresStore {
         action: Action,
         now: i64,
     ) -> Result<u64> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        let changed = match action_set(action) {
-            Some(set) => {
-                let mut s = sql("UPDATE async_req SET ");
-                push_set(&mut s, set, now);
-                s.push(" WHERE")
-                    .filter(application, query)
-                    .statuses(action.applies_to());
-                bound(&s).execute(&mut *tx).await?.rows_affected()
+        // In batches of `ACT_BATCH` records, each its own transaction, in id order.
+        let dialect = Dialect::Postgres;
+        let (mut changed, mut after) = (0, 0);
+        loop {
+            let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
+            let ids_sql = act_batch_ids(dialect, application, query, action, after);
+            let ids: Vec<i64> = bound(&ids_sql)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<std::result::Result<_, _>>()?;
+            let Some(&last) = ids.last() else {
+                break;
+            };
+            let change = act_batch_change(dialect, application, query, action, now, &ids);
+            changed += bound(&change).execute(&mut *tx).await?.rows_affected();
+            if action_set(action).is_none() {
+                bound(&act_batch_logs(dialect, &ids))
+                    .execute(&mut *tx)
+                    .await?;
             }
-            None => {
-                let mut logs =
-                    sql("DELETE FROM async_log WHERE req_id IN (SELECT id FROM async_req WHERE");
-                logs.filter(application, query)
-                    .statuses(action.applies_to())
-                    .push(")");
-                bound(&logs).execute(&mut *tx).await?;
-                let mut s = sql("DELETE FROM async_req WHERE");
-                s.filter(application, query).statuses(action.applies_to());
-                bound(&s).execute(&mut *tx).await?.rows_affected()
+            tx.commit().await?;
+            if ids.len() < ACT_BATCH {
+                break;
             }
-        };
-        tx.commit().await?;
+            after = last;
+        }
         Ok(changed)
     }
 

@@ -1,0 +1,67 @@
+//! Issue 18, "The console under attack": an operator's action on many requests goes in
+//! batches of 500, each its own transaction, so that it does not hold SQLite's writer
+//! (or the rows' locks) for seconds; every matching request is changed once, across the
+//! batches' seams, and nothing that does not match.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use async_exec::{Action, Backend, RequestQuery, Status};
+use common::{now_ms, TestDb};
+
+/// Writes `n` `failed` records (due in an hour) of `executor` (one statement per 500), each with an attempt log.
+async fn dead_records(db: &TestDb, executor: &str, n: usize) {
+    let now = now_ms();
+    let due = now + 3_600_000;
+    let rows: Vec<String> = (0..n)
+        .map(|_| {
+            format!(
+                "('tests', '{executor}', 's', 'SaveAsync', 'failed', 1, 5, '{{}}', '', 0, {due}, 'failed once', {now}, {now})"
+            )
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        db.exec(&format!(
+            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+             max_attempts, param_json, remark, priority, run_at, last_error, create_time, update_time) \
+             VALUES {}",
+            chunk.join(", ")
+        ))
+        .await;
+    }
+    db.exec(&format!(
+        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
+         SELECT id, 1, 'w', {now}, {now}, 'failed', 'gave up' FROM async_req WHERE executor = '{executor}'"
+    ))
+    .await;
+}
+
+/// 1,234 failed requests of one executor and 10 of another: a cancel of the first changes
+/// its 1,234 (three batches) and not the others; a delete of them removes them and their
+/// attempt logs, and leaves the others'.
+async fn an_action_on_many_requests_changes_each_once_in_batches<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    dead_records(&db, "actions::many", 1_234).await;
+    dead_records(&db, "actions::other", 10).await;
+    let many = RequestQuery::default().executor("actions::many");
+    let cancelled = rt.act(Action::Cancel, &many, "ops").await.unwrap();
+    assert_eq!(cancelled, 1_234);
+    let status = |status: Status| format!("async_req WHERE status = '{}'", status.as_str());
+    assert_eq!(db.count(&status(Status::Cancelled)).await, 1_234);
+    let failed = db.count(&status(Status::Failed)).await;
+    assert_eq!(failed, 10, "the other executor's are left");
+
+    let deleted = rt.act(Action::Delete, &many, "ops").await.unwrap();
+    assert_eq!(deleted, 1_234);
+    assert_eq!(db.count("async_req").await, 10);
+    assert_eq!(
+        db.count("async_log").await,
+        10,
+        "the deleted requests' logs went with them"
+    );
+    assert_eq!(rt.act(Action::Delete, &many, "ops").await.unwrap(), 0);
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(an_action_on_many_requests_changes_each_once_in_batches);
