@@ -193,6 +193,20 @@ mod postgres_only {
         }
         assert_eq!(db.count("users").await, 0);
         assert_eq!(db.count("async_req").await, 0);
+        // A call, then a failed statement of the caller's, then at once the commit: the
+        // call's success does not vouch for the transaction after the caller's statement.
+        let mut tx: Tx<Postgres> = rt.begin().await.unwrap();
+        sqlx::query("INSERT INTO users (id) VALUES (1)")
+            .execute(tx.conn())
+            .await
+            .unwrap();
+        stored("pg-then-failed".into())
+            .within(&mut tx)
+            .await
+            .unwrap();
+        fail_a_statement(&mut tx).await;
+        let committed = tx.commit().await;
+        assert!(rolled_back(&committed), "{committed:?}");
         // A transaction whose statements all succeeded still commits.
         let mut tx: Tx<Postgres> = rt.begin().await.unwrap();
         after_commit("pg-ok".into()).within(&mut tx).await.unwrap();

@@ -40,6 +40,12 @@ pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
     /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
     /// aborted it, and its commit is checked like one that carries calls.
     pub(crate) write_failed: bool,
+    /// Whether the transaction is known to be open: the runtime's own statements in it
+    /// succeeded (on MySQL/MariaDB, after a check) and the caller has not had its
+    /// connection since. Only then are the checks before a write and before the COMMIT
+    /// left out: every statement of the caller's goes through [`Tx::conn`] or
+    /// [`Tx::transaction`], which clear it.
+    proven_open: bool,
     /// Counts this transaction as open in the task that began it, until it ends: a call
     /// made there without `.within(&mut tx)` is refused.
     open: OpenTx,
@@ -50,6 +56,7 @@ impl<DB: Backend> Tx<DB> {
     /// backend's connection (`&mut SqliteConnection` for `Tx<Sqlite>`), an
     /// [`sqlx::Executor`] also in code generic over the backend (see [`Backend`]).
     pub fn conn(&mut self) -> DB::Conn<'_> {
+        self.proven_open = false;
         DB::executor(&mut self.tx)
     }
 
@@ -61,19 +68,37 @@ impl<DB: Backend> Tx<DB> {
     /// `result` of a write of the runtime's in this transaction, noted when it failed
     /// (see [`Tx::commit`]).
     pub(crate) fn noting<T>(&mut self, result: Result<T>) -> Result<T> {
-        self.write_failed |= result.is_err();
+        match &result {
+            Err(_) => {
+                self.write_failed = true;
+                self.proven_open = false;
+            }
+            // On PostgreSQL (and SQLite) a statement that succeeded ran in an open,
+            // not aborted, transaction; on MySQL/MariaDB it may have autocommitted.
+            Ok(_) if DB::A_STATEMENT_PROVES_OPEN => self.proven_open = true,
+            Ok(_) => {}
+        }
         result
     }
 
     /// Before the runtime writes in this transaction: refuses
     /// ([`Error::TransactionRolledBack`]) when the server rolled it back and would commit
-    /// the writes on their own (MySQL/MariaDB; a round trip there, none elsewhere).
+    /// the writes on their own (MySQL/MariaDB: a round trip there, unless the
+    /// transaction is known to be open since the last one; none elsewhere).
     pub(crate) async fn check_before_write(&mut self) -> Result<()> {
-        DB::check_before_write(&mut self.tx).await
+        if self.proven_open {
+            return Ok(());
+        }
+        DB::check_before_write(&mut self.tx).await?;
+        if !DB::A_STATEMENT_PROVES_OPEN {
+            self.proven_open = true;
+        }
+        Ok(())
     }
 
     /// The underlying sqlx transaction.
     pub fn transaction(&mut self) -> &mut sqlx::Transaction<'static, DB> {
+        self.proven_open = false;
         &mut self.tx
     }
 
@@ -87,7 +112,9 @@ impl<DB: Backend> Tx<DB> {
     /// deadlock or a lock wait timeout with `innodb_rollback_on_timeout`), this returns
     /// [`Error::TransactionRolledBack`] and dispatches nothing. Telling costs one round
     /// trip before the COMMIT on PostgreSQL and MySQL/MariaDB, made only when the
-    /// transaction carries calls or a call in it failed to be written: any other
+    /// transaction carries calls or a call in it failed to be written, and your code has
+    /// used its connection ([`Tx::conn`], [`Tx::transaction`]) since the runtime's last
+    /// statement in it succeeded (until then it is known to be open). Any other
     /// transaction is committed as sqlx does it, and on PostgreSQL such a rolled-back
     /// COMMIT (after a failed statement of your own) still returns `Ok`.
     pub async fn commit(self) -> Result<()> {
@@ -97,9 +124,11 @@ impl<DB: Backend> Tx<DB> {
             pending,
             delayed,
             write_failed,
+            proven_open,
             open,
         } = self;
-        if !pending.is_empty() || !delayed.is_empty() || write_failed {
+        let carries = !pending.is_empty() || !delayed.is_empty();
+        if write_failed || (carries && !proven_open) {
             // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
             DB::check_open_in(&mut tx).await?;
         }
@@ -173,6 +202,7 @@ impl Runtime {
             pending: Vec::new(),
             delayed: Vec::new(),
             write_failed: false,
+            proven_open: false,
             open: self.inner.open_txs.open(),
         })
     }
@@ -186,6 +216,7 @@ impl Runtime {
             pending: Vec::new(),
             delayed: Vec::new(),
             write_failed: false,
+            proven_open: false,
             open: self.inner.open_txs.open(),
         }
     }

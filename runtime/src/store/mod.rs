@@ -681,6 +681,12 @@ pub(crate) mod sealed {
             Box::pin(async { Ok(()) })
         }
 
+        /// Whether a statement that succeeded in a transaction shows that the transaction
+        /// is open: on PostgreSQL every statement of an aborted transaction fails (and
+        /// SQLite's COMMIT fails when none is active); MySQL/MariaDB run it in autocommit
+        /// after the server rolled the transaction back.
+        const A_STATEMENT_PROVES_OPEN: bool = true;
+
         /// Checked before the runtime writes in the caller's transaction, so that nothing
         /// is written outside it: MySQL/MariaDB, whose session goes on in autocommit after
         /// the server rolled the transaction back, checks (one round trip); PostgreSQL

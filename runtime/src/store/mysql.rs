@@ -226,6 +226,8 @@ impl BackendOps for MySql {
         Box::pin(super::alive::mysql::check(conn))
     }
 
+    const A_STATEMENT_PROVES_OPEN: bool = false;
+
     fn check_before_write(conn: &mut MySqlConnection) -> BoxFuture<'_, Result<()>> {
         Box::pin(super::alive::mysql::check(conn))
     }
