@@ -58,6 +58,9 @@ pub(crate) struct Submission {
     pub(crate) delay: Option<Duration>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
+    /// Whether `params` has its `#[secret]` arguments sealed already
+    /// (`Inner::seal`).
+    pub(crate) sealed: bool,
 }
 
 impl Call {
@@ -173,6 +176,7 @@ impl Call {
             delay: self.delay,
             priority: self.priority,
             trace: TraceContext::capture(),
+            sealed: false,
         };
         Ok((submission, self.runtime))
     }

@@ -41,6 +41,8 @@ pub struct ExecutorDef {
     pub timeout_ms: Option<u64>,
     /// The `Data<T>` parameters of the body, checked at start.
     pub data: &'static [crate::data::DataNeed],
+    /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
+    pub secrets: &'static [&'static str],
     /// Decodes the arguments and runs the body.
     pub run: RunFn,
 }
@@ -54,6 +56,7 @@ impl fmt::Debug for ExecutorDef {
             .field("signature", &self.signature)
             .field("strategy", &self.strategy)
             .field("data", &self.data)
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
 }
@@ -67,7 +70,8 @@ inventory::collect!(Registration);
 /// One execution of an executor, as handed to its [`RunFn`].
 pub struct Invocation {
     pub(crate) def: &'static ExecutorDef,
-    pub(crate) params: Arc<str>,
+    /// The arguments with sealed ones opened, or why one did not open.
+    pub(crate) params: Result<Arc<str>, String>,
     pub(crate) stored_sign: Option<Arc<str>>,
     pub(crate) context: Context,
     pub(crate) data: Arc<DataMap>,
@@ -84,9 +88,14 @@ impl fmt::Debug for Invocation {
 
 impl Invocation {
     /// Decodes the persisted arguments. A failure here is final: the record goes `dead`
-    /// with a message naming the executor, the signatures and serde's reason.
+    /// with a message naming the executor, the signatures and serde's reason (or the
+    /// sealed argument that did not open, and its key).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, Failure> {
-        serde_json::from_str(&self.params).map_err(|error| {
+        let params = match &self.params {
+            Ok(params) => params,
+            Err(message) => return Err(Failure::new(FailureKind::Decode, message.clone())),
+        };
+        serde_json::from_str(params).map_err(|error| {
             let def = self.def;
             let message = match self.stored_sign.as_deref() {
                 Some(stored) if stored != def.sign => format!(
@@ -173,6 +182,36 @@ impl Registry {
     }
 }
 
+/// Executor definitions for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    fn never(_: Invocation) -> BoxFuture<'static, Result<(), Failure>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// A `SaveAsync` executor `name` whose parameters `secrets` are sealed.
+    pub(crate) const fn def_with_secrets(
+        name: &'static str,
+        secrets: &'static [&'static str],
+    ) -> ExecutorDef {
+        ExecutorDef {
+            name,
+            path: "billing::v1::charge",
+            sign: "0000000000000000",
+            signature: "(card: String)",
+            remark: "",
+            strategy: Strategy::SaveAsync,
+            max_attempts: None,
+            timeout_ms: None,
+            data: &[],
+            secrets,
+            run: never,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +231,7 @@ mod tests {
             max_attempts: None,
             timeout_ms: None,
             data: &[],
+            secrets: &[],
             run: never,
         }
     }

@@ -1,0 +1,57 @@
+//! Sealed arguments as people see them: masked, with the id of their key.
+
+use serde_json::Value;
+
+/// `param_json` (a record's arguments) with each sealed (`#[secret]`) value shown as
+/// `"••• (sealed, key k1)"`: what the console, its JSON API and the command-line tool
+/// show. Text that is not JSON is returned as it is.
+///
+/// ```
+/// let stored = r#"{"amount":5,"card":{"$sealed":"k1.AAAA"}}"#;
+/// assert_eq!(
+///     async_exec::mask_sealed(stored),
+///     r#"{"amount":5,"card":"••• (sealed, key k1)"}"#
+/// );
+/// ```
+pub fn mask_sealed(param_json: &str) -> String {
+    if !param_json.contains(super::SEALED) {
+        return param_json.to_owned();
+    }
+    match serde_json::from_str::<Value>(param_json) {
+        Ok(mut value) => {
+            mask_value(&mut value);
+            value.to_string()
+        }
+        Err(_) => param_json.to_owned(),
+    }
+}
+
+/// Masks every sealed value inside `value`.
+fn mask_value(value: &mut Value) {
+    if let Some(sealed) = super::sealed_text(value) {
+        let id = sealed.split_once('.').map_or("?", |(id, _)| id);
+        *value = Value::String(format!("••• (sealed, key {id})"));
+        return;
+    }
+    match value {
+        Value::Object(map) => map.values_mut().for_each(mask_value),
+        Value::Array(items) => items.iter_mut().for_each(mask_value),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_sealed;
+
+    #[test]
+    fn nested_sealed_values_are_masked_and_the_rest_kept() {
+        let stored = r#"{"a":[{"$sealed":"k2.xyz"}],"b":"$sealed","c":1}"#;
+        assert_eq!(
+            mask_sealed(stored),
+            r#"{"a":["••• (sealed, key k2)"],"b":"$sealed","c":1}"#
+        );
+        assert_eq!(mask_sealed("not json $sealed"), "not json $sealed");
+        assert_eq!(mask_sealed(r#"{"x":1}"#), r#"{"x":1}"#);
+    }
+}
