@@ -288,3 +288,57 @@ backend_suite!(
     missing_or_bad_keys_are_clear_errors_at_start,
 );
 
+/// The console, its JSON API and the command-line tool show a sealed argument masked.
+#[cfg(feature = "console")]
+mod shown {
+    use super::*;
+    use common::console::{get, login, mounted, Auth};
+
+    async fn the_console_the_api_and_the_cli_show_it_masked<DB: Backend>(db: TestDb) {
+        let rt = db
+            .builder()
+            .secret_key("k1", K1)
+            .run_workers(false)
+            .start()
+            .await
+            .unwrap();
+        let id = charge(CARD.into(), 9).on(&rt).await.unwrap().id.unwrap();
+        let app = mounted(&rt);
+        let (cookie, _) = login(&app, "victor", "viewer pass").await;
+        let auth = Auth::Cookie(&cookie);
+        let api = get(&app, &format!("/api/requests/{id}"), auth).await;
+        assert!(!api.body.contains("4242"), "{}", api.body);
+        let detail = api.json();
+        assert_eq!(detail["arguments"]["card"], "••• (sealed, key k1)");
+        assert_eq!(detail["arguments"]["amount"], 9);
+        let page = get(&app, &format!("/requests/{id}"), Auth::Cookie(&cookie)).await;
+        assert!(page.body.contains("••• (sealed, key k1)"), "{}", page.body);
+        assert!(!page.body.contains("4242"));
+        #[cfg(feature = "cli")]
+        {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_async-exec"))
+                .args([
+                    "--url",
+                    &db.url,
+                    "--application",
+                    "tests",
+                    "show",
+                    &id.to_string(),
+                ])
+                .env_remove("ASYNC_EXEC_DATABASE_URL")
+                .output()
+                .await
+                .expect("run async-exec");
+            let shown = String::from_utf8(output.stdout).unwrap();
+            assert!(output.status.success(), "{shown}");
+            assert!(
+                shown.contains("\"card\": \"••• (sealed, key k1)\""),
+                "{shown}"
+            );
+            assert!(!shown.contains("4242"), "{shown}");
+        }
+        rt.shutdown().await.unwrap();
+    }
+
+    backend_suite!(the_console_the_api_and_the_cli_show_it_masked);
+}
