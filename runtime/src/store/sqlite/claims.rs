@@ -11,8 +11,7 @@ use crate::error::Result;
 use crate::record::{AttemptLog, ClaimedId, RequestId};
 use crate::store::rows::CLAIMED_COLUMNS;
 use crate::store::{
-    ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch,
-    Rescued,
+    ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch, Rescued,
 };
 
 /// Claims the given `init` records.
