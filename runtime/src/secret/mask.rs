@@ -26,6 +26,28 @@ pub fn mask_sealed(param_json: &str) -> String {
     }
 }
 
+/// `def`'s arguments `params` for `Debug` output: its `#[secret]` parameters shown as
+/// `"•••"` whether they are sealed yet or not (a `Call` holds them in plaintext until it
+/// is submitted), sealed values masked.
+pub(crate) fn for_debug(def: &crate::registry::ExecutorDef, params: &str) -> String {
+    if def.secrets.is_empty() {
+        return mask_sealed(params);
+    }
+    match serde_json::from_str::<Value>(params) {
+        Ok(Value::Object(mut object)) => {
+            for field in def.secrets {
+                if let Some(value) = object.get_mut(*field) {
+                    *value = Value::String("•••".into());
+                }
+            }
+            let mut value = Value::Object(object);
+            mask_value(&mut value);
+            value.to_string()
+        }
+        _ => "(arguments hidden: they hold #[secret] parameters)".into(),
+    }
+}
+
 /// Masks every sealed value inside `value`.
 fn mask_value(value: &mut Value) {
     if let Some(sealed) = super::sealed_text(value) {

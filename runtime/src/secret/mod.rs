@@ -12,6 +12,7 @@ mod mask;
 
 pub(crate) use keys::Keyring;
 pub use keys::SECRET_KEY_BYTES;
+pub(crate) use mask::for_debug;
 pub use mask::mask_sealed;
 
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
