@@ -8,7 +8,7 @@
 mod common;
 
 use async_exec::Runtime;
-use async_exec::{async_exec, batch, Backend, Data, Error, Outcome, Status, Tx};
+use async_exec::{async_exec, batch, Backend, Data, Error, Outcome, Status, TestMode, Tx};
 use common::{wait_for, Probe, TestDb};
 
 const CARD: &str = "4242 4242 4242 4242";
@@ -26,6 +26,12 @@ async fn charge(#[secret] card: String, amount: i64, probe: Data<Probe>) {
 async fn charge_now(#[secret] card: String, probe: Data<Probe>) -> anyhow::Result<()> {
     probe.record(&format!("now:{card}"), 1);
     anyhow::bail!("the card network is down")
+}
+
+/// A PIN that is a number now; older records may hold something else.
+#[async_exec(type = SaveAsync, name = "secrets::unlock")]
+async fn unlock(#[secret] pin: u32, probe: Data<Probe>) {
+    probe.record(&format!("unlock:{pin}"), 1);
 }
 
 /// Requests whose stored arguments hold the card number in plaintext.
@@ -265,6 +271,38 @@ async fn missing_or_bad_keys_are_clear_errors_at_start<DB: Backend>(db: TestDb) 
     );
 }
 
+async fn a_decode_error_does_not_repeat_a_secret_value<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .secret_key("k1", K1)
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
+    // A record written before `pin` was marked (and typed `u32`): its value is plaintext
+    // and no longer decodes. The error (stored, logged, shown) must not repeat it.
+    let id = db
+        .insert_raw(
+            "secrets::unlock",
+            "0000000000000000",
+            r#"{"pin":"1234-old-secret"}"#,
+        )
+        .await;
+    rt.drain().await.unwrap();
+    assert_eq!(status_of(&rt, id).await, Some(Status::Dead));
+    let error = rt
+        .get(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .last_error
+        .unwrap_or_default();
+    assert!(error.contains("`secrets::unlock`"), "{error}");
+    assert!(error.contains("line 1 column"), "{error}");
+    assert!(!error.contains("1234"), "{error}");
+    rt.shutdown().await.unwrap();
+}
+
 /// The standard base64 of `bytes` (padded), as `openssl rand -base64 32` prints a key.
 fn base64_of(bytes: &[u8]) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -286,6 +324,7 @@ backend_suite!(
     keys_rotate_by_id,
     a_record_whose_key_is_gone_goes_dead_naming_it_and_runs_once_it_is_back,
     missing_or_bad_keys_are_clear_errors_at_start,
+    a_decode_error_does_not_repeat_a_secret_value,
 );
 
 /// The console, its JSON API and the command-line tool show a sealed argument masked.

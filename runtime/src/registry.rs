@@ -97,6 +97,7 @@ impl Invocation {
         };
         serde_json::from_str(params).map_err(|error| {
             let def = self.def;
+            let error = reason(def, &error);
             let message = match self.stored_sign.as_deref() {
                 Some(stored) if stored != def.sign => format!(
                     "executor `{}`: the stored arguments were written for signature {stored} and do not \
@@ -131,6 +132,26 @@ impl Invocation {
     pub fn context(&self) -> Context {
         self.context.clone()
     }
+}
+
+/// Serde's reason a decode failed; for an executor with `#[secret]` parameters only its
+/// kind and position, since serde's message may quote a (secret) value.
+fn reason(def: &ExecutorDef, error: &serde_json::Error) -> String {
+    if def.secrets.is_empty() {
+        return error.to_string();
+    }
+    let kind = match error.classify() {
+        serde_json::error::Category::Io => "an I/O",
+        serde_json::error::Category::Syntax => "a syntax",
+        serde_json::error::Category::Data => "a type or value",
+        serde_json::error::Category::Eof => "an end-of-input",
+    };
+    format!(
+        "{kind} error at line {} column {} (serde's message is withheld: the arguments \
+         hold #[secret] values)",
+        error.line(),
+        error.column()
+    )
 }
 
 /// The executors this binary knows, by name.
