@@ -28,6 +28,14 @@ async fn charge_now(#[secret] card: String, probe: Data<Probe>) -> anyhow::Resul
     anyhow::bail!("the card network is down")
 }
 
+/// A charge that runs from memory after the call and fails: its retry record is written
+/// then.
+#[async_exec(type = AsyncSave, name = "secrets::charge_later")]
+async fn charge_later(#[secret] card: String, probe: Data<Probe>) -> anyhow::Result<()> {
+    probe.record(&format!("later:{card}"), 1);
+    anyhow::bail!("the card network is down")
+}
+
 /// A PIN that is a number now; older records may hold something else.
 #[async_exec(type = SaveAsync, name = "secrets::unlock")]
 async fn unlock(#[secret] pin: u32, probe: Data<Probe>) {
@@ -271,6 +279,32 @@ async fn missing_or_bad_keys_are_clear_errors_at_start<DB: Backend>(db: TestDb) 
     );
 }
 
+async fn the_retry_record_of_a_failed_in_memory_call_is_sealed<DB: Backend>(db: TestDb) {
+    let rt = db.builder().secret_key("k1", K1).start().await.unwrap();
+    let receipt = charge_later(CARD.into()).on(&rt).await.unwrap();
+    assert_eq!(receipt.outcome, Outcome::InMemory);
+    let probe = rt.data::<Probe>().unwrap();
+    probe.wait_runs(&format!("later:{CARD}"), 1).await;
+    let db = &db;
+    wait_for(move || async move {
+        db.count("async_req WHERE executor = 'secrets::charge_later'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        plaintext_rows(db).await,
+        0,
+        "the retry record holds the card"
+    );
+    assert_eq!(
+        db.count("async_req WHERE param_json LIKE '%\"$sealed\":\"k1.%'")
+            .await,
+        1
+    );
+    rt.shutdown().await.unwrap();
+}
+
 async fn a_decode_error_does_not_repeat_a_secret_value<DB: Backend>(db: TestDb) {
     let rt = db
         .builder()
@@ -325,6 +359,7 @@ backend_suite!(
     a_record_whose_key_is_gone_goes_dead_naming_it_and_runs_once_it_is_back,
     missing_or_bad_keys_are_clear_errors_at_start,
     a_decode_error_does_not_repeat_a_secret_value,
+    the_retry_record_of_a_failed_in_memory_call_is_sealed,
 );
 
 /// The console, its JSON API and the command-line tool show a sealed argument masked.
