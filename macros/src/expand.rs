@@ -45,7 +45,10 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
                 all.combine(e);
                 e = all;
             }
-            with_error(item, e)
+            // The item as written, but without `#[secret]` (unknown to rustc).
+            let mut item_fn = item_fn;
+            item_fn.sig.inputs = validate::strip_secrets(&item_fn.sig.inputs);
+            with_error(item_fn.into_token_stream(), e)
         }
     }
 }
@@ -123,7 +126,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
     } = item;
     let fn_name = &sig.ident;
     let fn_token = &sig.fn_token;
-    let inputs = &sig.inputs;
+    let inputs = validate::strip_secrets(&sig.inputs);
     let output = &sig.output;
     let (attrs, body_attrs) = crate::placement::split(attrs, &fn_name.unraw().to_string());
 
@@ -224,6 +227,10 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Kind::Data(inner) => Some(quote!(#c::__private::DataNeed::of::<#inner>())),
         _ => None,
     });
+    let secrets = params
+        .iter()
+        .filter(|p| p.secret)
+        .map(|p| p.ident.unraw().to_string());
     let timeout_ms = match args.timeout_ms {
         Some(ms) => quote!(::core::option::Option::Some(#ms)),
         None => quote!(::core::option::Option::None),
@@ -255,6 +262,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
                 max_attempts: #max_attempts,
                 timeout_ms: #timeout_ms,
                 data: &[#(#data_needs),*],
+                secrets: &[#(#secrets),*],
                 run: #run_fn,
             };
             #c::__private::inventory::submit! { #c::__private::Registration(&#def_static) }
@@ -291,7 +299,8 @@ fn stub(c: &syn::Path, item: &ItemFn, params: &[Param]) -> TokenStream {
         sig,
         block,
     } = item;
-    let (fn_name, fn_token, inputs, output) = (&sig.ident, &sig.fn_token, &sig.inputs, &sig.output);
+    let (fn_name, fn_token, output) = (&sig.ident, &sig.fn_token, &sig.output);
+    let inputs = validate::strip_secrets(&sig.inputs);
     let body_fn = format_ident!("__async_exec_body", span = Span::mixed_site());
     let wrapper_params = wrapper_params(params);
     let persisted = params
@@ -394,6 +403,7 @@ mod tests {
                     max_attempts: ::core::option::Option::None,
                     timeout_ms: ::core::option::Option::None,
                     data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
+                    secrets: &[],
                     run: __async_exec_run,
                 };
                 ::async_exec::__private::inventory::submit! { ::async_exec::__private::Registration(&__ASYNC_EXEC_DEF) }
@@ -428,6 +438,27 @@ mod tests {
         ] {
             assert!(actual.contains(needle), "missing {needle:?} in\n{actual}");
         }
+    }
+
+    #[test]
+    fn secret_parameters_reach_the_def_and_leave_the_body() {
+        let actual = expand_str(
+            quote!(type = SaveAsync),
+            quote!(
+                async fn charge(#[secret] card: String, #[secret] r#ref: String, amount: i64) {}
+            ),
+        );
+        assert!(
+            actual.contains("secrets : & [\"card\" , \"ref\"]"),
+            "{actual}"
+        );
+        assert!(
+            actual.contains(
+                "async fn __async_exec_body (card : String , r#ref : String , amount : i64)"
+            ),
+            "{actual}"
+        );
+        assert!(!actual.contains("# [secret]"), "{actual}");
     }
 
     #[test]

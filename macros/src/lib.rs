@@ -66,6 +66,16 @@ mod validate;
 ///   JSON, so its type must implement `serde::Serialize` and
 ///   `serde::de::DeserializeOwned`, and it must be owned (no `&T`, no
 ///   `impl Trait`). Patterns must be plain identifiers (`mut x` is fine).
+///   Persisted parameters are stored in plaintext unless marked `#[secret]`: a
+///   marked one is sealed (encrypted) with a key given to the runtime's builder
+///   (`Builder::secret_key`), opened just before the body runs, and shown
+///   masked by the console and the CLI.
+///
+/// ```
+/// # use async_exec::async_exec;
+/// #[async_exec(type = SaveAsync, name = "billing::charge")]
+/// async fn charge(order_id: i64, #[secret] card: String) -> anyhow::Result<()> { Ok(()) }
+/// ```
 ///
 /// The body may return `()` or `Result<(), E>` with `E: Display`
 /// (`anyhow::Result<()>` is the usual choice); an `Err` is retried according

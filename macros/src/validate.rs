@@ -26,6 +26,8 @@ pub(crate) struct Param {
     pub(crate) ty: Type,
     /// How it is passed.
     pub(crate) kind: Kind,
+    /// Marked `#[secret]`: sealed (encrypted) in the record.
+    pub(crate) secret: bool,
 }
 
 /// Checks `item` and returns its parameters, or every error found.
@@ -42,11 +44,14 @@ pub(crate) fn check(item: &ItemFn) -> syn::Result<Vec<Param>> {
             )),
             FnArg::Typed(pat_type) => {
                 check_type(&pat_type.ty, &mut errors);
+                let kind = classify(&pat_type.ty);
+                let secret = secret_attr(&pat_type.attrs, &kind, &mut errors);
                 match plain_ident(&pat_type.pat) {
                     Some(ident) => params.push(Param {
                         ident,
                         ty: (*pat_type.ty).clone(),
-                        kind: classify(&pat_type.ty),
+                        kind,
+                        secret,
                     }),
                     None => errors.push(syn::Error::new_spanned(
                         &pat_type.pat,
@@ -114,6 +119,48 @@ fn check_signature(sig: &Signature, errors: &mut Vec<syn::Error>) {
             "variadic parameters are not supported: pass a `Vec<T>` instead",
         ));
     }
+}
+
+/// Whether the parameter is marked `#[secret]`; a marker with arguments, or on a
+/// parameter that is not stored (`Data<T>`, `Context`), is an error.
+fn secret_attr(attrs: &[syn::Attribute], kind: &Kind, errors: &mut Vec<syn::Error>) -> bool {
+    let mut secret = false;
+    for attr in attrs.iter().filter(|a| is_secret(a)) {
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                "`#[secret]` takes no arguments: the keys are given to the runtime builder \
+                 (`Builder::secret_key`)",
+            ));
+        } else if !matches!(kind, Kind::Persisted) {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                "`#[secret]` marks a stored argument; `Data<T>` and `Context` are not stored: \
+                 remove it",
+            ));
+        }
+        secret = true;
+    }
+    secret
+}
+
+/// Whether `attr` is the `#[secret]` marker.
+pub(crate) fn is_secret(attr: &syn::Attribute) -> bool {
+    attr.path().is_ident("secret")
+}
+
+/// The function's parameters without their `#[secret]` markers (which are not
+/// attributes rustc knows), for the body kept inside the wrapper.
+pub(crate) fn strip_secrets(
+    inputs: &syn::punctuated::Punctuated<FnArg, syn::Token![,]>,
+) -> syn::punctuated::Punctuated<FnArg, syn::Token![,]> {
+    let mut inputs = inputs.clone();
+    for input in inputs.iter_mut() {
+        if let FnArg::Typed(pat_type) = input {
+            pat_type.attrs.retain(|a| !is_secret(a));
+        }
+    }
+    inputs
 }
 
 /// `name` or `mut name`; `None` for any other pattern.
@@ -235,6 +282,21 @@ mod tests {
                 "g:P"
             ]
         );
+    }
+
+    #[test]
+    fn secret_marks_stored_parameters_only() {
+        let params = check(&syn::parse_quote! {
+            async fn f(#[secret] card: String, amount: i64) {}
+        })
+        .unwrap();
+        assert!(params[0].secret && !params[1].secret);
+        let errs = errors(syn::parse_quote! {
+            async fn f(#[secret] m: Data<Mailer>, #[secret(x)] c: String) {}
+        });
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].contains("`Data<T>` and `Context` are not stored"));
+        assert!(errs[1].contains("takes no arguments"));
     }
 
     #[test]

@@ -114,6 +114,7 @@ impl Core {
                 application: shared.application.clone(),
                 owner: shared.owner.clone(),
                 control: shared.control.clone(),
+                secrets: settings.secrets.clone(),
             },
             ExecutorConfig::from_settings(settings),
         ));

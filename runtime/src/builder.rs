@@ -202,6 +202,68 @@ impl Builder {
         self
     }
 
+    /// Adds a key that seals and opens `#[secret]` arguments: 32 random bytes, kept
+    /// outside the database (a secret store, an environment variable). The first key added
+    /// seals new arguments unless [`sealing_key`](Builder::sealing_key) names another; every
+    /// key added opens what it sealed, so to rotate, add the new key, make it the sealing
+    /// one, and keep the old one until no record sealed with it is left. A record sealed
+    /// with a key this instance does not have goes `dead` naming the key (add the key and
+    /// retry it). The id (1 to 64 ASCII letters, digits, `-`, `_`) is stored with each
+    /// sealed value; a bad id is an [`Error::Config`] at [`start`](Builder::start). Keys
+    /// never appear in `Debug` output, only their ids.
+    ///
+    /// ```no_run
+    /// # async fn demo(key_2026: [u8; 32], key_2025: [u8; 32]) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .secret_key("2026", key_2026) // seals (the first added)
+    ///     .secret_key("2025", key_2025) // still opens older records
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn secret_key(mut self, id: &str, key: [u8; crate::secret::SECRET_KEY_BYTES]) -> Self {
+        self.settings.secrets.add(id, key);
+        self
+    }
+
+    /// [`secret_key`](Builder::secret_key) with the key given as base64 text (as
+    /// `openssl rand -base64 32` prints it), e.g. from an environment variable. Text that
+    /// is not the base64 of 32 bytes is an [`Error::Config`] at [`start`](Builder::start)
+    /// naming the key id (not the text).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let key = std::env::var("ASYNC_EXEC_KEY_K1").unwrap_or_default();
+    /// let rt = async_exec::Runtime::builder()
+    ///     .secret_key_base64("k1", &key)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn secret_key_base64(mut self, id: &str, key: &str) -> Self {
+        self.settings.secrets.add_base64(id, key);
+        self
+    }
+
+    /// Names the key (added with [`secret_key`](Builder::secret_key)) that seals new
+    /// `#[secret]` arguments; by default the first added. A name without a key is an
+    /// [`Error::Config`] at [`start`](Builder::start).
+    ///
+    /// ```no_run
+    /// # async fn demo(old: [u8; 32], new: [u8; 32]) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .secret_key("k1", old)
+    ///     .secret_key("k2", new)
+    ///     .sealing_key("k2") // rotation: new arguments are sealed with k2; k1 still opens
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sealing_key(mut self, id: &str) -> Self {
+        self.settings.secrets.set_sealing(id);
+        self
+    }
+
     /// Registers a shared value that bodies receive as a `Data<T>` parameter.
     pub fn data_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
         self.data.insert(value);

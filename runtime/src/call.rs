@@ -35,7 +35,6 @@ use crate::tx::Tx;
 /// # Ok(()) }
 /// ```
 #[must_use = "a call does nothing until it is `.await`ed"]
-#[derive(Debug)]
 pub struct Call {
     def: &'static ExecutorDef,
     params: std::result::Result<Arc<str>, serde_json::Error>,
@@ -46,11 +45,37 @@ pub struct Call {
     independent: bool,
 }
 
+/// The arguments as `Debug` shows them: `#[secret]` ones hidden.
+struct ParamsForDebug<'a>(&'static ExecutorDef, std::result::Result<&'a str, String>);
+
+impl std::fmt::Debug for ParamsForDebug<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.1 {
+            Ok(params) => f.write_str(&crate::secret::for_debug(self.0, params)),
+            Err(error) => write!(f, "(not serializable: {error})"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let params = self.params.as_deref().map_err(ToString::to_string);
+        f.debug_struct("Call")
+            .field("def", &self.def)
+            .field("params", &ParamsForDebug(self.def, params))
+            .field("key", &self.key)
+            .field("delay", &self.delay)
+            .field("priority", &self.priority)
+            .field("runtime", &self.runtime)
+            .field("independent", &self.independent)
+            .finish()
+    }
+}
+
 /// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
 pub(crate) const MAX_KEY_BYTES: usize = 1020;
 
 /// Everything about a call that the runtime needs to submit it.
-#[derive(Debug)]
 pub(crate) struct Submission {
     pub(crate) def: &'static ExecutorDef,
     pub(crate) params: Arc<str>,
@@ -58,6 +83,22 @@ pub(crate) struct Submission {
     pub(crate) delay: Option<Duration>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
+    /// Whether `params` has its `#[secret]` arguments sealed already
+    /// (`Inner::seal`).
+    pub(crate) sealed: bool,
+}
+
+impl std::fmt::Debug for Submission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submission")
+            .field("executor", &self.def.name)
+            .field("params", &ParamsForDebug(self.def, Ok(&self.params)))
+            .field("key", &self.key)
+            .field("delay", &self.delay)
+            .field("priority", &self.priority)
+            .field("sealed", &self.sealed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Call {
@@ -173,6 +214,7 @@ impl Call {
             delay: self.delay,
             priority: self.priority,
             trace: TraceContext::capture(),
+            sealed: false,
         };
         Ok((submission, self.runtime))
     }
@@ -408,5 +450,29 @@ impl<'t, DB: Backend> IntoFuture for BatchIn<'t, DB> {
             let inner = tx.inner.clone();
             inner.submit_batch_in(submissions, tx).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::tests_support::def_with_secrets;
+
+    static CHARGE: ExecutorDef = def_with_secrets("billing::charge", &["card"]);
+
+    #[test]
+    fn debug_output_hides_secret_arguments() {
+        let call = Call::__new(&CHARGE, &serde_json::json!({"card": "4242", "amount": 5}));
+        let debug = format!("{call:?}");
+        assert!(!debug.contains("4242"), "{debug}");
+        assert!(debug.contains("amount") && debug.contains("•••"), "{debug}");
+        let (submission, _) = call.into_submission().unwrap();
+        let debug = format!("{submission:?}");
+        assert!(!debug.contains("4242"), "{debug}");
+        let debug = format!(
+            "{:?}",
+            batch([Call::__new(&CHARGE, &serde_json::json!({"card": "4242"}))])
+        );
+        assert!(!debug.contains("4242"), "{debug}");
     }
 }

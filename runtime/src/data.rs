@@ -199,6 +199,7 @@ mod tests {
         max_attempts: None,
         timeout_ms: None,
         data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
+        secrets: &[],
         run: never,
     };
 

@@ -134,7 +134,8 @@ pub struct Request {
     pub exec_count: i32,
     /// How many attempts it may have.
     pub max_attempts: i32,
-    /// The arguments, as JSON (serialized as a JSON value).
+    /// The arguments, as JSON (serialized as a JSON value); `#[secret]` ones as stored:
+    /// sealed, `{"$sealed": "<key id>.<base64>"}` (see [`mask_sealed`](crate::mask_sealed)).
     #[serde(with = "json_text")]
     pub param_json: String,
     /// The executor's remark.

@@ -41,6 +41,8 @@ pub struct ExecutorDef {
     pub timeout_ms: Option<u64>,
     /// The `Data<T>` parameters of the body, checked at start.
     pub data: &'static [crate::data::DataNeed],
+    /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
+    pub secrets: &'static [&'static str],
     /// Decodes the arguments and runs the body.
     pub run: RunFn,
 }
@@ -54,6 +56,7 @@ impl fmt::Debug for ExecutorDef {
             .field("signature", &self.signature)
             .field("strategy", &self.strategy)
             .field("data", &self.data)
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
 }
@@ -67,7 +70,8 @@ inventory::collect!(Registration);
 /// One execution of an executor, as handed to its [`RunFn`].
 pub struct Invocation {
     pub(crate) def: &'static ExecutorDef,
-    pub(crate) params: Arc<str>,
+    /// The arguments with sealed ones opened, or why one did not open.
+    pub(crate) params: Result<Arc<str>, String>,
     pub(crate) stored_sign: Option<Arc<str>>,
     pub(crate) context: Context,
     pub(crate) data: Arc<DataMap>,
@@ -84,10 +88,16 @@ impl fmt::Debug for Invocation {
 
 impl Invocation {
     /// Decodes the persisted arguments. A failure here is final: the record goes `dead`
-    /// with a message naming the executor, the signatures and serde's reason.
+    /// with a message naming the executor, the signatures and serde's reason (or the
+    /// sealed argument that did not open, and its key).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, Failure> {
-        serde_json::from_str(&self.params).map_err(|error| {
+        let params = match &self.params {
+            Ok(params) => params,
+            Err(message) => return Err(Failure::new(FailureKind::Decode, message.clone())),
+        };
+        serde_json::from_str(params).map_err(|error| {
             let def = self.def;
+            let error = reason(def, &error);
             let message = match self.stored_sign.as_deref() {
                 Some(stored) if stored != def.sign => format!(
                     "executor `{}`: the stored arguments were written for signature {stored} and do not \
@@ -122,6 +132,26 @@ impl Invocation {
     pub fn context(&self) -> Context {
         self.context.clone()
     }
+}
+
+/// Serde's reason a decode failed; for an executor with `#[secret]` parameters only its
+/// kind and position, since serde's message may quote a (secret) value.
+fn reason(def: &ExecutorDef, error: &serde_json::Error) -> String {
+    if def.secrets.is_empty() {
+        return error.to_string();
+    }
+    let kind = match error.classify() {
+        serde_json::error::Category::Io => "an I/O",
+        serde_json::error::Category::Syntax => "a syntax",
+        serde_json::error::Category::Data => "a type or value",
+        serde_json::error::Category::Eof => "an end-of-input",
+    };
+    format!(
+        "{kind} error at line {} column {} (serde's message is withheld: the arguments \
+         hold #[secret] values)",
+        error.line(),
+        error.column()
+    )
 }
 
 /// The executors this binary knows, by name.
@@ -173,6 +203,36 @@ impl Registry {
     }
 }
 
+/// Executor definitions for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    fn never(_: Invocation) -> BoxFuture<'static, Result<(), Failure>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// A `SaveAsync` executor `name` whose parameters `secrets` are sealed.
+    pub(crate) const fn def_with_secrets(
+        name: &'static str,
+        secrets: &'static [&'static str],
+    ) -> ExecutorDef {
+        ExecutorDef {
+            name,
+            path: "billing::v1::charge",
+            sign: "0000000000000000",
+            signature: "(card: String)",
+            remark: "",
+            strategy: Strategy::SaveAsync,
+            max_attempts: None,
+            timeout_ms: None,
+            data: &[],
+            secrets,
+            run: never,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +252,7 @@ mod tests {
             max_attempts: None,
             timeout_ms: None,
             data: &[],
+            secrets: &[],
             run: never,
         }
     }

@@ -221,6 +221,7 @@ mod tests {
         max_attempts: None,
         timeout_ms: None,
         data: &[],
+        secrets: &[],
         run: |_| Box::pin(async { Ok(()) }),
     };
 

@@ -96,6 +96,7 @@ mod tests {
         max_attempts: None,
         timeout_ms: None,
         data: &[],
+        secrets: &[],
         run: |invocation| {
             RAN.lock().unwrap().extend(invocation.context.request_id);
             Box::pin(async { Ok(()) })

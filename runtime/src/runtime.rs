@@ -155,6 +155,7 @@ impl Runtime {
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
             data.check(registry.defs(), |def| crate::data::runs_here(def, workers))?;
+            settings.secrets.check(registry.defs())?;
         }
         let store = match store {
             Some(store) => store,

@@ -113,8 +113,9 @@ impl Scope {
     }
 
     /// A call made in the scope.
-    pub(crate) async fn submit(&self, call: Submission) -> Result<Receipt> {
+    pub(crate) async fn submit(&self, mut call: Submission) -> Result<Receipt> {
         self.inner.check_open()?;
+        self.inner.seal(&mut call)?;
         if call.def.strategy == Strategy::SyncSave {
             return self.run_sync_save(call).await;
         }

@@ -141,6 +141,8 @@ pub struct Settings {
     /// many milliseconds (negative: behind; default 0). The runtime takes its times from
     /// the database's clock, so this changes nothing it promises; tests prove that.
     pub simulated_clock_offset_ms: i64,
+    /// The keys that seal and open `#[secret]` arguments (ids only in `Debug`).
+    pub(crate) secrets: crate::secret::Keyring,
 }
 
 impl Default for Settings {
@@ -180,6 +182,7 @@ impl Default for Settings {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
+            secrets: crate::secret::Keyring::default(),
         }
     }
 }
@@ -224,6 +227,7 @@ impl std::fmt::Debug for Settings {
             .field("retention", &self.retention)
             .field("health_backlog_threshold", &self.health_backlog_threshold)
             .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -250,6 +254,7 @@ impl Settings {
     /// silent wrap-around later.
     pub fn validate(&self) -> Result<()> {
         let fail = |setting: &'static str, reason: String| Err(Error::Config { setting, reason });
+        self.secrets.validate()?;
         let name = &self.application_name;
         if name.trim().is_empty() {
             return fail("application_name", "must not be empty".into());

@@ -160,6 +160,17 @@ impl<DB: Backend> Writer for Tx<DB> {
 }
 
 impl Inner {
+    /// Seals the `#[secret]` arguments of `call`: every call passes here (alone, in a
+    /// transaction, in a batch or a scope) before it runs or is written, so its record,
+    /// and a `SyncSave`/`AsyncSave` failure record, never holds them in plaintext.
+    pub(crate) fn seal(&self, call: &mut Submission) -> Result<()> {
+        if !call.sealed && !call.def.secrets.is_empty() {
+            call.params = self.settings.secrets.seal(call.def, &call.params)?.into();
+        }
+        call.sealed = true;
+        Ok(())
+    }
+
     /// Whether a `SaveAsync` call whose record could not be written may run in memory
     /// instead: only when asked for (`degrade_to_memory`), outside a transaction, without
     /// an idempotency key (a keyed call may exist already, committed by someone else), and
@@ -196,6 +207,7 @@ impl Inner {
         mut call: Submission,
         writer: &mut impl Writer,
     ) -> Result<Receipt> {
+        self.seal(&mut call)?;
         crate::metrics::submitted(call.def);
         match call.def.strategy {
             Strategy::SaveAsync => {
@@ -312,6 +324,10 @@ impl Inner {
         calls: Vec<Submission>,
         writer: &mut impl Writer,
     ) -> Result<Vec<Receipt>> {
+        let mut calls = calls;
+        for call in &mut calls {
+            self.seal(call)?;
+        }
         let (stored, others): (Numbered, Numbered) = calls
             .into_iter()
             .enumerate()

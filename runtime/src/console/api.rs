@@ -222,7 +222,7 @@ async fn get_request(
 ) -> Response {
     match super::reads::request_with_attempts(&state, id).await {
         Ok((request, attempts)) => Json(RequestDetail {
-            arguments: serde_json::from_str(&request.param_json)
+            arguments: serde_json::from_str(&crate::mask_sealed(&request.param_json))
                 .unwrap_or(serde_json::Value::String(request.param_json.clone())),
             request,
             attempts,

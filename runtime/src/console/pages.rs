@@ -354,7 +354,7 @@ pub(crate) async fn request_detail(
             }
         }
         h2 { "Arguments" }
-        pre.json id="request-args" { (visible(&pretty(&r.param_json))) }
+        pre.json id="request-args" { (visible(&pretty(&crate::mask_sealed(&r.param_json)))) }
         h2 { "Caller's trace and baggage" }
         pre.json id="request-trace" { (r.trace_json.as_deref().map(pretty).unwrap_or_else(|| "none".into())) }
         h2 { "Attempts" }

@@ -126,6 +126,8 @@ pub(crate) struct Executor {
     owner: Arc<str>,
     /// Where finished attempts are counted (`async_stat`).
     control: Arc<Control>,
+    /// Opens the sealed (`#[secret]`) arguments before a body decodes them.
+    secrets: crate::secret::Keyring,
     config: ExecutorConfig,
 }
 
@@ -149,6 +151,7 @@ pub(crate) struct ExecutorParts {
     pub(crate) application: Arc<str>,
     pub(crate) owner: Arc<str>,
     pub(crate) control: Arc<Control>,
+    pub(crate) secrets: crate::secret::Keyring,
 }
 
 impl Executor {
@@ -162,6 +165,7 @@ impl Executor {
             application,
             owner,
             control,
+            secrets,
         } = parts;
         Executor {
             pool,
@@ -172,6 +176,7 @@ impl Executor {
             application,
             owner,
             control,
+            secrets,
             config,
         }
     }
@@ -324,9 +329,14 @@ impl Executor {
         if let Some(caller) = trace.span {
             span.follows_from(tracing::Id::from_u64(caller));
         }
+        let params = match self.secrets.open(def.name, &job.params) {
+            Ok(None) => Ok(job.params.clone()),
+            Ok(Some(opened)) => Ok(opened.into()),
+            Err(message) => Err(message),
+        };
         let invocation = Invocation {
             def,
-            params: job.params.clone(),
+            params,
             stored_sign: job.record.as_ref().map(|r| r.sign.clone()),
             context: Context {
                 request_id: job.record.as_ref().map(|r| r.id),

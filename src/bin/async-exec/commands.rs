@@ -194,7 +194,7 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
         out.push_str(&indented(error));
     }
     out.push_str("arguments\n");
-    let arguments = serde_json::from_str::<Value>(&r.param_json)
+    let arguments = serde_json::from_str::<Value>(&async_exec::mask_sealed(&r.param_json))
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or_else(|| r.param_json.clone());
