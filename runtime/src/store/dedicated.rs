@@ -45,26 +45,101 @@ impl<DB: Database> DedicatedConnection<DB> {
     {
         let work = async {
             let mut guard = self.conn.lock().await;
-            if guard.is_none() {
-                *guard = Some(self.options.connect().await?);
-            }
-            let conn = guard.as_mut().expect("connected above");
-            let result = op(conn).await;
-            if result.is_err() {
-                *guard = None;
+            // Out of the slot while `op` runs, and back only when it succeeded: a future
+            // dropped mid-statement (this timeout, or a caller's own bound around `run`)
+            // drops the connection with it, half-read answer and all. Left in the slot, the
+            // next statement read the abandoned one's answer: MariaDB's driver panicked
+            // ("advance out of bounds"), found in the chaos run.
+            let mut conn = match guard.take() {
+                Some(conn) => conn,
+                None => self.options.connect().await?,
+            };
+            let result = op(&mut conn).await;
+            if result.is_ok() {
+                *guard = Some(conn);
             }
             result
         };
-        match tokio::time::timeout(patience, work).await {
-            Ok(result) => result,
-            Err(_) => {
-                // The guard was dropped with the abandoned future; drop the connection too,
-                // unless another caller already replaced it.
-                if let Ok(mut guard) = self.conn.try_lock() {
-                    *guard = None;
-                }
-                Err(Error::NoAnswer(patience))
-            }
+        tokio::time::timeout(patience, work)
+            .await
+            .unwrap_or(Err(Error::NoAnswer(patience)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement abandoned by a bound around `run` (the store's statement bound, shorter
+    /// than `run`'s own patience) must not leave its connection for the next statement.
+    async fn an_abandoned_statement_takes_its_connection_with_it<DB: Database>(
+        options: <DB::Connection as Connection>::Options,
+        slow: &'static str,
+        bigint: &'static str,
+    ) where
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+        for<'q> <DB as Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+        i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+        (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    {
+        let dedicated = DedicatedConnection::<DB>::new(options);
+        let patience = Duration::from_secs(10);
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(200),
+            dedicated.run(patience, |conn| {
+                Box::pin(async move {
+                    sqlx::query_as::<DB, (i64,)>(slow).fetch_one(conn).await?;
+                    Ok(())
+                })
+            }),
+        )
+        .await;
+        assert!(abandoned.is_err(), "the slow statement was to be abandoned");
+        for n in 1..=3_i64 {
+            let read = dedicated
+                .run(patience, move |conn| {
+                    Box::pin(async move {
+                        let sql = format!("SELECT CAST({n} AS {bigint})");
+                        let (got,) = sqlx::query_as::<DB, (i64,)>(&sql).fetch_one(conn).await?;
+                        Ok(got)
+                    })
+                })
+                .await;
+            assert_eq!(read.ok(), Some(n), "statement {n} after the abandoned one");
         }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    #[cfg_attr(
+        not(async_exec_test_postgres),
+        ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+    )]
+    async fn postgres_an_abandoned_statement_takes_its_connection_with_it() {
+        let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").unwrap();
+        let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+        an_abandoned_statement_takes_its_connection_with_it::<sqlx::Postgres>(
+            options,
+            "SELECT CAST(1 AS BIGINT) FROM pg_sleep(1)",
+            "BIGINT",
+        )
+        .await;
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    #[cfg_attr(
+        not(async_exec_test_mysql),
+        ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+    )]
+    async fn mysql_an_abandoned_statement_takes_its_connection_with_it() {
+        let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").unwrap();
+        let options: sqlx::mysql::MySqlConnectOptions = url.parse().unwrap();
+        an_abandoned_statement_takes_its_connection_with_it::<sqlx::MySql>(
+            options,
+            "SELECT CAST(SLEEP(1) AS SIGNED)",
+            "SIGNED",
+        )
+        .await;
     }
 }
