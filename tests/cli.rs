@@ -520,7 +520,7 @@ async fn purge_counts<DB: Backend>(db: TestDb) {
     ] {
         db.exec(&format!(
             "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-             VALUES ({req}, 1, 'gone', {finished}, {finished}, 'success', NULL)"
+             VALUES ({req}, 1, 'tests@gone:1:00', {finished}, {finished}, 'success', NULL)"
         ))
         .await;
     }

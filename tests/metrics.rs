@@ -277,7 +277,7 @@ async fn retention_prunes_are_counted<DB: async_exec::Backend>(db: common::TestD
     for req in [999_999_101, 999_999_102] {
         db.exec(&format!(
             "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-             VALUES ({req}, 1, 'w', {old}, {old}, 'error', 'e')"
+             VALUES ({req}, 1, 'tests@host:1:00', {old}, {old}, 'error', 'e')"
         ))
         .await;
     }

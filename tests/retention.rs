@@ -33,11 +33,16 @@ async fn record(db: &TestDb, status: &str, updated: i64) -> i64 {
     id
 }
 
-/// An attempt log of request `req`, finished at `finished`.
+/// An attempt log of request `req`, finished at `finished`, by an instance of `tests`.
 async fn log(db: &TestDb, req: i64, finished: i64) {
+    log_by(db, req, finished, "tests@host:1:00").await;
+}
+
+/// An attempt log of request `req`, finished at `finished`, by the instance `worker`.
+async fn log_by(db: &TestDb, req: i64, finished: i64, worker: &str) {
     db.exec(&format!(
         "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES ({req}, 1, 'w', {finished}, {finished}, 'error', 'e')"
+         VALUES ({req}, 1, '{worker}', {finished}, {finished}, 'error', 'e')"
     ))
     .await;
 }
@@ -81,6 +86,11 @@ async fn finished_records_and_old_logs_past_the_retention_are_pruned<DB: async_e
     log(&db, failed_old, old).await;
     log(&db, 999_999_001, old).await; // its request is gone: pruned
     log(&db, 999_999_002, recent).await; // gone too, but recent: kept
+                                         // Issue 18 item 11: old orphans of other applications (`other`, and `tests@x`, whose
+                                         // name starts like this one's) are theirs to prune, not this one's (seen failing:
+                                         // they were pruned too).
+    log_by(&db, 999_999_003, old, "other@host:1:00").await;
+    log_by(&db, 999_999_004, old, "tests@x@host:1:00").await;
 
     let report = rt.retention().run_once().await.unwrap();
     assert_eq!((report.requests, report.attempt_logs), (3, 4), "{report:?}");
@@ -96,7 +106,8 @@ async fn finished_records_and_old_logs_past_the_retention_are_pruned<DB: async_e
         1
     );
     assert_eq!(db.count("async_log WHERE req_id = 999999002").await, 1);
-    assert_eq!(db.count("async_log").await, 2);
+    assert_eq!(db.count("async_log WHERE req_id > 999999002").await, 2);
+    assert_eq!(db.count("async_log").await, 4);
     let again = rt.retention().run_once().await.unwrap();
     assert_eq!((again.requests, again.attempt_logs), (0, 0));
     rt.shutdown().await.unwrap();

@@ -131,7 +131,9 @@ pub(crate) async fn purge_all(
         }
     }
     loop {
-        let logs = store.log_purge_orphans(before, purge.batch).await?;
+        let logs = store
+            .log_purge_orphans(application, before, purge.batch)
+            .await?;
         report.batches += 1;
         report.attempt_logs += logs;
         if logs < purge.batch as u64 {

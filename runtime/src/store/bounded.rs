@@ -354,10 +354,10 @@ impl Store for Bounded {
             .await
     }
 
-    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64> {
+    async fn log_purge_orphans(&self, application: &str, before: i64, limit: i64) -> Result<u64> {
         self.within(
             "log_purge_orphans",
-            self.inner.log_purge_orphans(before, limit),
+            self.inner.log_purge_orphans(application, before, limit),
         )
         .await
     }

@@ -349,6 +349,17 @@ pub(crate) struct Rescued {
     pub(crate) dead: Vec<RequestId>,
 }
 
+/// The prefix of the `worker` of `application`'s log rows, and its length in characters:
+/// instance names are `<application>@<host>:<pid>:<hex>` (before 2026-12-04,
+/// `<application>@<pid>:<hex>`), and nothing after the application's `@` has one, so a
+/// worker is the application's when it starts with the prefix and has no `@` after it
+/// (an application may have `@` in its name: `a` and `a@b` are told apart).
+pub(crate) fn orphan_worker_prefix(application: &str) -> (String, i64) {
+    let prefix = format!("{application}@");
+    let chars = prefix.chars().count() as i64;
+    (prefix, chars)
+}
+
 /// What one round of [`Store::request_rescue`] looks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RescueBatch<'a> {
@@ -503,9 +514,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// last changed before `batch.before`, with their log rows, in one transaction.
     async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged>;
 
-    /// Deletes up to `limit` log rows finished before `before` whose request is gone
-    /// (deleted on success, or by an operator); returns how many.
-    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64>;
+    /// Deletes up to `limit` log rows of `application` finished before `before` whose
+    /// request is gone (deleted on success, or by an operator); returns how many. A log
+    /// row names no application, but its `worker` does: every instance name is
+    /// `<application>@<rest>`, the rest without `@` (see [`orphan_worker_prefix`]).
+    async fn log_purge_orphans(&self, application: &str, before: i64, limit: i64) -> Result<u64>;
 
     /// Deletes a record that is not `running`, with its log rows.
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>>;

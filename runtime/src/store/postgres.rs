@@ -504,8 +504,8 @@ impl Store for PostgresStore {
         purge::requests(&self.pool, batch).await
     }
 
-    async fn log_purge_orphans(&self, before: i64, limit: i64) -> Result<u64> {
-        purge::orphan_logs(&self.pool, before, limit).await
+    async fn log_purge_orphans(&self, application: &str, before: i64, limit: i64) -> Result<u64> {
+        purge::orphan_logs(&self.pool, application, before, limit).await
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {

@@ -61,15 +61,25 @@ async fn requests_once(store: &MySqlStore, b: &PurgeBatch<'_>) -> Result<Purged>
     Ok(purged)
 }
 
-/// Up to `limit` log rows finished before `before` whose request is gone.
-pub(super) async fn orphan_logs(store: &MySqlStore, before: i64, limit: i64) -> Result<u64> {
+/// Up to `limit` log rows of `application` finished before `before` whose request is gone.
+pub(super) async fn orphan_logs(
+    store: &MySqlStore,
+    application: &str,
+    before: i64,
+    limit: i64,
+) -> Result<u64> {
+    let (prefix, chars) = crate::store::orphan_worker_prefix(application);
     with_retry(|| async {
         let deleted = sqlx::query(
             "DELETE FROM async_log WHERE finished < ? \
              AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_log.req_id) \
+             AND LEFT(worker, ?) = ? AND LOCATE('@', SUBSTRING(worker, ? + 1)) = 0 \
              ORDER BY id LIMIT ?",
         )
         .bind(before)
+        .bind(chars)
+        .bind(&prefix)
+        .bind(chars)
         .bind(limit)
         .execute(store.pool())
         .await?;

@@ -34,15 +34,24 @@ pub(super) async fn requests(pool: &PgPool, b: &PurgeBatch<'_>) -> Result<Purged
     })
 }
 
-/// Up to `limit` log rows finished before `before` whose request is gone.
-pub(super) async fn orphan_logs(pool: &PgPool, before: i64, limit: i64) -> Result<u64> {
+/// Up to `limit` log rows of `application` finished before `before` whose request is gone.
+pub(super) async fn orphan_logs(
+    pool: &PgPool,
+    application: &str,
+    before: i64,
+    limit: i64,
+) -> Result<u64> {
+    let (prefix, chars) = crate::store::orphan_worker_prefix(application);
     let deleted = sqlx::query(
         "DELETE FROM async_log WHERE id IN (SELECT l.id FROM async_log l \
          WHERE l.finished < $1 AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = l.req_id) \
+         AND left(l.worker, $3) = $4 AND strpos(substr(l.worker, $3 + 1), '@') = 0 \
          ORDER BY l.id LIMIT $2 FOR UPDATE SKIP LOCKED)",
     )
     .bind(before)
     .bind(limit)
+    .bind(chars as i32)
+    .bind(&prefix)
     .execute(pool)
     .await?;
     Ok(deleted.rows_affected())

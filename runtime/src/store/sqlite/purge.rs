@@ -38,15 +38,24 @@ pub(super) async fn requests(pool: &SqlitePool, b: &PurgeBatch<'_>) -> Result<Pu
     Ok(Purged { requests, logs })
 }
 
-/// Up to `limit` log rows finished before `before` whose request is gone.
-pub(super) async fn orphan_logs(pool: &SqlitePool, before: i64, limit: i64) -> Result<u64> {
+/// Up to `limit` log rows of `application` finished before `before` whose request is gone.
+pub(super) async fn orphan_logs(
+    pool: &SqlitePool,
+    application: &str,
+    before: i64,
+    limit: i64,
+) -> Result<u64> {
+    let (prefix, chars) = crate::store::orphan_worker_prefix(application);
     let deleted = sqlx::query(
         "DELETE FROM async_log WHERE id IN (SELECT l.id FROM async_log l \
-         WHERE l.finished < ? AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = l.req_id) \
-         ORDER BY l.id LIMIT ?)",
+         WHERE l.finished < ?1 AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = l.req_id) \
+         AND substr(l.worker, 1, ?3) = ?4 AND instr(substr(l.worker, ?3 + 1), '@') = 0 \
+         ORDER BY l.id LIMIT ?2)",
     )
     .bind(before)
     .bind(limit)
+    .bind(chars)
+    .bind(&prefix)
     .execute(pool)
     .await?;
     Ok(deleted.rows_affected())
