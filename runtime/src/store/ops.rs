@@ -50,14 +50,50 @@ pub(crate) trait OpsStore: Send + Sync {
     ) -> Result<i64>;
 
     /// Applies `action` to every request of `application` that matches `query` and that
-    /// the action applies to, in one transaction; returns how many changed.
+    /// the action applies to, [`ACT_BATCH`] requests to a transaction in id order;
+    /// returns how many changed.
     async fn request_act(
         &self,
         application: &str,
         query: &RequestQuery,
         action: Action,
         now: i64,
-    ) -> Result<u64>;
+    ) -> Result<u64> {
+        let dialect = self.dialect();
+        let (mut changed, mut after) = (0, 0);
+        loop {
+            let ids = act_batch_ids(dialect, application, query, action, after);
+            let change = |ids: &[i64]| {
+                let mut statements = vec![act_batch_change(
+                    dialect,
+                    application,
+                    query,
+                    action,
+                    now,
+                    ids,
+                )];
+                if action_set(action).is_none() {
+                    statements.push(act_batch_logs(dialect, ids));
+                }
+                statements
+            };
+            let (ids, rows) = self.act_batch(&ids, &change).await?;
+            changed += rows;
+            match ids.last() {
+                Some(&last) if ids.len() == ACT_BATCH => after = last,
+                _ => return Ok(changed),
+            }
+        }
+    }
+
+    /// One batch of an action, in a transaction of its own: reads the ids `ids` selects,
+    /// then (when there are any) runs the statements `change` makes of them. Returns the
+    /// ids and the rows the first statement changed.
+    async fn act_batch(
+        &self,
+        ids: &Sql,
+        change: &(dyn for<'a> Fn(&'a [i64]) -> Vec<Sql> + Sync),
+    ) -> Result<(Vec<i64>, u64)>;
 
     /// Requests of `application` by executor and status.
     async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>>;

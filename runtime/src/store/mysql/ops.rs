@@ -8,14 +8,10 @@ use sqlx::{MySql, Row};
 use super::{request_from_row, status_from, MySqlStore};
 use crate::error::Result;
 use crate::query::{
-    Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery,
-    StatDelta,
+    AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
 use crate::record::{Request, Status};
-use crate::store::ops::{
-    act_batch_change, act_batch_ids, act_batch_logs, action_set, Bind, Dialect, OpsStore, Sql,
-    ACT_BATCH,
-};
+use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 
 fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
     let mut query = sqlx::query(&sql.text);
@@ -64,42 +60,27 @@ impl OpsStore for MySqlStore {
         Ok(bound(&s).fetch_one(&self.pool).await?.try_get(0)?)
     }
 
-    async fn request_act(
+    async fn act_batch(
         &self,
-        application: &str,
-        query: &RequestQuery,
-        action: Action,
-        now: i64,
-    ) -> Result<u64> {
-        // In batches of `ACT_BATCH` records, each its own transaction, in id order.
-        let dialect = Dialect::MySql;
-        let (mut changed, mut after) = (0, 0);
-        loop {
-            let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-            let ids_sql = act_batch_ids(dialect, application, query, action, after);
-            let ids: Vec<i64> = bound(&ids_sql)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|row| row.try_get(0))
-                .collect::<std::result::Result<_, _>>()?;
-            let Some(&last) = ids.last() else {
-                break;
-            };
-            let change = act_batch_change(dialect, application, query, action, now, &ids);
-            changed += bound(&change).execute(&mut *tx).await?.rows_affected();
-            if action_set(action).is_none() {
-                bound(&act_batch_logs(dialect, &ids))
-                    .execute(&mut *tx)
-                    .await?;
+        ids: &Sql,
+        change: &(dyn for<'a> Fn(&'a [i64]) -> Vec<Sql> + Sync),
+    ) -> Result<(Vec<i64>, u64)> {
+        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
+        let ids: Vec<i64> = bound(ids)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut changed = None;
+        if !ids.is_empty() {
+            for statement in change(&ids) {
+                let rows = bound(&statement).execute(&mut *tx).await?.rows_affected();
+                changed.get_or_insert(rows);
             }
-            tx.commit().await?;
-            if ids.len() < ACT_BATCH {
-                break;
-            }
-            after = last;
         }
-        Ok(changed)
+        tx.commit().await?;
+        Ok((ids, changed.unwrap_or(0)))
     }
 
     async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>> {
