@@ -24,6 +24,9 @@
 //! back, some transaction scopes with a scope opened inside them (refused: the outer scope
 //! rolls back), and records every receipt in `chaos_receipts` after its transaction ended.
 
+#[path = "chaos/memory.rs"]
+mod memory;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -80,6 +83,9 @@ struct Args {
     /// Calls a worker submits on SIGUSR1.
     #[arg(long, default_value_t = 32)]
     probe_count: u64,
+    /// A worker makes in-memory calls (`AsyncSave`, `Async`, `Thread`) until SIGUSR2.
+    #[arg(long)]
+    memory_calls: bool,
 }
 
 /// Where bodies write what they did.
@@ -89,18 +95,51 @@ struct History {
     runs: AtomicU64,
     insert: String,
     update: String,
+    /// The in-memory and `SyncSave` bodies' statements (`chaos_mem_runs`).
+    mem_insert: String,
+    mem_update: String,
 }
 
+/// What a body gives up with when its history row could not be written, even after
+/// tries for a few seconds (the history pool never goes through a proxy, but the database
+/// itself can stall): the checker accepts an attempt logged with this error.
+pub const HISTORY_NOT_WRITTEN: &str = "history not written";
+
 impl History {
+    /// Runs a history statement (built by `query`), trying again for about 5 s.
+    async fn write<'q>(
+        &self,
+        query: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> anyhow::Result<()> {
+        let mut tries = 0;
+        loop {
+            match query().execute(&self.pool).await {
+                Ok(_) => return Ok(()),
+                // A try whose answer was lost may have written the row already.
+                Err(error) if tries > 0 && is_duplicate(&error) => return Ok(()),
+                Err(error) if tries >= 50 => {
+                    anyhow::bail!("{HISTORY_NOT_WRITTEN} ({tries} tries): {error}")
+                }
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
     fn new(pool: AnyPool, url: &str, instance: &str) -> History {
+        let (mem_insert, mem_update) = memory::run_statements(url);
         History {
+            mem_insert,
+            mem_update,
             pool,
             instance: instance.to_string(),
             runs: AtomicU64::new(0),
             insert: dialect(
                 url,
-                "INSERT INTO chaos_history (run_id, request_id, req_key, instance, attempt, started, outcome) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'running')",
+                "INSERT INTO chaos_history (run_id, request_id, req_key, instance, attempt, started, plan, outcome) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'running')",
             ),
             update: dialect(
                 url,
@@ -120,6 +159,41 @@ async fn work(
     ctx: Context,
     history: Data<History>,
 ) -> anyhow::Result<()> {
+    let fail_on: &[u32] = if fail_first { &[1] } else { &[] };
+    run_work(key, work_ms, fail_on, None, ctx, &history).await
+}
+
+/// [`work`] with three attempts: fails on purpose on the attempts in `fail_on` (some
+/// requests on every attempt, so they go `dead`; the checker reads the plan from the
+/// history, as `3:1,2`).
+#[async_exec(type = SaveAsync, name = "chaos::work3", remark = "three attempts at most", max_attempts = 3, timeout = "30s")]
+async fn work3(
+    key: Option<String>,
+    work_ms: u64,
+    fail_on: Vec<u32>,
+    ctx: Context,
+    history: Data<History>,
+) -> anyhow::Result<()> {
+    let plan = format!(
+        "3:{}",
+        fail_on
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    run_work(key, work_ms, &fail_on, Some(plan), ctx, &history).await
+}
+
+/// One execution: a history row written first, the work, its end written last.
+async fn run_work(
+    key: Option<String>,
+    work_ms: u64,
+    fail_on: &[u32],
+    plan: Option<String>,
+    ctx: Context,
+    history: &History,
+) -> anyhow::Result<()> {
     let id = ctx.request_id().unwrap_or_default();
     let attempt = ctx.attempt();
     let run_id = format!(
@@ -127,33 +201,44 @@ async fn work(
         history.instance,
         history.runs.fetch_add(1, Ordering::Relaxed)
     );
-    sqlx::query(&history.insert)
-        .bind(&run_id)
-        .bind(id)
-        .bind(key.clone())
-        .bind(&history.instance)
-        .bind(attempt as i32)
-        .bind(now_ms())
-        .execute(&history.pool)
+    let started = now_ms();
+    history
+        .write(|| {
+            sqlx::query(&history.insert)
+                .bind(run_id.clone())
+                .bind(id)
+                .bind(key.clone())
+                .bind(history.instance.clone())
+                .bind(attempt as i32)
+                .bind(started)
+                .bind(plan.clone())
+        })
         .await?;
     let outcome = tokio::select! {
         _ = tokio::time::sleep(Duration::from_millis(work_ms)) => {
-            if fail_first && attempt == 1 { "failed" } else { "ok" }
+            if fail_on.contains(&attempt) { "failed" } else { "ok" }
         }
         _ = ctx.cancelled() => "cancelled",
     };
     let ended = now_ms();
-    sqlx::query(&history.update)
-        .bind(ended)
-        .bind(outcome)
-        .bind(&run_id)
-        .execute(&history.pool)
+    history
+        .write(|| {
+            sqlx::query(&history.update)
+                .bind(ended)
+                .bind(outcome)
+                .bind(run_id.clone())
+        })
         .await?;
     match outcome {
         "ok" => Ok(()),
-        "failed" => anyhow::bail!("the first attempt fails on purpose"),
+        "failed" => anyhow::bail!("attempt {attempt} fails on purpose"),
         _ => anyhow::bail!("the lease was lost: stopped early"),
     }
+}
+
+fn is_duplicate(error: &sqlx::Error) -> bool {
+    let text = error.to_string().to_lowercase();
+    text.contains("duplicate") || text.contains("unique")
 }
 
 fn now_ms() -> i64 {
@@ -194,13 +279,16 @@ async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
         format!(
             "CREATE TABLE IF NOT EXISTS chaos_history (run_id VARCHAR(100) NOT NULL PRIMARY KEY, \
              request_id {bigint} NOT NULL, req_key VARCHAR(200), instance VARCHAR(100) NOT NULL, \
-             attempt INTEGER NOT NULL, started {bigint} NOT NULL, ended {bigint}, outcome VARCHAR(20) NOT NULL)"
+             attempt INTEGER NOT NULL, started {bigint} NOT NULL, ended {bigint}, plan VARCHAR(20), \
+             outcome VARCHAR(20) NOT NULL)"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS chaos_receipts (request_id {bigint}, req_key VARCHAR(200), \
              outcome VARCHAR(20) NOT NULL, via VARCHAR(20) NOT NULL, source VARCHAR(100) NOT NULL, \
              recorded {bigint} NOT NULL)"
         ),
+        memory::CREATE_CALLS.replace("{bigint}", bigint),
+        memory::CREATE_RUNS.replace("{bigint}", bigint),
     ] {
         sqlx::query(&sql).execute(pool).await?;
     }
@@ -270,6 +358,22 @@ struct Draw {
     key: Option<String>,
     work_ms: u64,
     fail_first: bool,
+    /// `Some`: a `work3` call (three attempts at most) failing on these attempts.
+    fail_on: Option<Vec<u32>>,
+}
+
+impl Draw {
+    /// The call: `work`, or `work3` when the draw has a plan of failures.
+    fn call(&self) -> async_exec::Call {
+        let call = match &self.fail_on {
+            Some(fail_on) => work3(self.key.clone(), self.work_ms, fail_on.clone()),
+            None => work(self.key.clone(), self.work_ms, self.fail_first),
+        };
+        match &self.key {
+            Some(key) => call.key(key.clone()),
+            None => call,
+        }
+    }
 }
 
 struct Submitter<'a> {
@@ -283,6 +387,9 @@ struct Submitter<'a> {
     calls: u64,
     /// Scopes whose nested transaction was refused and which rolled back, as they must.
     nested_refused: u64,
+    /// The keyed `SyncSave` calls' records and keys.
+    sync_calls: memory::Calls,
+    sync_keys: memory::SyncKeys,
 }
 
 impl Submitter<'_> {
@@ -300,10 +407,22 @@ impl Submitter<'_> {
         } else {
             self.rng.gen_range(50..=self.max_work_ms.max(51))
         };
+        // One call in eight has three attempts: a quarter of those fail every attempt
+        // (they go `dead`), the others attempts 1 and 2, attempt 1, or none.
+        let fail_on = self
+            .rng
+            .gen_bool(0.125)
+            .then(|| match self.rng.gen_range(0..4) {
+                0 => vec![1, 2, 3],
+                1 => vec![1, 2],
+                2 => vec![1],
+                _ => vec![],
+            });
         Draw {
             key,
             work_ms,
             fail_first: self.rng.gen_bool(0.05),
+            fail_on,
         }
     }
 
@@ -322,11 +441,7 @@ impl Submitter<'_> {
 
     async fn autocommit(&mut self, draw: Draw) {
         self.calls += 1;
-        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first).on(self.rt);
-        if let Some(key) = &draw.key {
-            call = call.key(key.clone());
-        }
-        match call.await {
+        match draw.call().on(self.rt).await {
             Ok(receipt) => {
                 self.receipts
                     .receipt(&receipt, draw.key.as_deref(), "auto")
@@ -361,11 +476,7 @@ impl Submitter<'_> {
         let mut written = Vec::new();
         let mut failed = false;
         for draw in &draws {
-            let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
-            if let Some(key) = &draw.key {
-                call = call.key(key.clone());
-            }
-            match call.within(&mut tx).await {
+            match draw.call().within(&mut tx).await {
                 Ok(receipt) => written.push((receipt, draw.key.clone())),
                 Err(error) => {
                     eprintln!("call in a transaction failed: {error}");
@@ -424,10 +535,7 @@ impl Submitter<'_> {
         let rt = self.rt;
         let in_tx = async {
             let mut tx: Tx<DB> = rt.begin().await?;
-            let receipt = work(first.key.clone(), first.work_ms, first.fail_first)
-                .key(key.clone())
-                .within(&mut tx)
-                .await?;
+            let receipt = first.call().within(&mut tx).await?;
             tokio::time::sleep(hold).await;
             tx.commit().await?;
             anyhow::Ok(receipt)
@@ -436,11 +544,7 @@ impl Submitter<'_> {
         // refused (`Error::BareCallInTransaction`); this one is meant to be on its own.
         let auto = async {
             tokio::time::sleep(hold / 2).await;
-            work(second.key.clone(), second.work_ms, second.fail_first)
-                .key(key.clone())
-                .on(rt)
-                .independent()
-                .await
+            second.call().on(rt).independent().await
         };
         let (in_tx, auto) = tokio::join!(in_tx, auto);
         match in_tx {
@@ -489,11 +593,7 @@ impl Submitter<'_> {
             .transaction(|_tx: &mut Tx<DB>| {
                 Box::pin(async move {
                     for draw in draws {
-                        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
-                        if let Some(key) = &draw.key {
-                            call = call.key(key.clone());
-                        }
-                        call.await?;
+                        draw.call().await?;
                     }
                     let inner: Result<(), async_exec::Error> = inner_rt
                         .transaction(|_tx: &mut Tx<DB>| {
@@ -524,10 +624,20 @@ impl Submitter<'_> {
 
     async fn step<DB: Backend>(&mut self) {
         match self.rng.gen_range(0..100) {
-            0..=39 => {
+            0..=31 => {
                 let key = self.draw_key();
                 let draw = self.draw(key);
                 self.autocommit(draw).await
+            }
+            32..=39 => {
+                memory::sync_keyed::<DB>(
+                    self.rt,
+                    &self.sync_calls,
+                    &mut self.rng,
+                    &mut self.sync_keys,
+                    self.seed,
+                )
+                .await
             }
             40..=76 => self.transaction::<DB>(false).await,
             77..=88 => self.racing_pair::<DB>().await,
@@ -539,8 +649,15 @@ impl Submitter<'_> {
     }
 }
 
-async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<u64> {
+async fn submit<DB: Backend>(
+    rt: &Runtime,
+    receipts: Receipts,
+    sync_calls: memory::Calls,
+    args: &Args,
+) -> anyhow::Result<u64> {
     let mut submitter = Submitter {
+        sync_calls,
+        sync_keys: memory::SyncKeys::default(),
         rt,
         receipts,
         rng: StdRng::seed_from_u64(args.seed),
@@ -571,15 +688,39 @@ async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> a
 }
 
 /// Runs until SIGTERM; on SIGUSR1 submits `probe_count` calls of its own.
-async fn serve(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<()> {
+async fn serve(
+    rt: &Runtime,
+    receipts: Receipts,
+    args: &Args,
+    pool: AnyPool,
+    url: &str,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut probe = signal(SignalKind::user_defined1())?;
+    let mut stop_memory = signal(SignalKind::user_defined2())?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if args.memory_calls {
+        let calls = memory::Calls::new(pool, url, &args.instance);
+        let (rt, stop) = (rt.clone(), stop.clone());
+        let scheme = args.url.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => tokio::spawn(memory::memory_calls::<async_exec::Sqlite>(rt, calls, stop)),
+            "postgres" | "postgresql" => tokio::spawn(
+                memory::memory_calls::<async_exec::Postgres>(rt, calls, stop),
+            ),
+            _ => tokio::spawn(memory::memory_calls::<async_exec::MySql>(rt, calls, stop)),
+        };
+    }
     println!("ready {}", args.instance);
     tokio::spawn(watch_scheduling());
     loop {
         tokio::select! {
-            _ = term.recv() => return Ok(()),
+            _ = term.recv() => {
+                stop.store(true, Ordering::Release);
+                return Ok(());
+            }
+            _ = stop_memory.recv() => stop.store(true, Ordering::Release),
             _ = probe.recv() => {
                 let mut queued = 0;
                 for _ in 0..args.probe_count {
@@ -662,19 +803,20 @@ async fn main() -> anyhow::Result<()> {
     if args.submit {
         println!("ready submitter");
         let scheme = args.url.split(':').next().unwrap_or_default();
+        let sync_calls = memory::Calls::new(pool.clone(), &history_url, "submitter");
         let calls = match scheme {
-            "sqlite" => submit::<async_exec::Sqlite>(&rt, receipts, &args).await?,
+            "sqlite" => submit::<async_exec::Sqlite>(&rt, receipts, sync_calls, &args).await?,
             "postgres" | "postgresql" => {
-                submit::<async_exec::Postgres>(&rt, receipts, &args).await?
+                submit::<async_exec::Postgres>(&rt, receipts, sync_calls, &args).await?
             }
-            _ => submit::<async_exec::MySql>(&rt, receipts, &args).await?,
+            _ => submit::<async_exec::MySql>(&rt, receipts, sync_calls, &args).await?,
         };
         rt.shutdown().await?;
         println!("submitted {calls}");
         return Ok(());
     }
 
-    serve(&rt, receipts, &args).await?;
+    serve(&rt, receipts, &args, pool.clone(), &history_url).await?;
     match rt.shutdown().await {
         Ok(report) => println!(
             "stopped finished={} released={} unwritten={}",

@@ -81,6 +81,7 @@ const WORKER_FLAGS: &[&str] = &[
     "1000",
     "--concurrency",
     "8",
+    "--memory-calls",
 ];
 
 /// A started process and the file its stderr goes to.
@@ -425,6 +426,15 @@ impl Cluster {
         for slot in &self.slots {
             if let Some(w) = &slot.lock().await.worker {
                 signal(&w.child, "USR1").await;
+            }
+        }
+    }
+
+    /// Asks every instance to stop making in-memory calls (SIGUSR2).
+    pub async fn stop_memory_calls(&self) {
+        for slot in &self.slots {
+            if let Some(w) = &slot.lock().await.worker {
+                signal(&w.child, "USR2").await;
             }
         }
     }
