@@ -209,7 +209,11 @@ impl Violations {
 
 impl fmt::Display for Violations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} violation(s):", self.0.len())?;
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &self.0 {
+            *kinds.entry(v.what).or_default() += 1;
+        }
+        writeln!(f, "{} violation(s), by kind {kinds:?}:", self.0.len())?;
         for v in self.0.iter().take(50) {
             writeln!(f, "- {}: {}", v.what, v.rows)?;
         }
