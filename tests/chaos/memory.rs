@@ -110,25 +110,18 @@ pub fn check(run: &Run, processes: &HashMap<&str, &Process>, bad: &mut Vec<Viola
                 );
             }
             if c.receipt.as_deref() == Some("deferred") {
-                let id = c.receipt_id;
-                let of_record = stored.iter().filter(|r| r.request_id == id);
+                let succeeded = stored
+                    .iter()
+                    .any(|r| r.request_id == c.receipt_id && r.outcome == "ok");
                 match c.state.as_str() {
-                    "committed" => {
-                        if !of_record.clone().any(|r| r.outcome == "ok") {
-                            flag(
-                                "a committed SyncSave retry record never succeeded",
-                                format!("{c:?}: {mine:?}"),
-                            );
-                        }
-                    }
-                    "rolled_back" => {
-                        if !stored.is_empty() {
-                            flag(
-                                "a rolled-back SyncSave retry record ran",
-                                format!("{c:?}: {mine:?}"),
-                            );
-                        }
-                    }
+                    "committed" if !succeeded => flag(
+                        "a committed SyncSave retry record never succeeded",
+                        format!("{c:?}: {mine:?}"),
+                    ),
+                    "rolled_back" if !stored.is_empty() => flag(
+                        "a rolled-back SyncSave retry record ran",
+                        format!("{c:?}: {mine:?}"),
+                    ),
                     _ => {}
                 }
             } else if !stored.is_empty() {
