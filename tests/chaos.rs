@@ -4,9 +4,13 @@
 //! (refuses) and stalls an instance's database connections for less and for more than the
 //! lease, black-holes them (those open go silent for ever, new ones pass; the server
 //! notices after one to three leases), resets them, adds latency, and restarts an instance with its clock
-//! off by more than the lease. Then everything is restored, the queue drains, and every
-//! instance runs requests of its own. The checker (`tests/chaos/checker.rs`) reads the
-//! bodies' history, the receipts and the fault log and proves the promises held.
+//! off by more than the lease. Some requests have `max_attempts = 3` and fail on planned
+//! attempts; the instances make in-memory calls (`AsyncSave`, `Async`, `Thread`) of their
+//! own, and the submitter keyed `SyncSave` calls in transactions. Then everything is
+//! restored, the queue drains, and every instance runs requests of its own. The checker
+//! (`tests/chaos/checker.rs`, with `bounded.rs` and `memory.rs`) reads the bodies'
+//! history, the receipts and calls, what is left in `async_req` and `async_log`, and the
+//! fault log, and proves the promises held.
 //!
 //! `ASYNC_EXEC_CHAOS_SEED` repeats a run (the seed is printed); `ASYNC_EXEC_CHAOS_SECS`
 //! sets how long faults are injected (default 60 s per backend). PostgreSQL and MariaDB

@@ -3,14 +3,20 @@
 //! and proves the library's promises held:
 //!
 //! 1. nothing committed is lost: every committed request has a successful execution, and
-//!    nothing is left in `async_req`;
+//!    nothing is left in `async_req` (but the three-attempt requests left `dead`);
 //! 2. nothing uncommitted runs: no execution of a rolled-back (or never written) request;
 //! 3. no two executions of one request overlap in time;
 //! 4. at most one request per idempotency key;
 //! 5. every re-execution follows an earlier execution that failed, or that ran on an
 //!    instance killed, stopped, cut off or black-holed around then;
 //! 6. every instance is alive and working at the end, and stopped gracefully when asked;
-//! 7. no call of the (unfaulted) submitter failed.
+//! 7. no call of the (unfaulted) submitter failed;
+//! 8. `max_attempts = 3`: no attempt past it, and every attempt of a request left `dead`
+//!    explained by a planned failure or a fault (`bounded.rs`);
+//! 9. in-memory strategies: rolled back never runs, `Async`/`Thread` at most once and
+//!    (unless their process died) once, `AsyncSave` until success (`memory.rs`);
+//! 10. keyed `SyncSave` in transactions: no body runs again once a call with its key
+//!     committed (`memory.rs`).
 //!
 //! Pure: it takes rows, so that its own tests can feed it broken histories.
 
@@ -549,6 +555,9 @@ mod bounded;
 #[path = "memory.rs"]
 mod memory;
 
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod rules_tests;
 #[cfg(test)]
 #[path = "checker_tests.rs"]
 mod tests;

@@ -31,6 +31,7 @@ pub fn chaos_binary() -> PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let newest = [
         "examples/chaos.rs",
+        "examples/chaos",
         "src",
         "runtime/src",
         "macros/src",
