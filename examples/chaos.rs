@@ -17,20 +17,27 @@
 //! request goes to the instance that committed it), but on PostgreSQL the other
 //! instances, woken by `NOTIFY`, race for each one and win some (a third to a half in
 //! the runs seen), so 32 of them, not 8: an instance that lost all 8 races once failed
-//! the check that it worked. SIGTERM stops it gracefully.
+//! the check that it worked. SIGTERM stops it gracefully. With `--memory-calls` it also
+//! makes in-memory calls (`AsyncSave`, `Async`, `Thread`) of its own until SIGUSR2
+//! (`chaos/memory.rs`).
 //!
-//! The submitter makes keyed and unkeyed calls, in transactions and in autocommit, some
-//! keys twice (one after the other, or from two calls at once), some transactions rolled
-//! back, some transaction scopes with a scope opened inside them (refused: the outer scope
-//! rolls back), and records every receipt in `chaos_receipts` after its transaction ended.
+//! The submitter (`chaos/submitter.rs`) makes keyed and unkeyed calls, in transactions
+//! and in autocommit, some keys twice (one after the other, or from two calls at once),
+//! some transactions rolled back, some transaction scopes with a scope opened inside them
+//! (refused: the outer scope rolls back), some calls to `chaos::work3` (`max_attempts =
+//! 3`, failing on planned attempts), some transactions of keyed `SyncSave` calls, and
+//! records every receipt in `chaos_receipts` after its transaction ended.
+
+#[path = "chaos/memory.rs"]
+mod memory;
+#[path = "chaos/submitter.rs"]
+mod submitter;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_exec::{async_exec, Backend, Context, Data, Outcome, Receipt, Runtime, Tx};
+use async_exec::{async_exec, Context, Data, Outcome, Receipt, Runtime};
 use clap::Parser;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use sqlx::AnyPool;
 
 #[derive(Parser, Debug)]
@@ -80,6 +87,9 @@ struct Args {
     /// Calls a worker submits on SIGUSR1.
     #[arg(long, default_value_t = 32)]
     probe_count: u64,
+    /// A worker makes in-memory calls (`AsyncSave`, `Async`, `Thread`) until SIGUSR2.
+    #[arg(long)]
+    memory_calls: bool,
 }
 
 /// Where bodies write what they did.
@@ -89,18 +99,51 @@ struct History {
     runs: AtomicU64,
     insert: String,
     update: String,
+    /// The in-memory and `SyncSave` bodies' statements (`chaos_mem_runs`).
+    mem_insert: String,
+    mem_update: String,
 }
 
+/// What a body gives up with when its history row could not be written, even after
+/// tries for a few seconds (the history pool never goes through a proxy, but the database
+/// itself can stall): the checker accepts an attempt logged with this error.
+pub const HISTORY_NOT_WRITTEN: &str = "history not written";
+
 impl History {
+    /// Runs a history statement (built by `query`), trying again for about 5 s.
+    async fn write<'q>(
+        &self,
+        query: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> anyhow::Result<()> {
+        let mut tries = 0;
+        loop {
+            match query().execute(&self.pool).await {
+                Ok(_) => return Ok(()),
+                // A try whose answer was lost may have written the row already.
+                Err(error) if tries > 0 && is_duplicate(&error) => return Ok(()),
+                Err(error) if tries >= 50 => {
+                    anyhow::bail!("{HISTORY_NOT_WRITTEN} ({tries} tries): {error}")
+                }
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
     fn new(pool: AnyPool, url: &str, instance: &str) -> History {
+        let (mem_insert, mem_update) = memory::run_statements(url);
         History {
+            mem_insert,
+            mem_update,
             pool,
             instance: instance.to_string(),
             runs: AtomicU64::new(0),
             insert: dialect(
                 url,
-                "INSERT INTO chaos_history (run_id, request_id, req_key, instance, attempt, started, outcome) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'running')",
+                "INSERT INTO chaos_history (run_id, request_id, req_key, instance, attempt, started, plan, outcome) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'running')",
             ),
             update: dialect(
                 url,
@@ -120,6 +163,41 @@ async fn work(
     ctx: Context,
     history: Data<History>,
 ) -> anyhow::Result<()> {
+    let fail_on: &[u32] = if fail_first { &[1] } else { &[] };
+    run_work(key, work_ms, fail_on, None, ctx, &history).await
+}
+
+/// [`work`] with three attempts: fails on purpose on the attempts in `fail_on` (some
+/// requests on every attempt, so they go `dead`; the checker reads the plan from the
+/// history, as `3:1,2`).
+#[async_exec(type = SaveAsync, name = "chaos::work3", remark = "three attempts at most", max_attempts = 3, timeout = "30s")]
+async fn work3(
+    key: Option<String>,
+    work_ms: u64,
+    fail_on: Vec<u32>,
+    ctx: Context,
+    history: Data<History>,
+) -> anyhow::Result<()> {
+    let plan = format!(
+        "3:{}",
+        fail_on
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    run_work(key, work_ms, &fail_on, Some(plan), ctx, &history).await
+}
+
+/// One execution: a history row written first, the work, its end written last.
+async fn run_work(
+    key: Option<String>,
+    work_ms: u64,
+    fail_on: &[u32],
+    plan: Option<String>,
+    ctx: Context,
+    history: &History,
+) -> anyhow::Result<()> {
     let id = ctx.request_id().unwrap_or_default();
     let attempt = ctx.attempt();
     let run_id = format!(
@@ -127,33 +205,44 @@ async fn work(
         history.instance,
         history.runs.fetch_add(1, Ordering::Relaxed)
     );
-    sqlx::query(&history.insert)
-        .bind(&run_id)
-        .bind(id)
-        .bind(key.clone())
-        .bind(&history.instance)
-        .bind(attempt as i32)
-        .bind(now_ms())
-        .execute(&history.pool)
+    let started = now_ms();
+    history
+        .write(|| {
+            sqlx::query(&history.insert)
+                .bind(run_id.clone())
+                .bind(id)
+                .bind(key.clone())
+                .bind(history.instance.clone())
+                .bind(attempt as i32)
+                .bind(started)
+                .bind(plan.clone())
+        })
         .await?;
     let outcome = tokio::select! {
         _ = tokio::time::sleep(Duration::from_millis(work_ms)) => {
-            if fail_first && attempt == 1 { "failed" } else { "ok" }
+            if fail_on.contains(&attempt) { "failed" } else { "ok" }
         }
         _ = ctx.cancelled() => "cancelled",
     };
     let ended = now_ms();
-    sqlx::query(&history.update)
-        .bind(ended)
-        .bind(outcome)
-        .bind(&run_id)
-        .execute(&history.pool)
+    history
+        .write(|| {
+            sqlx::query(&history.update)
+                .bind(ended)
+                .bind(outcome)
+                .bind(run_id.clone())
+        })
         .await?;
     match outcome {
         "ok" => Ok(()),
-        "failed" => anyhow::bail!("the first attempt fails on purpose"),
+        "failed" => anyhow::bail!("attempt {attempt} fails on purpose"),
         _ => anyhow::bail!("the lease was lost: stopped early"),
     }
+}
+
+fn is_duplicate(error: &sqlx::Error) -> bool {
+    let text = error.to_string().to_lowercase();
+    text.contains("duplicate") || text.contains("unique")
 }
 
 fn now_ms() -> i64 {
@@ -194,13 +283,16 @@ async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
         format!(
             "CREATE TABLE IF NOT EXISTS chaos_history (run_id VARCHAR(100) NOT NULL PRIMARY KEY, \
              request_id {bigint} NOT NULL, req_key VARCHAR(200), instance VARCHAR(100) NOT NULL, \
-             attempt INTEGER NOT NULL, started {bigint} NOT NULL, ended {bigint}, outcome VARCHAR(20) NOT NULL)"
+             attempt INTEGER NOT NULL, started {bigint} NOT NULL, ended {bigint}, plan VARCHAR(20), \
+             outcome VARCHAR(20) NOT NULL)"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS chaos_receipts (request_id {bigint}, req_key VARCHAR(200), \
              outcome VARCHAR(20) NOT NULL, via VARCHAR(20) NOT NULL, source VARCHAR(100) NOT NULL, \
              recorded {bigint} NOT NULL)"
         ),
+        memory::CREATE_CALLS.replace("{bigint}", bigint),
+        memory::CREATE_RUNS.replace("{bigint}", bigint),
     ] {
         sqlx::query(&sql).execute(pool).await?;
     }
@@ -265,321 +357,40 @@ impl Receipts {
     }
 }
 
-/// One call's arguments, drawn from the seeded stream.
-struct Draw {
-    key: Option<String>,
-    work_ms: u64,
-    fail_first: bool,
-}
-
-struct Submitter<'a> {
-    rt: &'a Runtime,
-    receipts: Receipts,
-    rng: StdRng,
-    max_work_ms: u64,
-    keys: Vec<String>,
-    next_key: u64,
-    seed: u64,
-    calls: u64,
-    /// Scopes whose nested transaction was refused and which rolled back, as they must.
-    nested_refused: u64,
-}
-
-impl Submitter<'_> {
-    fn new_key(&mut self) -> String {
-        self.next_key += 1;
-        let key = format!("k{}-{}", self.seed, self.next_key);
-        self.keys.push(key.clone());
-        key
-    }
-
-    /// Mostly short bodies, some up to `max_work_ms`.
-    fn draw(&mut self, key: Option<String>) -> Draw {
-        let work_ms = if self.rng.gen_bool(0.8) {
-            self.rng.gen_range(5..=50)
-        } else {
-            self.rng.gen_range(50..=self.max_work_ms.max(51))
-        };
-        Draw {
-            key,
-            work_ms,
-            fail_first: self.rng.gen_bool(0.05),
-        }
-    }
-
-    fn draw_key(&mut self) -> Option<String> {
-        match self.rng.gen_range(0..10) {
-            0..=5 => None,
-            6..=8 => Some(self.new_key()),
-            _ if !self.keys.is_empty() => {
-                // A key used before: submitted twice, one after the other.
-                let i = self.rng.gen_range(0..self.keys.len());
-                Some(self.keys[i].clone())
-            }
-            _ => Some(self.new_key()),
-        }
-    }
-
-    async fn autocommit(&mut self, draw: Draw) {
-        self.calls += 1;
-        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first).on(self.rt);
-        if let Some(key) = &draw.key {
-            call = call.key(key.clone());
-        }
-        match call.await {
-            Ok(receipt) => {
-                self.receipts
-                    .receipt(&receipt, draw.key.as_deref(), "auto")
-                    .await
-            }
-            Err(error) => {
-                eprintln!("autocommit call failed: {error}");
-                self.receipts
-                    .record(None, draw.key.as_deref(), "error", "auto")
-                    .await
-            }
-        }
-    }
-
-    /// A transaction of 1 to 4 calls, committed or (when `rollback`) rolled back.
-    async fn transaction<DB: Backend>(&mut self, rollback: bool) {
-        let calls = self.rng.gen_range(1..=4);
-        let draws: Vec<Draw> = (0..calls)
-            .map(|_| {
-                let key = self.draw_key();
-                self.draw(key)
-            })
-            .collect();
-        self.calls += calls;
-        let mut tx: Tx<DB> = match self.rt.begin().await {
-            Ok(tx) => tx,
-            Err(error) => {
-                eprintln!("begin failed: {error}");
-                return;
-            }
-        };
-        let mut written = Vec::new();
-        let mut failed = false;
-        for draw in &draws {
-            let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
-            if let Some(key) = &draw.key {
-                call = call.key(key.clone());
-            }
-            match call.within(&mut tx).await {
-                Ok(receipt) => written.push((receipt, draw.key.clone())),
-                Err(error) => {
-                    eprintln!("call in a transaction failed: {error}");
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        let via = if rollback { "rollback" } else { "tx" };
-        if rollback || failed {
-            let _ = tx.rollback().await;
-            let written_here: Vec<Option<i64>> = written
-                .iter()
-                .filter(|(r, _)| r.outcome == Outcome::Queued)
-                .map(|(r, _)| r.id)
-                .collect();
-            for (receipt, key) in &written {
-                // A duplicate key's answer names the key's request: one of this
-                // transaction's (rolled back with it), or one committed before.
-                if receipt.outcome == Outcome::Existing && !written_here.contains(&receipt.id) {
-                    self.receipts.receipt(receipt, key.as_deref(), via).await;
-                } else {
-                    self.receipts
-                        .record(receipt.id, key.as_deref(), "rolled_back", via)
-                        .await;
-                }
-            }
-            return;
-        }
-        match tx.commit().await {
-            Ok(()) => {
-                for (receipt, key) in &written {
-                    self.receipts.receipt(receipt, key.as_deref(), via).await;
-                }
-            }
-            Err(error) => {
-                // Whether it committed is unknown: the checker counts these apart.
-                eprintln!("commit failed: {error}");
-                for (receipt, key) in &written {
-                    self.receipts
-                        .record(receipt.id, key.as_deref(), "commit_error", via)
-                        .await;
-                }
-            }
-        }
-    }
-
-    /// One new key from two calls at once: one in a transaction held open a little, the
-    /// other in autocommit. One request is written; the other call gets `Existing`.
-    async fn racing_pair<DB: Backend>(&mut self) {
-        let key = self.new_key();
-        let first = self.draw(Some(key.clone()));
-        let second = self.draw(Some(key.clone()));
-        let hold = Duration::from_millis(self.rng.gen_range(5..=40));
-        self.calls += 2;
-        let rt = self.rt;
-        let in_tx = async {
-            let mut tx: Tx<DB> = rt.begin().await?;
-            let receipt = work(first.key.clone(), first.work_ms, first.fail_first)
-                .key(key.clone())
-                .within(&mut tx)
-                .await?;
-            tokio::time::sleep(hold).await;
-            tx.commit().await?;
-            anyhow::Ok(receipt)
-        };
-        // Joined in this task while its transaction is open: a bare call here would be
-        // refused (`Error::BareCallInTransaction`); this one is meant to be on its own.
-        let auto = async {
-            tokio::time::sleep(hold / 2).await;
-            work(second.key.clone(), second.work_ms, second.fail_first)
-                .key(key.clone())
-                .on(rt)
-                .independent()
-                .await
-        };
-        let (in_tx, auto) = tokio::join!(in_tx, auto);
-        match in_tx {
-            Ok(receipt) => self.receipts.receipt(&receipt, Some(&key), "race-tx").await,
-            Err(error) => {
-                eprintln!("racing transaction failed: {error}");
-                self.receipts
-                    .record(None, Some(&key), "error", "race-tx")
-                    .await
-            }
-        }
-        match auto {
-            Ok(receipt) => {
-                self.receipts
-                    .receipt(&receipt, Some(&key), "race-auto")
-                    .await
-            }
-            Err(error) => {
-                eprintln!("racing autocommit call failed: {error}");
-                self.receipts
-                    .record(None, Some(&key), "error", "race-auto")
-                    .await
-            }
-        }
-    }
-
-    /// A transaction scope of 1 to 3 calls that runs a helper opening a scope of its own
-    /// (`rt.transaction(..)` inside `rt.transaction(..)`) and swallows its error, as a
-    /// careless helper would. The inner scope is refused and the outer one rolls back: none
-    /// of the calls may run (the checker flags a request nobody committed that ran, which
-    /// an inner scope committed on its own would be), and a scope that committed is
-    /// recorded as an unexpected receipt.
-    async fn nested_scope<DB: Backend>(&mut self) {
-        let calls = self.rng.gen_range(1..=3);
-        let draws: Vec<Draw> = (0..calls)
-            .map(|_| {
-                let key = self.draw_key();
-                self.draw(key)
-            })
-            .collect();
-        let inner_draw = self.draw(None);
-        self.calls += calls + 1;
-        let inner_rt = self.rt.clone();
-        let outcome: Result<(), async_exec::Error> = self
-            .rt
-            .transaction(|_tx: &mut Tx<DB>| {
-                Box::pin(async move {
-                    for draw in draws {
-                        let mut call = work(draw.key.clone(), draw.work_ms, draw.fail_first);
-                        if let Some(key) = &draw.key {
-                            call = call.key(key.clone());
-                        }
-                        call.await?;
-                    }
-                    let inner: Result<(), async_exec::Error> = inner_rt
-                        .transaction(|_tx: &mut Tx<DB>| {
-                            Box::pin(async move {
-                                work(None, inner_draw.work_ms, inner_draw.fail_first).await?;
-                                Ok(())
-                            })
-                        })
-                        .await;
-                    if inner.is_ok() {
-                        eprintln!("a transaction inside a transaction scope was not refused");
-                    }
-                    Ok(())
-                })
-            })
-            .await;
-        match outcome {
-            Err(async_exec::Error::RollbackOnly { .. }) => self.nested_refused += 1,
-            Err(error) => eprintln!("nested scope failed otherwise: {error}"),
-            Ok(()) => {
-                eprintln!("a scope whose nested transaction was refused committed");
-                self.receipts
-                    .record(None, None, "nested_committed", "nested")
-                    .await
-            }
-        }
-    }
-
-    async fn step<DB: Backend>(&mut self) {
-        match self.rng.gen_range(0..100) {
-            0..=39 => {
-                let key = self.draw_key();
-                let draw = self.draw(key);
-                self.autocommit(draw).await
-            }
-            40..=76 => self.transaction::<DB>(false).await,
-            77..=88 => self.racing_pair::<DB>().await,
-            89..=91 => self.nested_scope::<DB>().await,
-            _ => self.transaction::<DB>(true).await,
-        }
-        let pause = self.rng.gen_range(5..=30);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-    }
-}
-
-async fn submit<DB: Backend>(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<u64> {
-    let mut submitter = Submitter {
-        rt,
-        receipts,
-        rng: StdRng::seed_from_u64(args.seed),
-        max_work_ms: args.max_work_ms,
-        keys: Vec::new(),
-        next_key: 0,
-        seed: args.seed,
-        calls: 0,
-        nested_refused: 0,
-    };
-    // A step is never cut short (its receipts are written after its commit): SIGTERM is
-    // looked at between steps.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopping = stop.clone();
-    tokio::spawn(async move {
-        term.recv().await;
-        stopping.store(true, Ordering::Release);
-    });
-    while !stop.load(Ordering::Acquire) {
-        submitter.step::<DB>().await;
-    }
-    println!(
-        "nested scopes refused and rolled back {}",
-        submitter.nested_refused
-    );
-    Ok(submitter.calls)
-}
-
 /// Runs until SIGTERM; on SIGUSR1 submits `probe_count` calls of its own.
-async fn serve(rt: &Runtime, receipts: Receipts, args: &Args) -> anyhow::Result<()> {
+async fn serve(
+    rt: &Runtime,
+    receipts: Receipts,
+    args: &Args,
+    pool: AnyPool,
+    url: &str,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut probe = signal(SignalKind::user_defined1())?;
+    let mut stop_memory = signal(SignalKind::user_defined2())?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if args.memory_calls {
+        let calls = memory::Calls::new(pool, url, &args.instance);
+        let (rt, stop) = (rt.clone(), stop.clone());
+        let scheme = args.url.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => tokio::spawn(memory::memory_calls::<async_exec::Sqlite>(rt, calls, stop)),
+            "postgres" | "postgresql" => tokio::spawn(
+                memory::memory_calls::<async_exec::Postgres>(rt, calls, stop),
+            ),
+            _ => tokio::spawn(memory::memory_calls::<async_exec::MySql>(rt, calls, stop)),
+        };
+    }
     println!("ready {}", args.instance);
     tokio::spawn(watch_scheduling());
     loop {
         tokio::select! {
-            _ = term.recv() => return Ok(()),
+            _ = term.recv() => {
+                stop.store(true, Ordering::Release);
+                return Ok(());
+            }
+            _ = stop_memory.recv() => stop.store(true, Ordering::Release),
             _ = probe.recv() => {
                 let mut queued = 0;
                 for _ in 0..args.probe_count {
@@ -662,19 +473,22 @@ async fn main() -> anyhow::Result<()> {
     if args.submit {
         println!("ready submitter");
         let scheme = args.url.split(':').next().unwrap_or_default();
+        let sync_calls = memory::Calls::new(pool.clone(), &history_url, "submitter");
         let calls = match scheme {
-            "sqlite" => submit::<async_exec::Sqlite>(&rt, receipts, &args).await?,
-            "postgres" | "postgresql" => {
-                submit::<async_exec::Postgres>(&rt, receipts, &args).await?
+            "sqlite" => {
+                submitter::submit::<async_exec::Sqlite>(&rt, receipts, sync_calls, &args).await?
             }
-            _ => submit::<async_exec::MySql>(&rt, receipts, &args).await?,
+            "postgres" | "postgresql" => {
+                submitter::submit::<async_exec::Postgres>(&rt, receipts, sync_calls, &args).await?
+            }
+            _ => submitter::submit::<async_exec::MySql>(&rt, receipts, sync_calls, &args).await?,
         };
         rt.shutdown().await?;
         println!("submitted {calls}");
         return Ok(());
     }
 
-    serve(&rt, receipts, &args).await?;
+    serve(&rt, receipts, &args, pool.clone(), &history_url).await?;
     match rt.shutdown().await {
         Ok(report) => println!(
             "stopped finished={} released={} unwritten={}",

@@ -4,9 +4,13 @@
 //! (refuses) and stalls an instance's database connections for less and for more than the
 //! lease, black-holes them (those open go silent for ever, new ones pass; the server
 //! notices after one to three leases), resets them, adds latency, and restarts an instance with its clock
-//! off by more than the lease. Then everything is restored, the queue drains, and every
-//! instance runs requests of its own. The checker (`tests/chaos/checker.rs`) reads the
-//! bodies' history, the receipts and the fault log and proves the promises held.
+//! off by more than the lease. Some requests have `max_attempts = 3` and fail on planned
+//! attempts; the instances make in-memory calls (`AsyncSave`, `Async`, `Thread`) of their
+//! own, and the submitter keyed `SyncSave` calls in transactions. Then everything is
+//! restored, the queue drains, and every instance runs requests of its own. The checker
+//! (`tests/chaos/checker.rs`, with `bounded.rs` and `memory.rs`) reads the bodies'
+//! history, the receipts and calls, what is left in `async_req` and `async_log`, and the
+//! fault log, and proves the promises held.
 //!
 //! `ASYNC_EXEC_CHAOS_SEED` repeats a run (the seed is printed); `ASYNC_EXEC_CHAOS_SECS`
 //! sets how long faults are injected (default 60 s per backend). PostgreSQL and MariaDB
@@ -27,7 +31,7 @@ mod schedule;
 
 use std::time::{Duration, Instant};
 
-use checker::{Execution, ReceiptRow, Run};
+use checker::{AttemptLog, Execution, Left, MemCall, MemRun, ReceiptRow, Run};
 use cluster::{start_process, Cluster, LEASE_MS};
 use common::{now_ms, Kind, TestDb};
 use sqlx::AnyPool;
@@ -66,28 +70,58 @@ async fn scalar(pool: &AnyPool, sql: &str) -> i64 {
     n
 }
 
-/// Committed requests without a successful execution, and records left in `async_req`.
-async fn outstanding(pool: &AnyPool) -> (i64, i64) {
+/// Committed requests without a successful execution (or a `dead` record, for the
+/// three-attempt ones), records left in `async_req` (but the dead three-attempt ones), and
+/// in-memory calls committed by the `alive` processes that have not run yet (an
+/// `AsyncSave` that failed in memory is waited for as its retry record).
+async fn outstanding(pool: &AnyPool, alive: &[String]) -> (i64, i64, i64) {
     let unrun = scalar(
         pool,
         "SELECT COUNT(*) FROM chaos_receipts r WHERE r.outcome = 'queued' AND NOT EXISTS \
-         (SELECT 1 FROM chaos_history h WHERE h.request_id = r.request_id AND h.outcome = 'ok')",
+         (SELECT 1 FROM chaos_history h WHERE h.request_id = r.request_id AND h.outcome = 'ok') \
+         AND NOT EXISTS (SELECT 1 FROM async_req q WHERE q.id = r.request_id \
+           AND q.status = 'dead' AND q.executor = 'chaos::work3')",
     )
     .await;
-    (unrun, scalar(pool, "SELECT COUNT(*) FROM async_req").await)
+    let left = scalar(
+        pool,
+        "SELECT COUNT(*) FROM async_req WHERE NOT (status = 'dead' AND executor = 'chaos::work3')",
+    )
+    .await;
+    let memory = if alive.is_empty() {
+        0
+    } else {
+        let names: Vec<String> = alive.iter().map(|n| format!("'{n}'")).collect();
+        scalar(
+            pool,
+            &format!(
+                "SELECT COUNT(*) FROM chaos_mem_calls c WHERE c.state = 'committed' \
+                 AND c.source IN ({}) AND c.strategy IN ('AsyncSave', 'Async', 'Thread') \
+                 AND NOT EXISTS (SELECT 1 FROM chaos_mem_runs m WHERE m.call_id = c.call_id \
+                   AND m.ended IS NOT NULL)",
+                names.join(", ")
+            ),
+        )
+        .await
+    };
+    (unrun, left, memory)
 }
 
-/// Waits until every committed request ran and the queue is empty; `false` after `limit`
-/// (the checker then names what is missing).
-async fn drain(pool: &AnyPool, kind: Kind, limit: Duration) -> bool {
+/// Waits until every committed request ran, the queue is empty and the in-memory calls
+/// of the `alive` processes ran; `false` after `limit` (the checker then names what is
+/// missing).
+async fn drain(pool: &AnyPool, kind: Kind, limit: Duration, alive: &[String]) -> bool {
     let deadline = Instant::now() + limit;
     loop {
-        let (unrun, left) = outstanding(pool).await;
-        if unrun == 0 && left == 0 {
+        let (unrun, left, memory) = outstanding(pool, alive).await;
+        if unrun == 0 && left == 0 && memory == 0 {
             return true;
         }
         if Instant::now() > deadline {
-            println!("not drained after {limit:?}: {unrun} committed requests not run, {left} records left");
+            println!(
+                "not drained after {limit:?}: {unrun} committed requests not run, {left} records left, \
+                 {memory} in-memory calls not run"
+            );
             print_stuck(pool, kind).await;
             return false;
         }
@@ -183,9 +217,10 @@ async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
         i64,
         Option<i64>,
         String,
+        Option<String>,
     );
     let rows: Vec<HistoryRow> = sqlx::query_as(
-        "SELECT run_id, request_id, req_key, instance, attempt, started, ended, outcome FROM chaos_history",
+        "SELECT run_id, request_id, req_key, instance, attempt, started, ended, outcome, plan FROM chaos_history",
     )
     .fetch_all(pool)
     .await
@@ -193,15 +228,18 @@ async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
     run.executions = rows
         .into_iter()
         .map(
-            |(run_id, request_id, key, process, attempt, started, ended, outcome)| Execution {
-                run_id,
-                request_id,
-                key,
-                process,
-                attempt,
-                started,
-                ended,
-                outcome,
+            |(run_id, request_id, key, process, attempt, started, ended, outcome, plan)| {
+                Execution {
+                    run_id,
+                    request_id,
+                    key,
+                    process,
+                    attempt,
+                    started,
+                    ended,
+                    outcome,
+                    plan,
+                }
             },
         )
         .collect();
@@ -221,27 +259,136 @@ async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
             source,
         })
         .collect();
-    // MariaDB answers `last_error` (utf8mb4_bin, so flagged binary) as a BLOB to the Any
-    // driver, whatever it is converted to: read its bytes there and decode them here.
-    run.left_in_queue = match kind {
-        Kind::MySql => {
-            let rows: Vec<(i64, String, Option<Vec<u8>>)> =
-                sqlx::query_as("SELECT id, status, last_error FROM async_req")
-                    .fetch_all(pool)
-                    .await
-                    .expect("read async_req");
-            rows.into_iter()
-                .map(|(id, status, error)| {
-                    let error = error.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-                    (id, status, error)
-                })
-                .collect()
-        }
-        _ => sqlx::query_as("SELECT id, status, last_error FROM async_req")
-            .fetch_all(pool)
-            .await
-            .expect("read async_req"),
-    };
+    use sqlx::Row as _;
+    let rows = sqlx::query("SELECT id, executor, status, exec_count, last_error FROM async_req")
+        .fetch_all(pool)
+        .await
+        .expect("read async_req");
+    run.left_in_queue = rows
+        .iter()
+        .map(|row| Left {
+            id: row.get(0),
+            executor: text(row, 1).unwrap_or_default(),
+            status: text(row, 2).unwrap_or_default(),
+            exec_count: row.get(3),
+            last_error: text(row, 4),
+        })
+        .collect();
+    let rows = sqlx::query(
+        "SELECT l.req_id, l.attempt, l.outcome, l.error FROM async_log l \
+         JOIN async_req r ON r.id = l.req_id WHERE r.status = 'dead'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read async_log");
+    run.attempt_logs = rows
+        .iter()
+        .map(|row| AttemptLog {
+            request_id: row.get(0),
+            attempt: row.get(1),
+            outcome: text(row, 2).unwrap_or_default(),
+            error: text(row, 3),
+        })
+        .collect();
+    type CallRow = (
+        String,
+        String,
+        Option<String>,
+        i64,
+        Option<String>,
+        String,
+        Option<String>,
+        Option<i64>,
+        String,
+    );
+    let rows: Vec<CallRow> = sqlx::query_as(
+        "SELECT call_id, strategy, req_key, seq, tx_id, state, receipt, receipt_id, source FROM chaos_mem_calls",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read chaos_mem_calls");
+    run.mem_calls = rows
+        .into_iter()
+        .map(
+            |(call_id, strategy, key, seq, tx_id, state, receipt, receipt_id, source)| MemCall {
+                call_id,
+                strategy,
+                key,
+                seq,
+                tx_id,
+                state,
+                receipt,
+                receipt_id,
+                source,
+            },
+        )
+        .collect();
+    type RunRow = (
+        String,
+        String,
+        String,
+        Option<i64>,
+        String,
+        i32,
+        i64,
+        Option<i64>,
+        String,
+    );
+    let rows: Vec<RunRow> = sqlx::query_as(
+        "SELECT run_id, call_id, strategy, request_id, instance, attempt, started, ended, outcome FROM chaos_mem_runs",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read chaos_mem_runs");
+    run.mem_runs = rows
+        .into_iter()
+        .map(
+            |(run_id, call_id, strategy, request_id, process, attempt, started, ended, outcome)| {
+                MemRun {
+                    run_id,
+                    call_id,
+                    strategy,
+                    request_id,
+                    process,
+                    attempt,
+                    started,
+                    ended,
+                    outcome,
+                }
+            },
+        )
+        .collect();
+    let _ = kind;
+}
+
+/// A text column: MariaDB answers binary-collated text (`utf8mb4_bin`, as the runtime's
+/// tables are) as bytes to the Any driver, whatever it is converted to.
+fn text(row: &sqlx::any::AnyRow, i: usize) -> Option<String> {
+    use sqlx::Row as _;
+    row.try_get::<Option<String>, _>(i).unwrap_or_else(|_| {
+        row.try_get::<Option<Vec<u8>>, _>(i)
+            .ok()
+            .flatten()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    })
+}
+
+/// The calls whose process logged that the retry record of their failed in-memory run
+/// could not be written: the runtime's line says "it is lost" and quotes the failure,
+/// which names the call (`planned failure of call w1.g2-m17`).
+fn lost_memory_calls(text: &str) -> Vec<String> {
+    const NAMED: &str = "planned failure of call ";
+    text.lines()
+        .filter(|l| l.contains("it is lost"))
+        .filter_map(|l| {
+            let at = l.find(NAMED)? + NAMED.len();
+            let id: String = l[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+                .collect();
+            (!id.is_empty()).then_some(id)
+        })
+        .collect()
 }
 
 async fn chaos(kind: Kind) {
@@ -299,6 +446,7 @@ async fn chaos(kind: Kind) {
         done.expect("a fault task panicked");
     }
     cluster.restore_all().await;
+    cluster.stop_memory_calls().await;
 
     // Stop submitting, drain, then show that every instance works.
     cluster::signal(&submitter.child, "TERM").await;
@@ -311,12 +459,12 @@ async fn chaos(kind: Kind) {
         "submitter: {}",
         cluster::read(&submitter.log)
     );
-    let drained = drain(&pool, kind, Duration::from_secs(120)).await;
-    let final_phase_start = now_ms();
     let current = cluster.current().await;
+    let drained = drain(&pool, kind, Duration::from_secs(120), &current).await;
+    let final_phase_start = now_ms();
     cluster.probe_all().await;
     each_ran_since(&pool, &current, final_phase_start, Duration::from_secs(60)).await;
-    let drained = drain(&pool, kind, Duration::from_secs(60)).await && drained;
+    let drained = drain(&pool, kind, Duration::from_secs(60), &current).await && drained;
     cluster.stop_all().await;
     let db_stalls = probe.stop().await;
 
@@ -335,12 +483,11 @@ async fn chaos(kind: Kind) {
         run.processes = log.processes.clone();
         run.panics = log.incidents.clone();
         for path in log.logs.iter().chain([&submitter.log]) {
-            for line in cluster::read(path)
-                .lines()
-                .filter(|l| l.contains("panicked"))
-            {
+            let text = cluster::read(path);
+            for line in text.lines().filter(|l| l.contains("panicked")) {
                 run.panics.push(format!("{}: {line}", path.display()));
             }
+            run.lost_memory_calls.extend(lost_memory_calls(&text));
         }
     }
     pool.close().await;

@@ -3,14 +3,20 @@
 //! and proves the library's promises held:
 //!
 //! 1. nothing committed is lost: every committed request has a successful execution, and
-//!    nothing is left in `async_req`;
+//!    nothing is left in `async_req` (but the three-attempt requests left `dead`);
 //! 2. nothing uncommitted runs: no execution of a rolled-back (or never written) request;
 //! 3. no two executions of one request overlap in time;
 //! 4. at most one request per idempotency key;
 //! 5. every re-execution follows an earlier execution that failed, or that ran on an
 //!    instance killed, stopped, cut off or black-holed around then;
 //! 6. every instance is alive and working at the end, and stopped gracefully when asked;
-//! 7. no call of the (unfaulted) submitter failed.
+//! 7. no call of the (unfaulted) submitter failed;
+//! 8. `max_attempts = 3`: no attempt past it, and every attempt of a request left `dead`
+//!    explained by a planned failure or a fault (`bounded.rs`);
+//! 9. in-memory strategies: rolled back never runs, `Async`/`Thread` at most once and
+//!    (unless their process died) once, `AsyncSave` until success (`memory.rs`);
+//! 10. keyed `SyncSave` in transactions: no body runs again once a call with its key
+//!     committed (`memory.rs`).
 //!
 //! Pure: it takes rows, so that its own tests can feed it broken histories.
 
@@ -30,6 +36,9 @@ pub struct Execution {
     pub ended: Option<i64>,
     /// `ok`, `failed` (on purpose), `cancelled` (its lease was lost) or `running`.
     pub outcome: String,
+    /// A `chaos::work3` run's plan: `3:1,2` (three attempts at most, attempts 1 and 2
+    /// fail on purpose); `None` for `chaos::work`.
+    pub plan: Option<String>,
 }
 
 /// A receipt a caller got, written after its transaction ended.
@@ -111,8 +120,17 @@ pub struct Run {
     pub receipts: Vec<ReceiptRow>,
     pub faults: Vec<Fault>,
     pub processes: Vec<Process>,
-    /// Rows still in `async_req` after the drain: id, status, last error.
-    pub left_in_queue: Vec<(i64, String, Option<String>)>,
+    /// Rows still in `async_req` after the drain.
+    pub left_in_queue: Vec<Left>,
+    /// `async_log` rows of the requests left `dead`.
+    pub attempt_logs: Vec<AttemptLog>,
+    /// The in-memory and keyed `SyncSave` calls, as their callers recorded them.
+    pub mem_calls: Vec<MemCall>,
+    /// Their bodies' runs.
+    pub mem_runs: Vec<MemRun>,
+    /// Calls whose process logged that the retry record of their failure could not be
+    /// written ("it is lost").
+    pub lost_memory_calls: Vec<String>,
     /// When the final phase began (faults over, queue drained).
     pub final_phase_start: i64,
     /// Lines of the processes' logs that report a panic.
@@ -120,6 +138,62 @@ pub struct Run {
     /// Windows (unix ms) in which the database itself did not commit a probe write for
     /// `probe::STALL_MS` or more (see `tests/chaos/probe.rs`).
     pub db_stalls: Vec<(i64, i64)>,
+}
+
+/// A row left in `async_req`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    pub id: i64,
+    pub executor: String,
+    pub status: String,
+    pub exec_count: i32,
+    pub last_error: Option<String>,
+}
+
+/// One `async_log` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptLog {
+    pub request_id: i64,
+    pub attempt: i32,
+    /// `error`, `lease_expired`, ...
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+/// An in-memory (`AsyncSave`, `Async`, `Thread`) or keyed `SyncSave` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemCall {
+    pub call_id: String,
+    pub strategy: String,
+    pub key: Option<String>,
+    /// The calling process's count: the order of its calls.
+    pub seq: i64,
+    /// The transaction (its first call's id); `None` in autocommit.
+    pub tx_id: Option<String>,
+    /// `pending` (its process died before it was settled), `committed`, `rolled_back`,
+    /// `commit_error`, `error` (the call itself failed).
+    pub state: String,
+    /// `in_memory`, `ran`, `deferred`, `existing`, `other`; `None` without a receipt.
+    pub receipt: Option<String>,
+    pub receipt_id: Option<i64>,
+    /// The calling process (`w1.g2`, `submitter`).
+    pub source: String,
+}
+
+/// One run of an in-memory or `SyncSave` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemRun {
+    pub run_id: String,
+    pub call_id: String,
+    pub strategy: String,
+    /// `None` in memory (or inline); the record's id when it runs from a retry record.
+    pub request_id: Option<i64>,
+    pub process: String,
+    pub attempt: i32,
+    pub started: i64,
+    pub ended: Option<i64>,
+    /// `ok`, `failed` (on purpose) or `running`.
+    pub outcome: String,
 }
 
 /// A broken promise, with the rows that show it.
@@ -141,7 +215,11 @@ impl Violations {
 
 impl fmt::Display for Violations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} violation(s):", self.0.len())?;
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &self.0 {
+            *kinds.entry(v.what).or_default() += 1;
+        }
+        writeln!(f, "{} violation(s), by kind {kinds:?}:", self.0.len())?;
         for v in self.0.iter().take(50) {
             writeln!(f, "- {}: {}", v.what, v.rows)?;
         }
@@ -171,6 +249,8 @@ pub struct Summary {
     /// Database stalls the probe saw, and the longest (ms).
     pub db_stalls: usize,
     pub longest_db_stall: i64,
+    pub bounded: bounded::Counts,
+    pub memory: memory::Counts,
 }
 
 impl fmt::Display for Summary {
@@ -201,10 +281,14 @@ impl fmt::Display for Summary {
             "  database stalls (a probe write of 1 s or more, not injected) {}, the longest {} ms",
             self.db_stalls, self.longest_db_stall
         )?;
+        writeln!(f, "  {}", self.bounded)?;
+        writeln!(f, "  {}", self.memory)?;
         write!(
             f,
             "  lost 0, left in queue 0, uncommitted runs 0, overlaps 0, second requests for a key 0, \
-             unexplained re-executions 0, failed calls 0, instances not working at the end 0"
+             unexplained re-executions 0, failed calls 0, instances not working at the end 0, \
+             attempts past max_attempts 0, unexplained dead attempts 0, in-memory calls run \
+             against their strategy 0, keyed SyncSave bodies run again 0"
         )
     }
 }
@@ -304,18 +388,29 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
             flag("a request nobody committed ran", format!("{runs:?}"));
         }
     }
+    // A three-attempt request may end `dead`: the bounded rules explain its attempts.
+    let dead_bounded: HashSet<i64> = run
+        .left_in_queue
+        .iter()
+        .filter(|l| bounded::is_dead_bounded(l))
+        .map(|l| l.id)
+        .collect();
     for id in committed.keys() {
         let ran = by_request
             .get(id)
             .is_some_and(|runs| runs.iter().any(|e| e.outcome == "ok"));
-        if !ran {
+        if !ran && !dead_bounded.contains(id) {
             flag(
                 "a committed request never succeeded (lost)",
                 format!("request {id}: {:?}", by_request.get(id)),
             );
         }
     }
-    for row in &run.left_in_queue {
+    for row in run
+        .left_in_queue
+        .iter()
+        .filter(|l| !bounded::is_dead_bounded(l))
+    {
         flag(
             "a record left in async_req after the drain",
             format!("{row:?}"),
@@ -446,6 +541,8 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     for f in &run.faults {
         *summary.faults.entry(f.kind).or_default() += 1;
     }
+    summary.bounded = bounded::check(run, &by_request, &mut bad);
+    summary.memory = memory::check(run, &processes, &mut bad);
     if bad.is_empty() {
         Ok(summary)
     } else {
@@ -453,6 +550,14 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     }
 }
 
+#[path = "bounded.rs"]
+mod bounded;
+#[path = "memory.rs"]
+mod memory;
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod rules_tests;
 #[cfg(test)]
 #[path = "checker_tests.rs"]
 mod tests;

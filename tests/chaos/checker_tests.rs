@@ -1,7 +1,7 @@
 //! The checker's own tests: a healthy history passes, and each kind of broken one fails.
 use super::*;
 
-fn exec(
+pub(super) fn exec(
     run_id: &str,
     id: i64,
     process: &str,
@@ -18,10 +18,11 @@ fn exec(
         started,
         ended,
         outcome: outcome.into(),
+        plan: None,
     }
 }
 
-fn receipt(id: i64, key: Option<&str>, outcome: &str) -> ReceiptRow {
+pub(super) fn receipt(id: i64, key: Option<&str>, outcome: &str) -> ReceiptRow {
     ReceiptRow {
         request_id: Some(id),
         key: key.map(String::from),
@@ -31,7 +32,7 @@ fn receipt(id: i64, key: Option<&str>, outcome: &str) -> ReceiptRow {
     }
 }
 
-fn process(name: &str, started: i64, exited: i64, killed: bool) -> Process {
+pub(super) fn process(name: &str, started: i64, exited: i64, killed: bool) -> Process {
     Process {
         name: name.into(),
         instance: instance_of(name).into(),
@@ -46,7 +47,7 @@ fn process(name: &str, started: i64, exited: i64, killed: bool) -> Process {
 /// A healthy run: w1 killed at 1,000 while it ran request 1, which ran again on w2
 /// after the lease; request 2 failed once on purpose; request 3 keyed, called twice;
 /// a rolled-back call 4 never ran; both instances ran their probes at the end.
-fn healthy() -> Run {
+pub(super) fn healthy() -> Run {
     let mut keyed = exec("w2.g1-1", 3, "w2.g1", 200, Some(250), "ok");
     keyed.key = Some("k".into());
     Run {
@@ -86,7 +87,7 @@ fn healthy() -> Run {
     }
 }
 
-fn broken(change: impl FnOnce(&mut Run)) -> Violations {
+pub(super) fn broken(change: impl FnOnce(&mut Run)) -> Violations {
     let mut run = healthy();
     change(&mut run);
     check(&run).expect_err("the checker accepted a broken history")
@@ -105,7 +106,15 @@ fn a_healthy_history_passes() {
 fn a_lost_request_fails() {
     let v = broken(|run| run.executions.retain(|e| e.request_id != 2));
     assert!(v.has("a committed request never succeeded (lost)"), "{v}");
-    let v = broken(|run| run.left_in_queue.push((2, "failed".into(), None)));
+    let v = broken(|run| {
+        run.left_in_queue.push(Left {
+            id: 2,
+            executor: "chaos::work".into(),
+            status: "failed".into(),
+            exec_count: 1,
+            last_error: None,
+        })
+    });
     assert!(v.has("a record left in async_req after the drain"), "{v}");
 }
 

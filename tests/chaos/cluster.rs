@@ -31,6 +31,7 @@ pub fn chaos_binary() -> PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let newest = [
         "examples/chaos.rs",
+        "examples/chaos",
         "src",
         "runtime/src",
         "macros/src",
@@ -81,6 +82,7 @@ const WORKER_FLAGS: &[&str] = &[
     "1000",
     "--concurrency",
     "8",
+    "--memory-calls",
 ];
 
 /// A started process and the file its stderr goes to.
@@ -425,6 +427,15 @@ impl Cluster {
         for slot in &self.slots {
             if let Some(w) = &slot.lock().await.worker {
                 signal(&w.child, "USR1").await;
+            }
+        }
+    }
+
+    /// Asks every instance to stop making in-memory calls (SIGUSR2).
+    pub async fn stop_memory_calls(&self) {
+        for slot in &self.slots {
+            if let Some(w) = &slot.lock().await.worker {
+                signal(&w.child, "USR2").await;
             }
         }
     }
