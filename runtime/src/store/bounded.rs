@@ -104,6 +104,7 @@ impl Abandoned {
     }
 
     /// Whether a statement was abandoned lately.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))] // used by PostgreSQL and MySQL only
     fn alerted(&self) -> bool {
         self.now_ms() < self.alert_until_ms.load(Ordering::Acquire)
     }

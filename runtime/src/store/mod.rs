@@ -139,6 +139,7 @@ pub(crate) struct Announce<'a> {
     /// How long the announcement may take, connecting included (PostgreSQL and MySQL
     /// announce on a connection of their own, outside the pool, so that a busy pool
     /// does not make a live instance look gone).
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))] // read by PostgreSQL and MySQL only
     pub(crate) patience: std::time::Duration,
     /// The live instances listed after it: those seen within this long.
     pub(crate) list_within_ms: i64,
@@ -232,6 +233,7 @@ pub(crate) struct Completion {
 }
 
 /// Completions with their positions in the batch they came in.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
 pub(crate) type Positioned<'a> = Vec<(usize, &'a Completion)>;
 
 /// What a write of outcomes did ([`Store::request_complete_many`]).
@@ -248,6 +250,7 @@ pub(crate) struct Wrote {
 
 impl Wrote {
     /// Every one of `n` completions written.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))] // used by SQLite and PostgreSQL only
     pub(crate) fn all(n: usize) -> Wrote {
         Wrote {
             rows: n as u64,
@@ -258,6 +261,7 @@ impl Wrote {
     /// The write of `completions` of which those in `written` (id, owner, attempt) were
     /// written, each once: a repeat of a written one is not. For a write that fell short,
     /// once it has found out which were written.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
     pub(crate) fn of<'a>(
         completions: impl IntoIterator<Item = &'a Completion>,
         mut written: std::collections::HashSet<(RequestId, &'a str, i32)>,
@@ -282,6 +286,7 @@ impl Completion {
 }
 
 /// The owner and attempt that a write of an outcome requires of its record.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Fence<'a> {
     pub(crate) owner: &'a str,
@@ -290,6 +295,7 @@ pub(crate) struct Fence<'a> {
 
 /// Completions grouped by fence (most batches have one: this instance, first attempt),
 /// each group's ids in ascending order, so that one statement can write a group.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
 pub(crate) fn fence_groups<'a>(completions: &[&'a Completion]) -> Vec<(Fence<'a>, Vec<RequestId>)> {
     let mut fenced: Vec<(Fence<'a>, RequestId)> = completions
         .iter()
@@ -322,6 +328,7 @@ pub(crate) enum CompletionResult {
 }
 
 /// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
 pub(crate) type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
 
 impl CompletionResult {

@@ -49,6 +49,7 @@ where
     })
 }
 
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))] // used by PostgreSQL and MySQL only
 pub(crate) fn claimed_from_row<'r, R: Row>(row: &'r R) -> Result<Claimed>
 where
     usize: ColumnIndex<R>,
@@ -75,6 +76,7 @@ where
 
 /// A claimed record from one JSON array of its [`CLAIMED_COLUMNS`], in their order (how
 /// SQLite returns claims: see `store::sqlite::claims::claim_due`).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
 pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
     type Columns = (
         i64,
