@@ -49,7 +49,8 @@ where
     })
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))] // used by PostgreSQL and MySQL only
+// Used by PostgreSQL and MySQL only.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn claimed_from_row<'r, R: Row>(row: &'r R) -> Result<Claimed>
 where
     usize: ColumnIndex<R>,
@@ -76,7 +77,8 @@ where
 
 /// A claimed record from one JSON array of its [`CLAIMED_COLUMNS`], in their order (how
 /// SQLite returns claims: see `store::sqlite::claims::claim_due`).
-#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))] // used by SQLite and MySQL only
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
     type Columns = (
         i64,
