@@ -40,37 +40,6 @@ pub mod __private {
     pub use async_exec_runtime::__private::*;
 }
 
-/// Where each chapter's links point in rustdoc. Every chapter links to the others with
-/// reference links whose labels are the file names (`[Keys][keys.md]`), and defines them
-/// at its end as relative `.md` paths, for GitHub. This block comes first in each
-/// module's documentation, and the first definition of a label wins (CommonMark), so
-/// in rustdoc the same labels are intra-doc links to the chapters' modules.
-macro_rules! guide_links {
-    () => {
-        r"
-[README.md]: crate
-[getting-started.md]: crate::guide::getting_started
-[attribute.md]: crate::guide::attribute
-[transactions.md]: crate::guide::transactions
-[keys.md]: crate::guide::keys
-[settings.md]: crate::guide::settings
-[guarantees.md]: crate::guide::guarantees
-[instances.md]: crate::guide::instances
-[operations.md]: crate::guide::operations
-[testing.md]: crate::guide::testing
-[performance.md]: crate::guide::performance
-[benchmarks.md]: crate::guide::benchmarks
-[internals.md]: crate::guide::internals
-[operations.md#console]: crate::guide::operations#console
-[operations.md#health]: crate::guide::operations#health
-[operations.md#metrics]: crate::guide::operations#metrics
-[operations.md#retention]: crate::guide::operations#retention
-[internals.md#chaos-test]: crate::guide::internals#chaos-test
-[internals.md#indexes-and-what-they-cost]: crate::guide::internals#indexes-and-what-they-cost
-"
-    };
-}
-
 /// The guide: how to use async-exec, chapter by chapter. Each chapter is a Markdown file
 /// under `docs/`, and every Rust example in it is a doctest (`cargo test --doc
 /// --all-features` compiles them all and runs those on SQLite).
@@ -101,9 +70,39 @@ macro_rules! guide_links {
     )
 ))]
 pub mod guide {
+    /// Where each chapter's links point in rustdoc. Every chapter links to the others with
+    /// reference links whose labels are the file names (`[Keys][keys.md]`), and defines them
+    /// at its end as relative `.md` paths, for GitHub. This block comes first in each
+    /// module's documentation, and the first definition of a label wins (CommonMark), so
+    /// in rustdoc the same labels are intra-doc links to the chapters' modules.
+    macro_rules! guide_links {
+        () => {
+            r"
+[README.md]: crate
+[getting-started.md]: crate::guide::getting_started
+[attribute.md]: crate::guide::attribute
+[transactions.md]: crate::guide::transactions
+[keys.md]: crate::guide::keys
+[settings.md]: crate::guide::settings
+[guarantees.md]: crate::guide::guarantees
+[instances.md]: crate::guide::instances
+[operations.md]: crate::guide::operations
+[testing.md]: crate::guide::testing
+[performance.md]: crate::guide::performance
+[benchmarks.md]: crate::guide::benchmarks
+[internals.md]: crate::guide::internals
+[operations.md#console]: crate::guide::operations#console
+[operations.md#health]: crate::guide::operations#health
+[operations.md#metrics]: crate::guide::operations#metrics
+[operations.md#retention]: crate::guide::operations#retention
+[internals.md#chaos-test]: crate::guide::internals#chaos-test
+[internals.md#indexes-and-what-they-cost]: crate::guide::internals#indexes-and-what-they-cost
+"
+        };
+    }
+
     macro_rules! chapter {
-        ($(#[$meta:meta])* $name:ident, $file:literal) => {
-            $(#[$meta])*
+        ($name:ident, $file:literal) => {
             #[doc = guide_links!()]
             #[doc = include_str!(concat!("../docs/", $file))]
             pub mod $name {}

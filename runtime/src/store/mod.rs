@@ -1,4 +1,4 @@
-//! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
+//! Where records live: one store per backend (`sqlite`, `postgres`, `mysql`, each
 //! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
 //! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
 //! for each backend's sqlx type. Which requests a listing or an action means is built
