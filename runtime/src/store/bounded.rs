@@ -104,6 +104,8 @@ impl Abandoned {
     }
 
     /// Whether a statement was abandoned lately.
+    // Used by PostgreSQL and MySQL only.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     fn alerted(&self) -> bool {
         self.now_ms() < self.alert_until_ms.load(Ordering::Acquire)
     }

@@ -1,4 +1,4 @@
-//! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
+//! Where records live: one store per backend (`sqlite`, `postgres`, `mysql`, each
 //! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
 //! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
 //! for each backend's sqlx type. Which requests a listing or an action means is built
@@ -139,6 +139,8 @@ pub(crate) struct Announce<'a> {
     /// How long the announcement may take, connecting included (PostgreSQL and MySQL
     /// announce on a connection of their own, outside the pool, so that a busy pool
     /// does not make a live instance look gone).
+    // Read by PostgreSQL and MySQL only.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) patience: std::time::Duration,
     /// The live instances listed after it: those seen within this long.
     pub(crate) list_within_ms: i64,
@@ -232,6 +234,8 @@ pub(crate) struct Completion {
 }
 
 /// Completions with their positions in the batch they came in.
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) type Positioned<'a> = Vec<(usize, &'a Completion)>;
 
 /// What a write of outcomes did ([`Store::request_complete_many`]).
@@ -248,6 +252,8 @@ pub(crate) struct Wrote {
 
 impl Wrote {
     /// Every one of `n` completions written.
+    // Used by SQLite and PostgreSQL only.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn all(n: usize) -> Wrote {
         Wrote {
             rows: n as u64,
@@ -258,6 +264,8 @@ impl Wrote {
     /// The write of `completions` of which those in `written` (id, owner, attempt) were
     /// written, each once: a repeat of a written one is not. For a write that fell short,
     /// once it has found out which were written.
+    // Used by SQLite and MySQL only.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
     pub(crate) fn of<'a>(
         completions: impl IntoIterator<Item = &'a Completion>,
         mut written: std::collections::HashSet<(RequestId, &'a str, i32)>,
@@ -282,6 +290,8 @@ impl Completion {
 }
 
 /// The owner and attempt that a write of an outcome requires of its record.
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Fence<'a> {
     pub(crate) owner: &'a str,
@@ -290,6 +300,8 @@ pub(crate) struct Fence<'a> {
 
 /// Completions grouped by fence (most batches have one: this instance, first attempt),
 /// each group's ids in ascending order, so that one statement can write a group.
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) fn fence_groups<'a>(completions: &[&'a Completion]) -> Vec<(Fence<'a>, Vec<RequestId>)> {
     let mut fenced: Vec<(Fence<'a>, RequestId)> = completions
         .iter()
@@ -322,6 +334,8 @@ pub(crate) enum CompletionResult {
 }
 
 /// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
 
 impl CompletionResult {

@@ -49,6 +49,8 @@ where
     })
 }
 
+// Used by PostgreSQL and MySQL only.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn claimed_from_row<'r, R: Row>(row: &'r R) -> Result<Claimed>
 where
     usize: ColumnIndex<R>,
@@ -75,6 +77,8 @@ where
 
 /// A claimed record from one JSON array of its [`CLAIMED_COLUMNS`], in their order (how
 /// SQLite returns claims: see `store::sqlite::claims::claim_due`).
+// Used by SQLite and MySQL only.
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
     type Columns = (
         i64,
