@@ -37,59 +37,28 @@ compile_error!(
     "async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`"
 );
 
-mod assemble;
-mod backoff;
-mod builder;
+mod base;
 mod call;
-mod claimer;
-mod clock;
-mod compensator;
-mod completer;
-#[cfg(feature = "console")]
-pub mod console;
-mod context;
-mod control;
-mod data;
-mod dispatcher;
-mod error;
-mod executor;
-mod fault;
-mod gauges;
-mod health;
-mod heartbeat;
-mod identity;
-mod instances;
-mod keys;
-mod listeners;
 mod log;
-mod metrics;
-mod nested;
-mod open_tx;
-mod operator;
-mod outcome;
-mod pulse;
-mod purge;
-pub mod query;
-mod record;
-mod redact;
-mod registry;
-mod requests;
-mod rescuer;
-mod retention;
-mod retrier;
+mod operate;
 mod runtime;
-mod scope;
-mod secret;
-mod settings;
 pub mod store;
-mod strategy;
-mod submit;
-mod supervise;
-mod sweep;
-mod testing;
-mod text;
-mod trace;
-mod tx;
+mod sweeps;
+mod work;
+
+// The modules' paths before the folders (kept while the moves settle).
+use base::{
+    backoff, context, data, error, fault, identity, outcome, record, redact, registry, secret,
+    settings, strategy, supervise, text, trace,
+};
+use call::{keys, open_tx, scope, submit, tx};
+#[cfg(feature = "console")]
+pub use operate::console;
+pub use operate::query;
+use operate::{gauges, health, listeners, metrics, operator, pulse};
+use runtime::{assemble, builder, testing};
+use sweeps::{clock, compensator, heartbeat, instances, purge, rescuer, retention, retrier, sweep};
+use work::{claimer, completer, control, dispatcher, executor};
 
 pub use builder::Builder;
 pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};

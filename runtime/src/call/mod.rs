@@ -1,5 +1,12 @@
 //! The call builder that an `#[async_exec]` function returns.
 
+pub(crate) mod keys;
+pub(crate) mod nested;
+pub(crate) mod open_tx;
+pub(crate) mod scope;
+pub(crate) mod submit;
+pub(crate) mod tx;
+
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;

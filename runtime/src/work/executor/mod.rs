@@ -7,8 +7,6 @@
 //! database's clock, the completer's sending end, the store (for failed in-memory calls),
 //! this instance's name, the [`ExecutorPool`] it runs in, and its [`ExecutorConfig`].
 
-mod pool;
-
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +32,7 @@ use crate::strategy::Strategy;
 use crate::text;
 use crate::trace::{scope_baggage, TraceContext};
 
-pub(crate) use pool::ExecutorPool;
+pub(crate) use super::pool::ExecutorPool;
 
 /// One execution to perform.
 #[derive(Debug)]

@@ -191,14 +191,14 @@ mod json_text {
     pub(super) mod optional {
         use super::*;
 
-        pub(in crate::record) fn serialize<S: Serializer>(
+        pub(in crate::base::record) fn serialize<S: Serializer>(
             text: &Option<String>,
             serializer: S,
         ) -> Result<S::Ok, S::Error> {
             text.as_deref().map(value_of).serialize(serializer)
         }
 
-        pub(in crate::record) fn deserialize<'de, D: Deserializer<'de>>(
+        pub(in crate::base::record) fn deserialize<'de, D: Deserializer<'de>>(
             deserializer: D,
         ) -> Result<Option<String>, D::Error> {
             Option::<Value>::deserialize(deserializer).map(|value| value.map(text_of))

@@ -1,5 +1,9 @@
 //! The runtime: its shared state, start-up, global installation and shutdown.
 
+pub(crate) mod assemble;
+pub(crate) mod builder;
+pub(crate) mod testing;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
