@@ -46,62 +46,52 @@ pub mod store;
 mod sweeps;
 mod work;
 
-// The modules' paths before the folders (kept while the moves settle).
-use base::{
-    backoff, context, data, error, fault, identity, outcome, record, redact, registry, secret,
-    settings, strategy, supervise, text, trace,
-};
-use call::{keys, open_tx, scope, submit, tx};
 #[cfg(feature = "console")]
 pub use operate::console;
 pub use operate::query;
-use operate::{gauges, health, listeners, metrics, operator, pulse};
-use runtime::{assemble, builder, testing};
-use sweeps::{clock, compensator, heartbeat, instances, purge, rescuer, retention, retrier, sweep};
-use work::{claimer, completer, control, dispatcher, executor};
 
-pub use builder::Builder;
-pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
-pub use compensator::{CompensateReport, Compensator};
-pub use completer::CompleteReport;
-pub use context::Context;
-pub use data::Data;
+pub use base::context::Context;
+pub use base::data::Data;
 #[doc(hidden)]
-pub use data::DataNeed;
-pub use error::{Error, Result};
-pub use health::{
+pub use base::data::DataNeed;
+pub use base::error::{Error, Result};
+pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use base::record::{AttemptLog, Request, RequestId, Status};
+/// What the macro generates and the registry holds; not for users.
+#[doc(hidden)]
+pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
+pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
+pub use base::settings::{Settings, SqliteSynchronous, TestMode};
+pub use base::strategy::Strategy;
+pub use base::trace::{baggage, with_baggage};
+pub use call::keys::KeyInfo;
+pub use call::submit::DrainReport;
+pub use call::tx::Tx;
+pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
+pub use log::LOG_TARGET;
+pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
     HEALTH_PROBE_TIMEOUT,
 };
-pub use heartbeat::{Heartbeat, HeartbeatReport};
-pub use instances::{ExecutorSign, InstanceInfo};
-pub use keys::KeyInfo;
-pub use listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
-pub use log::LOG_TARGET;
-pub use operator::ExecutorInfo;
-pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
-pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
-pub use query::{
+pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
+pub use operate::operator::ExecutorInfo;
+pub use operate::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, RequestQuery,
 };
-pub use record::{AttemptLog, Request, RequestId, Status};
-/// What the macro generates and the registry holds; not for users.
-#[doc(hidden)]
-pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
-pub use rescuer::{RescueReport, Rescuer};
-pub use retention::{Retention, RetentionReport};
-pub use retrier::{Retrier, RetryReport};
+pub use runtime::builder::Builder;
+pub use runtime::testing::RunDueReport;
 pub use runtime::{global, Runtime, ShutdownReport};
-pub use secret::{mask_sealed, SECRET_KEY_BYTES};
-pub use settings::{Settings, SqliteSynchronous, TestMode};
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
-pub use strategy::Strategy;
-pub use submit::DrainReport;
-pub use testing::RunDueReport;
-pub use trace::{baggage, with_baggage};
-pub use tx::Tx;
+pub use sweeps::compensator::{CompensateReport, Compensator};
+pub use sweeps::heartbeat::{Heartbeat, HeartbeatReport};
+pub use sweeps::instances::{ExecutorSign, InstanceInfo};
+pub use sweeps::purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
+pub use sweeps::rescuer::{RescueReport, Rescuer};
+pub use sweeps::retention::{Retention, RetentionReport};
+pub use sweeps::retrier::{Retrier, RetryReport};
+pub use work::completer::CompleteReport;
 
 /// Backend types, re-exported from sqlx.
 #[cfg(feature = "mysql")]
@@ -113,9 +103,9 @@ pub use sqlx::Sqlite;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::data::DataNeed;
-    pub use crate::outcome::{Failure, IntoOutcome};
-    pub use crate::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use crate::base::data::DataNeed;
+    pub use crate::base::outcome::{Failure, IntoOutcome};
+    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
     pub use inventory;
     pub use serde;
 }

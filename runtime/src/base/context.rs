@@ -1,6 +1,6 @@
 //! `Context`: what an executor body may know about the execution it is part of.
 
-use crate::record::RequestId;
+use crate::base::record::RequestId;
 
 /// Facts about the current execution, injected into a body that declares a `Context`
 /// parameter. Use [`Context::request_id`] to make side effects idempotent: a request may

@@ -6,8 +6,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::error::Error;
-use crate::registry::ExecutorDef;
+use crate::base::error::Error;
+use crate::base::registry::ExecutorDef;
 
 /// A shared value injected into an executor body at execution time.
 ///
@@ -172,15 +172,15 @@ impl DataMap {
 /// memory (`SyncSave`, `AsyncSave`, `Async`, `Thread`), not `SaveAsync`, whose requests
 /// wait for a worker instance.
 pub(crate) fn runs_here(def: &ExecutorDef, workers: bool) -> bool {
-    workers || def.strategy != crate::strategy::Strategy::SaveAsync
+    workers || def.strategy != crate::base::strategy::Strategy::SaveAsync
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Failure;
-    use crate::registry::{BoxFuture, Invocation};
-    use crate::strategy::Strategy;
+    use crate::base::outcome::Failure;
+    use crate::base::registry::{BoxFuture, Invocation};
+    use crate::base::strategy::Strategy;
 
     struct Mailer;
     struct Clock;

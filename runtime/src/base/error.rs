@@ -210,7 +210,7 @@ pub enum Error {
     /// A status name that is none of the statuses.
     #[error(
         "unknown status `{0}`: expected one of {words} (lowercase)",
-        words = crate::record::status_words()
+        words = crate::base::record::status_words()
     )]
     UnknownStatus(String),
 

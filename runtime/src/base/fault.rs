@@ -5,7 +5,7 @@
 //! would hit every write alike (the server down, read-only after a fail-over, a full disk)
 //! must be transient, or one outage would turn every outcome of a batch `dead`.
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// Whether `error` is worth trying again with the same statement and data.
 pub(crate) fn is_transient(error: &Error) -> bool {

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::context::Context;
-use crate::data::{Data, DataMap};
-use crate::error::Error;
-use crate::outcome::{Failure, FailureKind};
-use crate::strategy::Strategy;
+use crate::base::context::Context;
+use crate::base::data::{Data, DataMap};
+use crate::base::error::Error;
+use crate::base::outcome::{Failure, FailureKind};
+use crate::base::strategy::Strategy;
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -40,7 +40,7 @@ pub struct ExecutorDef {
     /// The attribute's `timeout`, in milliseconds, if given.
     pub timeout_ms: Option<u64>,
     /// The `Data<T>` parameters of the body, checked at start.
-    pub data: &'static [crate::data::DataNeed],
+    pub data: &'static [crate::base::data::DataNeed],
     /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
     pub secrets: &'static [&'static str],
     /// Decodes the arguments and runs the body.

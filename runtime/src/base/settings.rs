@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// How calls run in an application's own test suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +142,7 @@ pub struct Settings {
     /// the database's clock, so this changes nothing it promises; tests prove that.
     pub simulated_clock_offset_ms: i64,
     /// The keys that seal and open `#[secret]` arguments (ids only in `Debug`).
-    pub(crate) secrets: crate::secret::Keyring,
+    pub(crate) secrets: crate::base::secret::Keyring,
 }
 
 impl Default for Settings {
@@ -182,7 +182,7 @@ impl Default for Settings {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
-            secrets: crate::secret::Keyring::default(),
+            secrets: crate::base::secret::Keyring::default(),
         }
     }
 }
@@ -195,7 +195,10 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("enabled", &self.enabled)
             .field("application_name", &self.application_name)
-            .field("database_url", &crate::redact::url(&self.database_url))
+            .field(
+                "database_url",
+                &crate::base::redact::url(&self.database_url),
+            )
             .field("max_connections", &self.max_connections)
             .field("run_workers", &self.run_workers)
             .field("concurrency", &self.concurrency)

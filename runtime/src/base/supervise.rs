@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::Mutex;
 
-use crate::metrics::Sweep;
+use crate::operate::metrics::Sweep;
 
 /// Runs `run` on `state` until it returns; when it panics, logs the panic and runs it
 /// again on the same state. The state (a part's channel receiver, say) outlives the
@@ -49,7 +49,7 @@ where
             Ok(()) => return,
             Err(panic) => {
                 if let Some(sweep) = sweep {
-                    crate::metrics::sweep_failed(sweep);
+                    crate::operate::metrics::sweep_failed(sweep);
                 }
                 restarts = restarts.saturating_add(1);
                 let pause = restart_pause(restarts);
@@ -113,7 +113,7 @@ mod tests {
     /// The heartbeat's panic is a failed round of it; another part's is no sweep's.
     #[test]
     fn a_sweep_part_that_panics_is_counted_as_a_failed_round() {
-        let counting = crate::metrics::counting::Counting::default();
+        let counting = crate::operate::metrics::counting::Counting::default();
         metrics::with_local_recorder(&counting, || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()

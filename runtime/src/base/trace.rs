@@ -10,7 +10,7 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::text;
+use crate::base::text;
 
 /// The most bytes of one baggage key or value stored in `trace_json`; the JSON as a whole
 /// is held to [`text::MAX_STORED_TEXT`] by leaving out the last fields.

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::record::{Request, RequestId};
+use crate::base::error::Result;
+use crate::base::record::{Request, RequestId};
 use crate::runtime::Runtime;
 
 /// What an idempotency key names, from [`Runtime::find_by_key`].

@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::record::RequestId;
-use crate::registry::{BoxFuture, ExecutorDef};
+use crate::base::error::{Error, Result};
+use crate::base::record::RequestId;
+use crate::base::registry::{BoxFuture, ExecutorDef};
+use crate::base::settings::MAX_DURATION;
+use crate::base::trace::TraceContext;
+use crate::call::tx::Tx;
 use crate::runtime::{global, Runtime};
-use crate::settings::MAX_DURATION;
 use crate::store::Backend;
-use crate::trace::TraceContext;
-use crate::tx::Tx;
 
 /// A call of an `#[async_exec]` function, not yet submitted. Set options, then `.await` it
 /// to submit; the result says what happened ([`Receipt`]).
@@ -58,7 +58,7 @@ struct ParamsForDebug<'a>(&'static ExecutorDef, std::result::Result<&'a str, Str
 impl std::fmt::Debug for ParamsForDebug<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.1 {
-            Ok(params) => f.write_str(&crate::secret::for_debug(self.0, params)),
+            Ok(params) => f.write_str(&crate::base::secret::for_debug(self.0, params)),
             Err(error) => write!(f, "(not serializable: {error})"),
         }
     }
@@ -248,7 +248,7 @@ impl IntoFuture for Call {
 /// Where a call awaited without `.within(&mut tx)` goes.
 enum Route {
     /// Into the [`Runtime::transaction`](crate::Runtime::transaction) scope of this task.
-    Scope(std::sync::Arc<crate::scope::Scope>),
+    Scope(std::sync::Arc<crate::call::scope::Scope>),
     /// On its own (autocommit).
     Alone(Runtime),
 }
@@ -259,7 +259,7 @@ impl Route {
     /// unless it is independent; outside a scope, one made from a task that holds an open
     /// `Tx` of its runtime is refused unless it is independent.
     fn of(runtime: Option<Runtime>, independent: bool, executor: &'static str) -> Result<Route> {
-        let scope = crate::scope::current();
+        let scope = crate::call::scope::current();
         let runtime = runtime
             .or_else(|| scope.as_ref().map(|s| s.runtime()))
             .or_else(global)
@@ -463,7 +463,7 @@ impl<'t, DB: Backend> IntoFuture for BatchIn<'t, DB> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::tests_support::def_with_secrets;
+    use crate::base::registry::tests_support::def_with_secrets;
 
     static CHARGE: ExecutorDef = def_with_secrets("billing::charge", &["card"]);
 

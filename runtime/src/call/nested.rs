@@ -1,12 +1,12 @@
 //! A transaction that commits on its own, also inside another:
 //! [`Runtime::transaction_requires_new`] (Spring's `REQUIRES_NEW`).
 
+use crate::base::error::Error;
+use crate::base::registry::BoxFuture;
+use crate::call::tx::Tx;
 use crate::call::Receipt;
-use crate::error::Error;
-use crate::registry::BoxFuture;
 use crate::runtime::Runtime;
 use crate::store::Backend;
-use crate::tx::Tx;
 
 impl Runtime {
     /// Runs `body` in a transaction of its own, like [`transaction`](Runtime::transaction),
@@ -71,9 +71,9 @@ impl Runtime {
         E: From<Error>,
     {
         if DB::NAME == "SQLite" {
-            let scope = crate::scope::current().filter(|scope| scope.is_of(self));
+            let scope = crate::call::scope::current().filter(|scope| scope.is_of(self));
             if let Some(scope) = &scope {
-                scope.mark_rollback_only(crate::scope::NESTED);
+                scope.mark_rollback_only(crate::call::scope::NESTED);
             }
             if scope.is_some() || self.inner.open_txs.held_here() {
                 return Err(Error::IndependentOnSqlite.into());

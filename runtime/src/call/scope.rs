@@ -12,14 +12,14 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::base::error::{Error, Result};
+use crate::base::record::{Inserted, NewRequest};
+use crate::base::registry::BoxFuture;
+use crate::base::strategy::Strategy;
+use crate::call::tx::Tx;
 use crate::call::{Outcome, Receipt, Submission};
-use crate::error::{Error, Result};
-use crate::record::{Inserted, NewRequest};
-use crate::registry::BoxFuture;
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
-use crate::strategy::Strategy;
-use crate::tx::Tx;
 
 /// Why a scope in which a nested transaction was refused is rollback-only.
 pub(crate) const NESTED: &str =
@@ -208,7 +208,7 @@ impl Scope {
     async fn flush<DB: Backend>(&self, tx: &mut Tx<DB>) -> Result<Vec<Receipt>> {
         let entries = std::mem::take(&mut self.lock().entries);
         let writes = entries.iter().any(|entry| match entry {
-            Entry::Call(call) => crate::submit::writes(call),
+            Entry::Call(call) => crate::call::submit::writes(call),
             Entry::Ran { write, .. } => write.is_some(),
         });
         if writes {

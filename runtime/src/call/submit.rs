@@ -3,17 +3,17 @@
 
 use std::sync::Arc;
 
+use crate::base::error::Result;
+use crate::base::record::{Inserted, NewRequest, RequestId};
+use crate::base::settings::TestMode;
+use crate::base::strategy::Strategy;
+use crate::call::tx::Tx;
 use crate::call::{Outcome, Receipt, Submission};
-use crate::dispatcher::{stored_job, uses_channel};
-use crate::error::Result;
-use crate::executor::{log_if_dead, Job};
-use crate::record::{Inserted, NewRequest, RequestId};
+use crate::runtime::testing::STORED_TIMER_HORIZON;
 use crate::runtime::{Inner, Runtime};
-use crate::settings::TestMode;
 use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
-use crate::strategy::Strategy;
-use crate::testing::STORED_TIMER_HORIZON;
-use crate::tx::Tx;
+use crate::work::dispatcher::{stored_job, uses_channel};
+use crate::work::executor::{log_if_dead, Job};
 
 impl Submission {
     pub(crate) fn job(&self) -> Job {
@@ -208,7 +208,7 @@ impl Inner {
         writer: &mut impl Writer,
     ) -> Result<Receipt> {
         self.seal(&mut call)?;
-        crate::metrics::submitted(call.def);
+        crate::operate::metrics::submitted(call.def);
         match call.def.strategy {
             Strategy::SaveAsync => {
                 let request = call.request(self);
@@ -335,7 +335,7 @@ impl Inner {
         let mut receipts: Vec<Option<Receipt>> = vec![None; stored.len() + others.len()];
         if !stored.is_empty() {
             for (_, call) in &stored {
-                crate::metrics::submitted(call.def);
+                crate::operate::metrics::submitted(call.def);
             }
             let requests: Vec<NewRequest> =
                 stored.iter().map(|(_, call)| call.request(self)).collect();
@@ -404,7 +404,7 @@ impl Inner {
     /// A delayed stored record: started by a timer here when its delay ends (counted from
     /// the commit, by this instance's reading of the database's clock), rather than by
     /// the next sweep up to `retry_interval` later. Only for delays within
-    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::testing::STORED_TIMERS_MAX`] timers run;
+    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::runtime::testing::STORED_TIMERS_MAX`] timers run;
     /// the others, and every record in a test mode (`run_due` takes them from the
     /// store), are left to the sweep. The timer hands the record to the channel; its claim
     /// takes it only while it is still waiting (`init`).

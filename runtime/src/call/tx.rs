@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::executor::Job;
-use crate::open_tx::OpenTx;
-use crate::record::RequestId;
+use crate::base::error::{Error, Result};
+use crate::base::record::RequestId;
+use crate::call::open_tx::OpenTx;
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
+use crate::work::executor::Job;
 
 /// A database transaction that carries calls: records written in it become visible, and
 /// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
@@ -185,7 +185,7 @@ impl Runtime {
     /// scope's `tx` down instead, or use
     /// [`transaction_requires_new`](Runtime::transaction_requires_new).
     pub async fn begin<DB: Backend>(&self) -> Result<Tx<DB>> {
-        crate::scope::refuse_nested(self, "rt.begin()")?;
+        crate::call::scope::refuse_nested(self, "rt.begin()")?;
         self.begin_any().await
     }
 

@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex};
 
 use metrics::SharedString;
 
-use crate::clock::Clock;
-use crate::error::Result;
-use crate::metrics::{oldest_waiting, queue_depth, round, Sweep};
-use crate::record::Status;
-use crate::registry::Registry;
+use crate::base::error::Result;
+use crate::base::record::Status;
+use crate::base::registry::Registry;
+use crate::operate::metrics::{oldest_waiting, queue_depth, round, Sweep};
 use crate::store::Store;
+use crate::sweeps::clock::Clock;
 
 /// The statuses a queue gauge is kept for: those of records that may still run.
 const QUEUED: [Status; 3] = [Status::Init, Status::Running, Status::Failed];

@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use crate::record::RequestId;
+use crate::base::record::RequestId;
+use crate::base::supervise::panic_text;
+use crate::base::trace::TraceContext;
 use crate::store::{Completion, CompletionResult};
-use crate::supervise::panic_text;
-use crate::trace::TraceContext;
 
 /// The events waiting for the listeners at most; more are dropped and counted.
 pub const LISTENER_QUEUE: usize = 1024;
@@ -230,7 +230,7 @@ impl Notifier {
             Ok(()) => {}
             Err(TrySendError::Full(event)) => {
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                crate::metrics::listener_dropped();
+                crate::operate::metrics::listener_dropped();
                 crate::log::warn!(id = event.id, kind = ?event.kind, dropped,
                     "outcome listeners are behind ({LISTENER_QUEUE} events queued): event dropped");
             }

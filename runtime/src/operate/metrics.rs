@@ -28,7 +28,7 @@ use std::time::Duration;
 use metrics::{Counter, Histogram, SharedString};
 use rustc_hash::FxHashMap;
 
-use crate::registry::ExecutorDef;
+use crate::base::registry::ExecutorDef;
 
 /// The handles of what is counted per call and per job of one executor, registered with
 /// the recorder once rather than on every job (a labelled key is allocated and hashed
@@ -286,7 +286,7 @@ pub(crate) mod counting {
 mod tests {
     use super::counting::Counting;
     use super::*;
-    use crate::strategy::Strategy;
+    use crate::base::strategy::Strategy;
 
     static COUNTED: ExecutorDef = ExecutorDef {
         name: "metrics_test::counted",

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
+use crate::base::error::Result;
+use crate::operate::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
 use crate::runtime::Runtime;
 use crate::store::ops::minute_of;
 

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::record::{Request, RequestId, Status};
+use crate::base::error::{Error, Result};
+use crate::base::record::{Request, RequestId, Status};
 
 /// Which requests: every field that is set must match (none set: every request of the
 /// application). The same on every backend: text fields match exactly, case and trailing

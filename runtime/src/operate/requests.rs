@@ -2,9 +2,9 @@
 //! that match a [`RequestQuery`], counts, attempts; retry, cancel or delete one; an
 //! action on every request that matches a query (written to the audit trail).
 
-use crate::error::{Error, Result};
-use crate::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
-use crate::record::{AttemptLog, Request, RequestId, Status};
+use crate::base::error::{Error, Result};
+use crate::base::record::{AttemptLog, Request, RequestId, Status};
+use crate::operate::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
 use crate::runtime::Runtime;
 
 /// The longest filter text accepted: longer ones are refused with a message.

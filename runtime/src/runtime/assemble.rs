@@ -42,28 +42,28 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::{Claimer, ClaimerConfig, ClaimerParts};
-use crate::clock::Clock;
-use crate::control::Control;
+use crate::sweeps::clock::Clock;
+use crate::work::claimer::{Claimer, ClaimerConfig, ClaimerParts};
+use crate::work::control::Control;
 
-use crate::compensator::CompensatorConfig;
-use crate::completer::Completer;
-use crate::completer::CompleterTask;
-use crate::data::DataMap;
-use crate::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
-use crate::error::{Error, Result};
-use crate::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
-use crate::instances::SkipList;
-use crate::metrics::Sweep;
-use crate::pulse::Pulses;
-use crate::registry::Registry;
-use crate::rescuer::RescuerConfig;
-use crate::retention::RetentionConfig;
-use crate::retrier::RetrierConfig;
+use crate::base::data::DataMap;
+use crate::base::error::{Error, Result};
+use crate::base::registry::Registry;
+use crate::base::settings::Settings;
+use crate::base::supervise::{supervised, supervised_sweep};
+use crate::operate::metrics::Sweep;
+use crate::operate::pulse::Pulses;
 use crate::runtime::Runtime;
-use crate::settings::Settings;
 use crate::store::Store;
-use crate::supervise::{supervised, supervised_sweep};
+use crate::sweeps::compensator::CompensatorConfig;
+use crate::sweeps::instances::SkipList;
+use crate::sweeps::rescuer::RescuerConfig;
+use crate::sweeps::retention::RetentionConfig;
+use crate::sweeps::retrier::RetrierConfig;
+use crate::work::completer::Completer;
+use crate::work::completer::CompleterTask;
+use crate::work::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
+use crate::work::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
 
 /// The handles the parts share, made once at start.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     pub(crate) handed_back: Arc<AtomicU64>,
     /// The outcome listeners' queue.
-    pub(crate) listeners: Arc<crate::listeners::Notifier>,
+    pub(crate) listeners: Arc<crate::operate::listeners::Notifier>,
 }
 
 /// The parts every runtime has, whether it runs workers or not (a submit-only instance
@@ -125,7 +125,7 @@ impl Core {
                 registry: shared.registry.clone(),
                 owner: shared.owner.clone(),
                 clock: shared.clock.clone(),
-                roster: crate::instances::Roster::new(
+                roster: crate::sweeps::instances::Roster::new(
                     shared.store.clone(),
                     shared.application.clone(),
                     shared.owner.clone(),
@@ -172,7 +172,7 @@ impl Runtime {
         );
         tasks.push(self.watched(
             "clock",
-            Some(crate::clock::SYNC_INTERVAL),
+            Some(crate::sweeps::clock::SYNC_INTERVAL),
             supervised("clock", (), move |_| {
                 let (clock, store, stop) = (clock.clone(), store.clone(), stop.clone());
                 async move { clock.keep_synced(&*store, stop).await }
@@ -228,7 +228,7 @@ impl Runtime {
         let pulse = inner.pulses.part("retrier", Some(s.retry_interval));
         tasks.push(tokio::spawn(Pulses::watch(
             pulse.clone(),
-            crate::sweep::every(
+            crate::sweeps::sweep::every(
                 inner.shutdown.clone(),
                 Sweep::Retrier,
                 s.retry_interval,
@@ -245,7 +245,7 @@ impl Runtime {
             .part("compensator", Some(s.compensate_interval));
         tasks.push(tokio::spawn(Pulses::watch(
             pulse.clone(),
-            crate::sweep::every(
+            crate::sweeps::sweep::every(
                 inner.shutdown.clone(),
                 Sweep::Compensator,
                 s.compensate_interval,
@@ -255,7 +255,7 @@ impl Runtime {
                     async move {
                         // A panic of the rescue counts as the rescuer's; of the rest, the
                         // compensator's.
-                        crate::sweep::caught(Sweep::Rescuer, rescuer.run_once()).await?;
+                        crate::sweeps::sweep::caught(Sweep::Rescuer, rescuer.run_once()).await?;
                         compensator.run_once().await.map(drop)
                     }
                 },
@@ -263,11 +263,11 @@ impl Runtime {
         )));
         if s.retention.is_some() {
             let retention = self.retention();
-            let every = crate::retention::RETENTION_INTERVAL;
+            let every = crate::sweeps::retention::RETENTION_INTERVAL;
             let pulse = inner.pulses.part("retention", Some(every));
             tasks.push(tokio::spawn(Pulses::watch(
                 pulse.clone(),
-                crate::sweep::every(
+                crate::sweeps::sweep::every(
                     inner.shutdown.clone(),
                     Sweep::Retention,
                     every,
@@ -279,7 +279,7 @@ impl Runtime {
                 ),
             )));
         }
-        let sampler = Arc::new(crate::gauges::QueueSampler::new(
+        let sampler = Arc::new(crate::operate::gauges::QueueSampler::new(
             inner.store.clone(),
             inner.app.clone(),
             inner.registry.clone(),
@@ -289,7 +289,7 @@ impl Runtime {
         let pulse = inner.pulses.part("queue sampler", Some(every));
         tasks.push(tokio::spawn(Pulses::watch(
             pulse.clone(),
-            crate::sweep::every(
+            crate::sweeps::sweep::every(
                 inner.shutdown.clone(),
                 Sweep::QueueSampler,
                 every,
@@ -322,7 +322,7 @@ impl Runtime {
         let stop = inner.completer_stop.clone();
         let task = self.watched(
             "control",
-            Some(crate::control::PAUSE_REFRESH),
+            Some(crate::work::control::PAUSE_REFRESH),
             supervised("control", part, move |part| {
                 let stop = stop.clone();
                 async move { part.lock().await.run(stop).await }
@@ -332,9 +332,9 @@ impl Runtime {
     }
 
     /// The control part, built from the shared handles.
-    pub(crate) fn control_part(&self) -> crate::control::ControlPart {
+    pub(crate) fn control_part(&self) -> crate::work::control::ControlPart {
         let inner = &self.inner;
-        crate::control::ControlPart {
+        crate::work::control::ControlPart {
             control: inner.control.clone(),
             store: inner.store.clone(),
             application: inner.app.clone(),
@@ -450,10 +450,10 @@ impl Runtime {
         Ok(())
     }
 
-    pub(crate) fn presence(&self) -> crate::instances::Presence {
+    pub(crate) fn presence(&self) -> crate::sweeps::instances::Presence {
         let inner = &self.inner;
         let settings = &inner.settings;
-        let roster = crate::instances::Roster::new(
+        let roster = crate::sweeps::instances::Roster::new(
             inner.store.clone(),
             inner.app.clone(),
             inner.owner.clone(),
@@ -461,7 +461,7 @@ impl Runtime {
             settings.lease,
             inner.skip.clone(),
         );
-        crate::instances::Presence {
+        crate::sweeps::instances::Presence {
             store: inner.store.clone(),
             application: inner.app.clone(),
             owner: inner.owner.clone(),

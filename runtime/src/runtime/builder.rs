@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::data::DataMap;
-use crate::error::{Error, Result};
-use crate::listeners::{ListenerSet, OutcomeEvent};
+use crate::base::data::DataMap;
+use crate::base::error::{Error, Result};
+use crate::base::settings::{Settings, TestMode};
+use crate::operate::listeners::{ListenerSet, OutcomeEvent};
 use crate::runtime::Runtime;
-use crate::settings::{Settings, TestMode};
 use crate::store::bounded::{statement_bound, Abandoned, Bounded};
 use crate::store::Store;
 
@@ -221,7 +221,11 @@ impl Builder {
     ///     .await?;
     /// # Ok(()) }
     /// ```
-    pub fn secret_key(mut self, id: &str, key: [u8; crate::secret::SECRET_KEY_BYTES]) -> Self {
+    pub fn secret_key(
+        mut self,
+        id: &str,
+        key: [u8; crate::base::secret::SECRET_KEY_BYTES],
+    ) -> Self {
         self.settings.secrets.add(id, key);
         self
     }
@@ -477,7 +481,7 @@ async fn open(settings: &Settings, abandoned: Arc<Abandoned>) -> Result<Arc<dyn 
             ))
         }
         _ => Err(Error::UnsupportedUrl(
-            crate::redact::url(url),
+            crate::base::redact::url(url),
             compiled_schemes(),
         )),
     }

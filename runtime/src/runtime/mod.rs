@@ -11,19 +11,19 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{Core, Shared};
-use crate::claimer::Claimer;
-use crate::clock::Clock;
-use crate::completer::Completer;
-use crate::data::DataMap;
-use crate::dispatcher::Dispatcher;
-use crate::error::{Error, Result};
-use crate::executor::{Executor, ExecutorPool, Job};
-use crate::record::NewRequest;
-use crate::registry::{ExecutorDef, Registry};
-use crate::settings::{Settings, TestMode};
+use crate::base::data::DataMap;
+use crate::base::error::{Error, Result};
+use crate::base::record::NewRequest;
+use crate::base::registry::{ExecutorDef, Registry};
+use crate::base::settings::{Settings, TestMode};
+use crate::base::trace::TraceContext;
+use crate::runtime::assemble::{Core, Shared};
 use crate::store::Store;
-use crate::trace::TraceContext;
+use crate::sweeps::clock::Clock;
+use crate::work::claimer::Claimer;
+use crate::work::completer::Completer;
+use crate::work::dispatcher::Dispatcher;
+use crate::work::executor::{Executor, ExecutorPool, Job};
 
 /// The running async-exec: a store, the channel, the workers and the sweeps.
 ///
@@ -51,13 +51,13 @@ pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     /// The channel's receiving end while no workers run (a submit-only instance), for
     /// `start_workers`.
-    pub(crate) idle_inbox: Mutex<Option<crate::dispatcher::Inbox>>,
+    pub(crate) idle_inbox: Mutex<Option<crate::work::dispatcher::Inbox>>,
     /// Whether this instance runs workers now.
     pub(crate) workers_on: Arc<AtomicBool>,
     /// Records to leave for other instances (a rolling deploy), kept by the presence part.
-    pub(crate) skip: crate::instances::SkipList,
+    pub(crate) skip: crate::sweeps::instances::SkipList,
     /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
-    pub(crate) control: Arc<crate::control::Control>,
+    pub(crate) control: Arc<crate::work::control::Control>,
     /// The database's clock, for every time the runtime writes.
     pub(crate) clock: Arc<Clock>,
     /// Lease renewals, on a connection of their own.
@@ -81,16 +81,16 @@ pub(crate) struct Inner {
     pub(crate) handed_back: Arc<AtomicU64>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The outcome listeners' queue (completer, rescuer).
-    pub(crate) listeners: Arc<crate::listeners::Notifier>,
+    pub(crate) listeners: Arc<crate::operate::listeners::Notifier>,
     /// Each background part's last activity, for `health()`.
-    pub(crate) pulses: crate::pulse::Pulses,
+    pub(crate) pulses: crate::operate::pulse::Pulses,
     /// In-memory jobs held by [`TestMode::Hold`] until [`Runtime::drain`].
     pub(crate) held: Mutex<Vec<Job>>,
     /// In a test mode, delayed in-memory jobs waiting for their delay, for
     /// [`Runtime::run_due`].
-    pub(crate) delayed_jobs: crate::testing::DelayedJobs,
+    pub(crate) delayed_jobs: crate::runtime::testing::DelayedJobs,
     /// The transactions open now, by the task that began them.
-    pub(crate) open_txs: crate::open_tx::OpenTxs,
+    pub(crate) open_txs: crate::call::open_tx::OpenTxs,
 }
 
 impl std::fmt::Debug for Inner {
@@ -152,31 +152,36 @@ impl Runtime {
         settings: Settings,
         data: DataMap,
         store: Option<Arc<dyn Store>>,
-        listeners: crate::listeners::ListenerSet,
+        listeners: crate::operate::listeners::ListenerSet,
     ) -> Result<Runtime> {
         settings.validate()?;
         let registry = Registry::from_inventory()?;
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
-            data.check(registry.defs(), |def| crate::data::runs_here(def, workers))?;
+            data.check(registry.defs(), |def| {
+                crate::base::data::runs_here(def, workers)
+            })?;
             settings.secrets.check(registry.defs())?;
         }
         let store = match store {
             Some(store) => store,
-            None => crate::builder::connect(&settings).await?,
+            None => crate::runtime::builder::connect(&settings).await?,
         };
         if settings.migrate {
             store.migrate().await?;
         }
         let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
-        let listeners =
-            crate::listeners::Notifier::start(listeners, settings.application_name.as_str().into())
-                .map_err(|e| Error::Config {
-                    setting: "on_success",
-                    reason: format!("could not start the outcome listeners' thread: {e}"),
-                })?;
+        let listeners = crate::operate::listeners::Notifier::start(
+            listeners,
+            settings.application_name.as_str().into(),
+        )
+        .map_err(|e| Error::Config {
+            setting: "on_success",
+            reason: format!("could not start the outcome listeners' thread: {e}"),
+        })?;
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
-        let owner: Arc<str> = crate::identity::instance_name(&settings.application_name).into();
+        let owner: Arc<str> =
+            crate::base::identity::instance_name(&settings.application_name).into();
         let shared = Shared {
             store,
             application: settings.application_name.as_str().into(),

@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Error, Result};
-use crate::executor::Job;
+use crate::base::error::{Error, Result};
 use crate::runtime::Runtime;
+use crate::work::executor::Job;
 
 /// A delayed in-memory job: taken by its timer, or by `run_due` if that comes first.
 #[derive(Debug, Clone, Default)]

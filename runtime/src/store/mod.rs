@@ -8,11 +8,11 @@ use std::any::Any;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::record::{
+use crate::base::error::Result;
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::registry::BoxFuture;
+use crate::base::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod alive;
@@ -228,7 +228,7 @@ pub(crate) struct Completion {
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
     /// What the outcome listeners are told of the request (not written).
-    pub(crate) subject: crate::listeners::Subject,
+    pub(crate) subject: crate::operate::listeners::Subject,
 }
 
 /// Completions with their positions in the batch they came in.
@@ -558,7 +558,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn instance_announce(
         &self,
         a: &Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>>;
 
     /// Removes this instance's announcement (shutdown).
     async fn instance_leave(&self, owner: &str) -> Result<()>;
@@ -569,7 +569,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>>;
 
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.

@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
-use crate::record::now_ms as wall_ms;
+use crate::base::error::Result;
+use crate::base::record::now_ms as wall_ms;
 use crate::store::Store;
 
 /// How often the database's clock is read again (monotonic clocks drift by parts per

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::claimer::Claimer;
-use crate::clock::Clock;
-use crate::error::Result;
-use crate::metrics::Sweep;
-use crate::settings::Settings;
+use crate::base::error::Result;
+use crate::base::settings::Settings;
+use crate::operate::metrics::Sweep;
 use crate::store::{DueKind, Store, KEY_SWEEP_BATCH};
+use crate::sweeps::clock::Clock;
+use crate::work::claimer::Claimer;
 
 /// The settings the compensator reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,19 +85,22 @@ impl Compensator {
     /// `{sweep="compensator",result="claimed"}`, and a failed round of either in
     /// `async_exec_sweep_failures_total{sweep}`.
     pub async fn run_once(&self) -> Result<CompensateReport> {
-        let expired =
-            crate::sweep::while_full(KEY_SWEEP_BATCH as u64, self.config.key_budget, || {
+        let expired = crate::sweeps::sweep::while_full(
+            KEY_SWEEP_BATCH as u64,
+            self.config.key_budget,
+            || {
                 self.store
                     .key_expire(&self.application, self.clock.now_ms(), KEY_SWEEP_BATCH)
-            })
-            .await;
-        let keys_expired = crate::metrics::round(Sweep::Keys, expired)?;
-        crate::metrics::swept(Sweep::Keys, "expired", keys_expired);
+            },
+        )
+        .await;
+        let keys_expired = crate::operate::metrics::round(Sweep::Keys, expired)?;
+        crate::operate::metrics::swept(Sweep::Keys, "expired", keys_expired);
         let older_than = self.config.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };
         let claimed = self.claimer.claim_and_start(kind, self.config.batch).await;
-        let started = crate::metrics::round(Sweep::Compensator, claimed)?;
-        crate::metrics::swept(Sweep::Compensator, "claimed", started as u64);
+        let started = crate::operate::metrics::round(Sweep::Compensator, claimed)?;
+        crate::operate::metrics::swept(Sweep::Compensator, "claimed", started as u64);
         Ok(CompensateReport {
             started,
             keys_expired,

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
-use crate::executor::ExecutorPool;
-use crate::metrics::Sweep;
+use crate::base::error::Result;
+use crate::operate::metrics::Sweep;
 use crate::store::LeaseKeeper;
+use crate::work::executor::ExecutorPool;
 
 /// Renews leases. Get one with [`Runtime::heartbeat`](crate::Runtime::heartbeat).
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct Heartbeat {
     pub(crate) keeper: Arc<dyn LeaseKeeper>,
     pub(crate) pool: Arc<ExecutorPool>,
     pub(crate) owner: Arc<str>,
-    pub(crate) clock: Arc<crate::clock::Clock>,
+    pub(crate) clock: Arc<crate::sweeps::clock::Clock>,
     pub(crate) lease: Duration,
     pub(crate) interval: Duration,
 }
@@ -53,7 +53,7 @@ impl Heartbeat {
     /// Counted: `async_exec_leases_total{result}` (`renewed`, `lost`), and a failed round
     /// in `async_exec_sweep_failures_total{sweep="heartbeat"}`.
     pub async fn run_once(&self) -> Result<HeartbeatReport> {
-        crate::metrics::round(Sweep::Heartbeat, self.beat().await)
+        crate::operate::metrics::round(Sweep::Heartbeat, self.beat().await)
     }
 
     /// [`Heartbeat::run_once`], but for counting a failed round.
@@ -85,7 +85,7 @@ impl Heartbeat {
             .renew(&self.owner, &held, lease_ms, patience)
             .await?;
         report.renewed = renewal.renewed.len() as u64;
-        crate::metrics::leases("renewed", report.renewed);
+        crate::operate::metrics::leases("renewed", report.renewed);
         report.lost += self.report_lost(
             self.pool.renewed(&held, &renewal, until),
             "are held by another instance now (or the records are gone): their bodies are \
@@ -95,7 +95,7 @@ impl Heartbeat {
     }
 
     fn report_lost(&self, lost: Vec<i64>, why: &str) -> u64 {
-        crate::metrics::leases("lost", lost.len() as u64);
+        crate::operate::metrics::leases("lost", lost.len() as u64);
         if !lost.is_empty() {
             crate::log::error!(
                 requests = ?lost,
@@ -181,7 +181,7 @@ mod tests {
     /// how long a renewal may wait; the others are renewed.
     #[tokio::test]
     async fn an_ended_lease_does_not_starve_the_renewal_of_the_others() {
-        let clock = Arc::new(crate::clock::Clock::new(0));
+        let clock = Arc::new(crate::sweeps::clock::Clock::new(0));
         let now = clock.now_ms();
         let pool = Arc::new(ExecutorPool::new(4));
         pool.reserve(1, 1, now - 500); // ended while this instance was cut off

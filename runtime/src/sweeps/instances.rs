@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
-use crate::registry::Registry;
+use crate::base::error::Result;
+use crate::base::registry::Registry;
 use crate::store::{Announce, Store};
 
 /// An instance that shares this database, as it announced itself.

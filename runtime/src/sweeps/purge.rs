@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::record::Status;
+use crate::base::error::{Error, Result};
+use crate::base::record::Status;
 use crate::runtime::Runtime;
 use crate::store::{PurgeBatch, Store};
 

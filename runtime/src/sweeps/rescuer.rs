@@ -16,15 +16,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
-use crate::error::Result;
-use crate::listeners::{Notifier, OutcomeKind, Subject};
-use crate::metrics::Sweep;
-use crate::record::{RequestId, Status};
-use crate::registry::Registry;
-use crate::settings::Settings;
+use crate::base::error::Result;
+use crate::base::record::{RequestId, Status};
+use crate::base::registry::Registry;
+use crate::base::settings::Settings;
+use crate::base::trace::TraceContext;
+use crate::operate::listeners::{Notifier, OutcomeKind, Subject};
+use crate::operate::metrics::Sweep;
 use crate::store::{RescueBatch, Store};
-use crate::trace::TraceContext;
+use crate::sweeps::clock::Clock;
 
 /// The settings the rescuer reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl Rescuer {
     /// `dead`), and a failed round in `async_exec_sweep_failures_total{sweep="rescuer"}`.
     pub async fn run_once(&self) -> Result<RescueReport> {
         let synced = self.clock.sync(&*self.store).await;
-        crate::metrics::round(Sweep::Rescuer, synced)?;
+        crate::operate::metrics::round(Sweep::Rescuer, synced)?;
         if self.clock.stepped_within(self.config.pause_after_step) {
             crate::log::warn!(
                 "not rescuing leases: the database's clock stepped less than a lease ago"
@@ -115,7 +115,7 @@ impl Rescuer {
         let all_rounds = std::sync::Mutex::new(crate::store::Rescued::default());
         let batch = u64::try_from(self.config.batch).unwrap_or(0);
         let grace_ms = i64::try_from(self.config.grace.as_millis()).unwrap_or(i64::MAX);
-        let all = crate::sweep::while_full(batch, self.config.budget, || {
+        let all = crate::sweeps::sweep::while_full(batch, self.config.budget, || {
             let round = self.store.request_rescue(RescueBatch {
                 application: &self.application,
                 executors: self.registry.names(),
@@ -137,15 +137,15 @@ impl Rescuer {
         let rescued = all_rounds.into_inner().expect("rescued lock");
         if let Err(error) = all {
             if rescued.retried.is_empty() && rescued.dead.is_empty() {
-                return crate::metrics::round(Sweep::Rescuer, Err(error));
+                return crate::operate::metrics::round(Sweep::Rescuer, Err(error));
             }
             // Earlier rounds of this run rescued records: they are reported (and their
             // listeners told) below; the failure is counted and logged.
-            crate::metrics::sweep_failed(Sweep::Rescuer);
+            crate::operate::metrics::sweep_failed(Sweep::Rescuer);
             crate::log::error!(%error, "a rescue round failed after earlier rounds of this run rescued records");
         }
-        crate::metrics::swept(Sweep::Rescuer, "rescued", rescued.retried.len() as u64);
-        crate::metrics::swept(Sweep::Rescuer, "dead", rescued.dead.len() as u64);
+        crate::operate::metrics::swept(Sweep::Rescuer, "rescued", rescued.retried.len() as u64);
+        crate::operate::metrics::swept(Sweep::Rescuer, "dead", rescued.dead.len() as u64);
         if !rescued.retried.is_empty() {
             crate::log::warn!(retried = ?rescued.retried, "rescued requests whose lease expired; they run again");
         }
@@ -206,10 +206,10 @@ impl Rescuer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{now_ms, Inserted, NewRequest};
-    use crate::registry::ExecutorDef;
+    use crate::base::record::{now_ms, Inserted, NewRequest};
+    use crate::base::registry::ExecutorDef;
+    use crate::base::strategy::Strategy;
     use crate::store::ClaimIds;
-    use crate::strategy::Strategy;
 
     static KNOWN: ExecutorDef = ExecutorDef {
         name: "rescue_test::known",

@@ -4,7 +4,7 @@
 //! Records that may still run (`init`, `running`, `failed`) and their logs are kept,
 //! whatever their age.
 //!
-//! It deletes through the purge path ([`purge_all`](crate::purge::purge_all), the store's
+//! It deletes through the purge path ([`purge_all`](crate::sweeps::purge::purge_all), the store's
 //! `request_purge` and `log_purge_orphans`), in batches that skip rows another
 //! transaction holds: instances may run it at the same time.
 //!
@@ -13,11 +13,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Clock;
-use crate::error::Result;
-use crate::purge::{purge_all, Purge, MAX_PURGE_BATCH};
-use crate::settings::Settings;
+use crate::base::error::Result;
+use crate::base::settings::Settings;
 use crate::store::Store;
+use crate::sweeps::clock::Clock;
+use crate::sweeps::purge::{purge_all, Purge, MAX_PURGE_BATCH};
 
 /// How often the retention sweep runs when `retention` is set.
 pub(crate) const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
@@ -102,8 +102,9 @@ impl Retention {
             return Ok(RetentionReport::default());
         };
         let purged = purge_all(&*self.store, &self.application, self.clock.now_ms(), purge).await;
-        let purged = crate::metrics::round(crate::metrics::Sweep::Retention, purged)?;
-        crate::metrics::retention_pruned(purged.requests, purged.attempt_logs);
+        let purged =
+            crate::operate::metrics::round(crate::operate::metrics::Sweep::Retention, purged)?;
+        crate::operate::metrics::retention_pruned(purged.requests, purged.attempt_logs);
         if purged.requests + purged.attempt_logs > 0 {
             crate::log::info!(
                 application = %self.application,

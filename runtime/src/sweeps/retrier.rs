@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use crate::claimer::Claimer;
-use crate::error::Result;
-use crate::metrics::Sweep;
-use crate::settings::Settings;
+use crate::base::error::Result;
+use crate::base::settings::Settings;
+use crate::operate::metrics::Sweep;
 use crate::store::DueKind;
+use crate::work::claimer::Claimer;
 
 /// The settings the retrier reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,8 @@ impl Retrier {
             .claimer
             .claim_and_start(DueKind::Scheduled, self.config.batch)
             .await;
-        let started = crate::metrics::round(Sweep::Retrier, claimed)?;
-        crate::metrics::swept(Sweep::Retrier, "claimed", started as u64);
+        let started = crate::operate::metrics::round(Sweep::Retrier, claimed)?;
+        crate::operate::metrics::swept(Sweep::Retrier, "claimed", started as u64);
         Ok(RetryReport { started })
     }
 }
@@ -76,12 +76,12 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use crate::assemble::{Core, Shared};
-    use crate::clock::Clock;
-    use crate::record::{now_ms, Inserted, NewRequest, RequestId, Status};
-    use crate::registry::{ExecutorDef, Registry};
+    use crate::base::record::{now_ms, Inserted, NewRequest, RequestId, Status};
+    use crate::base::registry::{ExecutorDef, Registry};
+    use crate::base::strategy::Strategy;
+    use crate::runtime::assemble::{Core, Shared};
     use crate::store::Store;
-    use crate::strategy::Strategy;
+    use crate::sweeps::clock::Clock;
 
     /// The requests whose bodies ran, by any test here (on any backend: ids may repeat).
     static RAN: Mutex<Vec<RequestId>> = Mutex::new(Vec::new());

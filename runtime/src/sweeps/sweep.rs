@@ -9,10 +9,10 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
-use crate::metrics::Sweep;
-use crate::pulse::PartPulse;
-use crate::supervise::panic_text;
+use crate::base::error::Result;
+use crate::base::supervise::panic_text;
+use crate::operate::metrics::Sweep;
+use crate::operate::pulse::PartPulse;
 
 /// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
 /// minute) and each failure is logged; the first success after failures says so. Each
@@ -66,7 +66,7 @@ pub(crate) async fn caught<T>(sweep: Sweep, round: impl Future<Output = Result<T
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| {
-            crate::metrics::sweep_failed(sweep);
+            crate::operate::metrics::sweep_failed(sweep);
             crate::log::error!(sweep = sweep.as_str(), panic = %panic_text(&*panic), "sweep panicked");
             Err(crate::Error::Panicked(sweep.as_str()))
         })
@@ -99,8 +99,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::metrics::counting::Counting;
-    use crate::pulse::Pulses;
+    use crate::operate::metrics::counting::Counting;
+    use crate::operate::pulse::Pulses;
 
     /// A round that panics counts as a failed round of its sweep, as a round that fails
     /// does (`round`, in the sweeps); the loop goes on; a panic caught inside a round under
@@ -134,7 +134,7 @@ mod tests {
                                     caught(Sweep::Rescuer, async { panic!("the rescue fails") })
                                         .await
                                 }
-                                2 => crate::metrics::round(
+                                2 => crate::operate::metrics::round(
                                     Sweep::Retrier,
                                     Err(crate::Error::Panicked("a failure")),
                                 ),

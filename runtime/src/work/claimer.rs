@@ -16,16 +16,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
-use crate::control::Control;
-use crate::error::Result;
-use crate::executor::{Executor, ExecutorPool, Job, RecordRef};
-use crate::instances::{skip_key, Roster};
-use crate::record::{Claimed, ClaimedId, RequestId};
-use crate::registry::{ExecutorDef, Registry};
-use crate::settings::Settings;
+use crate::base::error::Result;
+use crate::base::record::{Claimed, ClaimedId, RequestId};
+use crate::base::registry::{ExecutorDef, Registry};
+use crate::base::settings::Settings;
+use crate::base::trace::TraceContext;
 use crate::store::{ClaimDue, ClaimIds, DueKind, Held, Store};
-use crate::trace::TraceContext;
+use crate::sweeps::clock::Clock;
+use crate::sweeps::instances::{skip_key, Roster};
+use crate::work::control::Control;
+use crate::work::executor::{Executor, ExecutorPool, Job, RecordRef};
 
 /// The settings the claimer reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,11 +16,11 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
-use crate::dispatcher::StoreWaker;
-use crate::query::{MinuteStat, StatDelta};
+use crate::operate::query::{MinuteStat, StatDelta};
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
+use crate::sweeps::clock::Clock;
+use crate::work::dispatcher::StoreWaker;
 
 /// How often every instance re-reads the paused executors.
 pub(crate) const PAUSE_REFRESH: Duration = Duration::from_secs(1);

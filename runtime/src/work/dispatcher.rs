@@ -19,13 +19,13 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::Claimer;
-use crate::completer::Completer;
-use crate::executor::{Job, RecordRef};
-use crate::record::RequestId;
-use crate::settings::Settings;
+use crate::base::record::RequestId;
+use crate::base::settings::Settings;
+use crate::base::strategy::Strategy;
 use crate::store::{DueKind, Store};
-use crate::strategy::Strategy;
+use crate::work::claimer::Claimer;
+use crate::work::completer::Completer;
+use crate::work::executor::{Job, RecordRef};
 
 /// The most messages claimed together.
 const BATCH: usize = 64;

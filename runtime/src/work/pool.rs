@@ -12,7 +12,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::record::RequestId;
+use crate::base::record::RequestId;
 
 /// A running stored job, as the heartbeat and shutdown see it.
 #[derive(Debug)]

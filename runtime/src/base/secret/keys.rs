@@ -4,7 +4,7 @@ use std::fmt;
 
 use base64::Engine as _;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The length of a secret key: 32 bytes (256 bits).
 pub const SECRET_KEY_BYTES: usize = 32;

@@ -29,7 +29,7 @@ pub fn mask_sealed(param_json: &str) -> String {
 /// `def`'s arguments `params` for `Debug` output: its `#[secret]` parameters shown as
 /// `"•••"` whether they are sealed yet or not (a `Call` holds them in plaintext until it
 /// is submitted), sealed values masked.
-pub(crate) fn for_debug(def: &crate::registry::ExecutorDef, params: &str) -> String {
+pub(crate) fn for_debug(def: &crate::base::registry::ExecutorDef, params: &str) -> String {
     if def.secrets.is_empty() {
         return mask_sealed(params);
     }

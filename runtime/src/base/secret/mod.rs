@@ -21,8 +21,8 @@ use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::registry::ExecutorDef;
+use crate::base::error::{Error, Result};
+use crate::base::registry::ExecutorDef;
 
 /// The key of a sealed value's object.
 pub(crate) const SEALED: &str = "$sealed";
@@ -202,7 +202,7 @@ fn missing_key(def: &ExecutorDef) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::tests_support::def_with_secrets;
+    use crate::base::registry::tests_support::def_with_secrets;
 
     static CHARGE: ExecutorDef = def_with_secrets("billing::charge", &["card"]);
     static OTHER: ExecutorDef = def_with_secrets("billing::refund", &["card"]);

@@ -20,7 +20,7 @@ use super::pages::{action_label, error_page, hidden_filter, page, urlencode};
 use super::reads::{scoped_query, Refused};
 use super::views::{count_of, csrf_field, layout, notice};
 use super::State;
-use crate::query::Action;
+use crate::operate::query::Action;
 
 /// The login form's fields.
 #[derive(Debug, Deserialize)]
@@ -151,7 +151,7 @@ pub(crate) async fn check_login(
         });
     };
     // Names are logged escaped (Debug) and cut short: no forged log lines.
-    let shown = crate::text::capped(user, 64);
+    let shown = crate::base::text::capped(user, 64);
     let outcome = match role {
         Some(role) => {
             state.limiter.succeeded(&address, user);

@@ -22,8 +22,8 @@ use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
 use super::reads::{scoped_query, Attempt};
 use super::State;
-use crate::query::{Action, AuditEntry, Cursor};
-use crate::record::Request;
+use crate::base::record::Request;
+use crate::operate::query::{Action, AuditEntry, Cursor};
 
 pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()
@@ -304,7 +304,7 @@ fn count_params(query: Option<&str>) -> Result<(Action, FilterForm), String> {
         } else {
             return Err(format!(
                 "unknown field `{}`: the filter's fields are {}, with `action`",
-                crate::text::capped(&name, 100),
+                crate::base::text::capped(&name, 100),
                 super::filter::FIELDS.join(", ")
             ));
         }

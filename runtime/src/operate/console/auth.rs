@@ -21,7 +21,7 @@ use subtle::ConstantTimeEq;
 
 use super::config::{ConsoleConfig, Role};
 use super::State;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "async_exec_console";

@@ -15,7 +15,7 @@ use super::auth::PageWho;
 use super::pages::{error_page, page, urlencode, NoticeParams};
 use super::views::{can_act, csrf_field, layout, notice, span, time_el};
 use super::State;
-use crate::record::Status;
+use crate::base::record::Status;
 
 /// Attempts read for an executor's duration percentiles.
 const DURATION_SAMPLE: i64 = 1000;

@@ -63,7 +63,7 @@ pub(crate) async fn check_host(
             .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string())
             .or_else(|| request.uri().authority().map(|a| a.to_string()));
         if let Some(host) = host.filter(|h| !host_allowed(&state, h)) {
-            crate::log::warn!(host = ?crate::text::capped(&host, 100), "console: refused a request for another host");
+            crate::log::warn!(host = ?crate::base::text::capped(&host, 100), "console: refused a request for another host");
             return (
                 StatusCode::MISDIRECTED_REQUEST,
                 [(header::CACHE_CONTROL, "no-store")],

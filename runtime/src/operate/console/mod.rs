@@ -52,7 +52,7 @@ pub use config::{
     TOKENS_VAR, USERS_VAR,
 };
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::runtime::Runtime;
 
 /// What every handler shares.

@@ -15,8 +15,8 @@ use super::charts;
 use super::filter::{FilterForm, PageForm};
 use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el, visible};
 use super::State;
-use crate::query::{Action, Order};
-use crate::record::Status;
+use crate::base::record::Status;
+use crate::operate::query::{Action, Order};
 use crate::store::ops::minute_of;
 
 pub(crate) use super::actions::{action, login, login_form, logout, pause, resume};
@@ -82,7 +82,7 @@ pub(crate) async fn overview(
 
 async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
     let o = super::overview::overview(state).await?;
-    let now = crate::record::now_ms();
+    let now = crate::base::record::now_ms();
     let now_minute = minute_of(now);
     let hour = charts::bucketed(&o.finished_per_minute, now_minute, 60_000, 60);
     let quarter_hours = charts::bucketed(&o.finished_per_minute, now_minute, 15 * 60_000, 96);
@@ -256,7 +256,7 @@ pub(crate) async fn requests(
                         td.num { (r.exec_count) "/" (r.max_attempts) }
                         td.key title=(visible(r.idempotency_key.as_deref().unwrap_or(""))) { (visible(r.idempotency_key.as_deref().unwrap_or(""))) }
                         td { (time_el(r.create_time)) }
-                        td.error-text { (visible(&r.last_error.as_deref().map(|e| crate::text::capped(e, 160)).unwrap_or_default())) }
+                        td.error-text { (visible(&r.last_error.as_deref().map(|e| crate::base::text::capped(e, 160)).unwrap_or_default())) }
                     }
                 }
             }

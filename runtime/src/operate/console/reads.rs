@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use super::filter::{FilterForm, PageForm};
 use super::State;
-use crate::query::{Cursor, PageSpec};
-use crate::record::{AttemptLog, Request, RequestId};
+use crate::base::record::{AttemptLog, Request, RequestId};
+use crate::operate::query::{Cursor, PageSpec};
 
 /// Why a read gave nothing to show: the status to answer with and what to say.
 #[derive(Debug)]
@@ -67,7 +67,7 @@ pub(crate) fn scoped_query(
                 message: format!(
                     "this console serves the application `{own}`{others}, not `{}`: \
                      name it in ConsoleConfig::applications to serve it here",
-                    crate::text::capped(application, 100),
+                    crate::base::text::capped(application, 100),
                     others = if state.config.applications.is_empty() {
                         String::new()
                     } else {

@@ -3,9 +3,9 @@
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::DB_NOW;
-use crate::error::Result;
-use crate::instances::{parse_executors, InstanceInfo};
+use crate::base::error::Result;
 use crate::store::Announce;
+use crate::sweeps::instances::{parse_executors, InstanceInfo};
 
 pub(super) async fn announce(conn: &mut SqliteConnection, a: &Announce<'_>) -> Result<()> {
     sqlx::query(&format!(

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, Result};
-use crate::fault::is_transient;
-use crate::record::AttemptLog;
+use crate::base::error::{Error, Result};
+use crate::base::fault::is_transient;
+use crate::base::record::AttemptLog;
+use crate::base::text;
 use crate::store::{Completion, CompletionResult, Store, Wrote};
-use crate::text;
 
 /// Where outcomes are written: the store, or a fake in tests.
 #[async_trait]
@@ -105,17 +105,17 @@ where
                     written.rows += 1;
                     written.isolated += 1;
                     written.replaced.push((position, *dead));
-                    crate::metrics::outcome_write_failed("poisoned", 1);
+                    crate::operate::metrics::outcome_write_failed("poisoned", 1);
                 }
                 Instead::FencedOff => {
                     written.isolated += 1;
                     written.unwritten.push(position);
-                    crate::metrics::outcome_write_failed("poisoned", 1);
+                    crate::operate::metrics::outcome_write_failed("poisoned", 1);
                 }
                 Instead::Refused => {
                     written.unwritable += 1;
                     written.unwritten.push(position);
-                    crate::metrics::outcome_write_failed("unwritable", 1);
+                    crate::operate::metrics::outcome_write_failed("unwritable", 1);
                 }
             }
             continue;
@@ -150,7 +150,7 @@ where
     loop {
         match sink.write(part).await {
             Err(error) if is_transient(&error) => {
-                crate::metrics::outcome_write_failed("transient", 1);
+                crate::operate::metrics::outcome_write_failed("transient", 1);
                 crate::log::warn!(%error, completions = part.len(), retry_in = ?delay,
                     "could not write outcomes (a transient failure); retrying");
                 tokio::time::sleep(delay).await;
@@ -236,7 +236,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::record::RequestId;
+    use crate::base::record::RequestId;
 
     /// A sink that refuses any batch holding a refused id (unless it is written `dead`),
     /// fails the first `transient` writes with a reset connection, leaves the fenced ids
@@ -296,7 +296,7 @@ mod tests {
             owner: Arc::from("test@1"),
             executor: "test",
             result,
-            finished: crate::record::now_ms(),
+            finished: crate::base::record::now_ms(),
             log: None,
             subject: Default::default(),
         }

@@ -18,11 +18,11 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::executor::ExecutorPool;
-use crate::fault::is_transient;
-use crate::listeners::Notifier;
-use crate::record::RequestId;
+use crate::base::fault::is_transient;
+use crate::base::record::RequestId;
+use crate::operate::listeners::Notifier;
 use crate::store::{Completion, Store};
+use crate::work::executor::ExecutorPool;
 
 use isolate::{write_isolating, Backoff, Written};
 use pending::{Pending, Stamp};

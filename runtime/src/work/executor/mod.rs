@@ -16,21 +16,21 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backoff::retry_delay;
-use crate::clock::Clock;
-use crate::completer::Completer;
-use crate::context::Context;
-use crate::control::Control;
-use crate::data::DataMap;
-use crate::listeners::Subject;
-use crate::outcome::{Failure, FailureKind};
-use crate::record::{AttemptLog, NewRequest, RequestId, Status};
-use crate::registry::{ExecutorDef, Invocation};
-use crate::settings::Settings;
+use crate::base::backoff::retry_delay;
+use crate::base::context::Context;
+use crate::base::data::DataMap;
+use crate::base::outcome::{Failure, FailureKind};
+use crate::base::record::{AttemptLog, NewRequest, RequestId, Status};
+use crate::base::registry::{ExecutorDef, Invocation};
+use crate::base::settings::Settings;
+use crate::base::strategy::Strategy;
+use crate::base::text;
+use crate::base::trace::{scope_baggage, TraceContext};
+use crate::operate::listeners::Subject;
 use crate::store::{Completion, CompletionResult, Store};
-use crate::strategy::Strategy;
-use crate::text;
-use crate::trace::{scope_baggage, TraceContext};
+use crate::sweeps::clock::Clock;
+use crate::work::completer::Completer;
+use crate::work::control::Control;
 
 pub(crate) use super::pool::ExecutorPool;
 
@@ -125,7 +125,7 @@ pub(crate) struct Executor {
     /// Where finished attempts are counted (`async_stat`).
     control: Arc<Control>,
     /// Opens the sealed (`#[secret]`) arguments before a body decodes them.
-    secrets: crate::secret::Keyring,
+    secrets: crate::base::secret::Keyring,
     config: ExecutorConfig,
 }
 
@@ -149,7 +149,7 @@ pub(crate) struct ExecutorParts {
     pub(crate) application: Arc<str>,
     pub(crate) owner: Arc<str>,
     pub(crate) control: Arc<Control>,
-    pub(crate) secrets: crate::secret::Keyring,
+    pub(crate) secrets: crate::base::secret::Keyring,
 }
 
 impl Executor {
@@ -347,7 +347,7 @@ impl Executor {
         };
         let timeout = self.timeout_of(def);
         let started = self.clock.now_ms();
-        crate::metrics::started(def, job.due.map(|due| started - due));
+        crate::operate::metrics::started(def, job.due.map(|due| started - due));
         let began = std::time::Instant::now();
         let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
         let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
@@ -364,7 +364,7 @@ impl Executor {
             )),
         };
         let finished = self.clock.now_ms();
-        crate::metrics::finished(def, result.is_ok(), began.elapsed());
+        crate::operate::metrics::finished(def, result.is_ok(), began.elapsed());
         span.in_scope(|| match &result {
             Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
             Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
@@ -538,7 +538,7 @@ pub(crate) fn log_if_dead(completion: &Completion, executor: &str) {
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    format!("panicked: {}", crate::supervise::panic_text(panic))
+    format!("panicked: {}", crate::base::supervise::panic_text(panic))
 }
 
 /// What happens to an in-memory job's failure, by strategy.
