@@ -57,6 +57,7 @@ pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome};
 pub use base::record::{AttemptLog, Request, RequestId, Status};
+pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
 #[doc(hidden)]
 pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
@@ -64,10 +65,11 @@ pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
 pub use base::trace::{baggage, with_baggage};
+pub use call::builder::{batch, Batch, BatchIn, Call, CallIn};
 pub use call::keys::KeyInfo;
+pub use call::receipt::{Outcome, Receipt};
 pub use call::submit::DrainReport;
 pub use call::tx::Tx;
-pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
 pub use log::LOG_TARGET;
 pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
@@ -86,7 +88,6 @@ pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
 pub use sweeps::compensator::{CompensateReport, Compensator};
 pub use sweeps::heartbeat::{Heartbeat, HeartbeatReport};
-pub use sweeps::instances::{ExecutorSign, InstanceInfo};
 pub use sweeps::purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
 pub use sweeps::rescuer::{RescueReport, Rescuer};
 pub use sweeps::retention::{Retention, RetentionReport};

@@ -6,9 +6,6 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::base::error::Error;
-use crate::base::registry::ExecutorDef;
-
 /// A shared value injected into an executor body at execution time.
 ///
 /// Parameters of type `Data<T>` are not persisted and not part of the call: the runtime
@@ -135,99 +132,8 @@ impl DataMap {
     }
 
     /// Whether a body that takes `need` gets a value, or was declined on purpose.
-    fn satisfies(&self, need: &DataNeed) -> bool {
+    pub(crate) fn satisfies(&self, need: &DataNeed) -> bool {
         let id = need.type_id();
         self.values.contains_key(&id) || self.declined.contains(&id)
-    }
-
-    /// Checks that every executor among `defs` that `runs` here gets each of its
-    /// `Data<T>`, naming every executor and type that would not.
-    pub(crate) fn check<'d>(
-        &self,
-        defs: impl IntoIterator<Item = &'d ExecutorDef>,
-        runs: impl Fn(&ExecutorDef) -> bool,
-    ) -> Result<(), Error> {
-        let missing: Vec<String> = defs
-            .into_iter()
-            .filter(|def| runs(def))
-            .flat_map(|def| {
-                def.data
-                    .iter()
-                    .filter(|need| !self.satisfies(need))
-                    .map(move |need| format!("`{}` takes `Data<{}>`", def.name, need.type_name()))
-            })
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::MissingData {
-                missing: missing.join(", "),
-            })
-        }
-    }
-}
-
-/// Whether a runtime runs `def`'s bodies in its own process: every executor when it runs
-/// workers (or a test mode); else (submit-only) those whose bodies run at the call or from
-/// memory (`SyncSave`, `AsyncSave`, `Async`, `Thread`), not `SaveAsync`, whose requests
-/// wait for a worker instance.
-pub(crate) fn runs_here(def: &ExecutorDef, workers: bool) -> bool {
-    workers || def.strategy != crate::base::strategy::Strategy::SaveAsync
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::base::outcome::Failure;
-    use crate::base::registry::{BoxFuture, Invocation};
-    use crate::base::strategy::Strategy;
-
-    struct Mailer;
-    struct Clock;
-
-    fn never(_: Invocation) -> BoxFuture<'static, Result<(), Failure>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    static MAIL: ExecutorDef = ExecutorDef {
-        name: "shop::mail",
-        path: "shop::mail",
-        sign: "0000000000000000",
-        signature: "()",
-        remark: "",
-        strategy: Strategy::SaveAsync,
-        max_attempts: None,
-        timeout_ms: None,
-        data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
-        secrets: &[],
-        run: never,
-    };
-
-    #[test]
-    fn every_missing_value_is_named_with_its_executor() {
-        let error = DataMap::default().check([&MAIL], |_| true).unwrap_err();
-        let message = error.to_string();
-        assert!(message.contains("`shop::mail` takes `Data<"), "{message}");
-        assert!(
-            message.contains("data::tests::Mailer>`") && message.contains("data::tests::Clock>`"),
-            "{message}"
-        );
-        assert!(
-            message.contains(".data(value)") && message.contains(".without_data::<T>()"),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn registered_declined_or_not_run_is_fine() {
-        let mut data = DataMap::default();
-        data.insert(Arc::new(Mailer));
-        assert!(
-            data.check([&MAIL], |_| true).is_err(),
-            "Clock is still missing"
-        );
-        data.decline::<Clock>();
-        data.check([&MAIL], |_| true).unwrap();
-        DataMap::default().check([&MAIL], |_| false).unwrap();
     }
 }

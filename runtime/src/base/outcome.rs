@@ -4,6 +4,8 @@
 use std::any::Any;
 use std::fmt;
 
+use crate::base::trace::TraceContext;
+
 /// An error that is not worth a retry: the request goes to `dead` at once.
 ///
 /// Return it from a body (directly, boxed, or inside an `anyhow::Error`):
@@ -163,6 +165,18 @@ fn error_message<E: fmt::Display + 'static>(error: &E) -> String {
         return format!("{error:#}");
     }
     error.to_string()
+}
+
+/// What an outcome's event tells of its request beyond the write: carried with the
+/// outcome (moved from the call or the claim, never read back).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Subject {
+    /// The idempotency key.
+    pub(crate) key: Option<String>,
+    /// The executor's remark.
+    pub(crate) remark: &'static str,
+    /// The caller's span and baggage.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The records: `async_req` (one row per request) and `async_log` (one row per attempt
-//! that failed, and per success when `log_success` is on).
+//! The records: `async_req` (one row per request), `async_log` (one row per attempt
+//! that failed, and per success when `log_success` is on) and `async_instance` (one row
+//! per instance, as it announced itself).
 
 use std::fmt;
 use std::str::FromStr;
@@ -310,4 +311,36 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// An instance that shares this database, as it announced itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InstanceInfo {
+    /// Its name, as in `lease_owner` and `async_log.worker`.
+    pub name: String,
+    /// Its application name.
+    pub application: String,
+    /// Whether it runs workers (a submit-only instance does not).
+    pub workers: bool,
+    /// When it started (unix ms, the database's clock).
+    pub started: i64,
+    /// When it last announced itself (unix ms, the database's clock).
+    pub last_seen: i64,
+    /// The executors it links, with their signatures.
+    pub executors: Vec<ExecutorSign>,
+}
+
+/// An executor's name and the sign of its persisted parameters' signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorSign {
+    /// The executor's stable name.
+    pub name: String,
+    /// The sign (hash) of its persisted parameters' types.
+    pub sign: String,
+}
+
+/// Reads the executors column.
+pub(crate) fn parse_executors(json: &str) -> Vec<ExecutorSign> {
+    serde_json::from_str(json).unwrap_or_default()
 }

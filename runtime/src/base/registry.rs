@@ -203,6 +203,43 @@ impl Registry {
     }
 }
 
+/// The executors' `Data<T>` checked against what the runtime registered (at start).
+impl DataMap {
+    /// Checks that every executor among `defs` that `runs` here gets each of its
+    /// `Data<T>`, naming every executor and type that would not.
+    pub(crate) fn check<'d>(
+        &self,
+        defs: impl IntoIterator<Item = &'d ExecutorDef>,
+        runs: impl Fn(&ExecutorDef) -> bool,
+    ) -> Result<(), Error> {
+        let missing: Vec<String> = defs
+            .into_iter()
+            .filter(|def| runs(def))
+            .flat_map(|def| {
+                def.data
+                    .iter()
+                    .filter(|need| !self.satisfies(need))
+                    .map(move |need| format!("`{}` takes `Data<{}>`", def.name, need.type_name()))
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::MissingData {
+                missing: missing.join(", "),
+            })
+        }
+    }
+}
+
+/// Whether a runtime runs `def`'s bodies in its own process: every executor when it runs
+/// workers (or a test mode); else (submit-only) those whose bodies run at the call or from
+/// memory (`SyncSave`, `AsyncSave`, `Async`, `Thread`), not `SaveAsync`, whose requests
+/// wait for a worker instance.
+pub(crate) fn runs_here(def: &ExecutorDef, workers: bool) -> bool {
+    workers || def.strategy != crate::base::strategy::Strategy::SaveAsync
+}
+
 /// Executor definitions for the crate's unit tests.
 #[cfg(test)]
 pub(crate) mod tests_support {
@@ -277,5 +314,60 @@ mod tests {
         let registry = Registry::from_defs([&FIRST, &OTHER, &FIRST]).unwrap();
         assert_eq!(registry.names(), ["billing::charge", "billing::refund"]);
         assert!(registry.get("billing::refund").is_some());
+    }
+}
+
+#[cfg(test)]
+mod data_tests {
+    use super::*;
+    use crate::base::data::DataNeed;
+
+    struct Mailer;
+    struct Clock;
+
+    fn never(_: Invocation) -> BoxFuture<'static, Result<(), Failure>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    static MAIL: ExecutorDef = ExecutorDef {
+        name: "shop::mail",
+        path: "shop::mail",
+        sign: "0000000000000000",
+        signature: "()",
+        remark: "",
+        strategy: Strategy::SaveAsync,
+        max_attempts: None,
+        timeout_ms: None,
+        data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
+        secrets: &[],
+        run: never,
+    };
+
+    #[test]
+    fn every_missing_value_is_named_with_its_executor() {
+        let error = DataMap::default().check([&MAIL], |_| true).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("`shop::mail` takes `Data<"), "{message}");
+        assert!(
+            message.contains("data_tests::Mailer>`") && message.contains("data_tests::Clock>`"),
+            "{message}"
+        );
+        assert!(
+            message.contains(".data(value)") && message.contains(".without_data::<T>()"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn registered_declined_or_not_run_is_fine() {
+        let mut data = DataMap::default();
+        data.insert(Arc::new(Mailer));
+        assert!(
+            data.check([&MAIL], |_| true).is_err(),
+            "Clock is still missing"
+        );
+        data.decline::<Clock>();
+        data.check([&MAIL], |_| true).unwrap();
+        DataMap::default().check([&MAIL], |_| false).unwrap();
     }
 }

@@ -3,8 +3,8 @@
 
 use crate::base::error::Error;
 use crate::base::registry::BoxFuture;
+use crate::call::receipt::Receipt;
 use crate::call::tx::Tx;
-use crate::call::Receipt;
 use crate::runtime::Runtime;
 use crate::store::Backend;
 

@@ -16,8 +16,8 @@ use crate::base::error::{Error, Result};
 use crate::base::record::{Inserted, NewRequest};
 use crate::base::registry::BoxFuture;
 use crate::base::strategy::Strategy;
+use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
-use crate::call::{Outcome, Receipt, Submission};
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
 
@@ -257,6 +257,20 @@ impl Scope {
 }
 
 impl Runtime {
+    /// Begins a transaction on the runtime's database.
+    ///
+    /// `DB` is the backend's sqlx type (`Tx` alone means `Tx<sqlx::Sqlite>`); asking for
+    /// another backend than the runtime's is an error that says which to use.
+    ///
+    /// Inside [`transaction`](Runtime::transaction) of this runtime (in the scope's task)
+    /// it is refused with [`Error::NestedTransaction`], and the scope rolls back: pass the
+    /// scope's `tx` down instead, or use
+    /// [`transaction_requires_new`](Runtime::transaction_requires_new).
+    pub async fn begin<DB: Backend>(&self) -> Result<Tx<DB>> {
+        refuse_nested(self, "rt.begin()")?;
+        self.begin_any().await
+    }
+
     /// Runs `body` in a transaction in which calls **join the transaction without
     /// `.within(&mut tx)`**, the way Spring's `@Transactional` works: a call awaited in
     /// the body's task is held, written with the others just before the COMMIT (the

@@ -7,9 +7,9 @@ use crate::base::error::Result;
 use crate::base::record::{Inserted, NewRequest, RequestId};
 use crate::base::settings::TestMode;
 use crate::base::strategy::Strategy;
+use crate::call::delayed::STORED_TIMER_HORIZON;
+use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
-use crate::call::{Outcome, Receipt, Submission};
-use crate::runtime::testing::STORED_TIMER_HORIZON;
 use crate::runtime::{Inner, Runtime};
 use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
 use crate::work::dispatcher::{stored_job, uses_channel};
@@ -404,7 +404,7 @@ impl Inner {
     /// A delayed stored record: started by a timer here when its delay ends (counted from
     /// the commit, by this instance's reading of the database's clock), rather than by
     /// the next sweep up to `retry_interval` later. Only for delays within
-    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::runtime::testing::STORED_TIMERS_MAX`] timers run;
+    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::call::delayed::STORED_TIMERS_MAX`] timers run;
     /// the others, and every record in a test mode (`run_due` takes them from the
     /// store), are left to the sweep. The timer hands the record to the channel; its claim
     /// takes it only while it is still waiting (`init`).

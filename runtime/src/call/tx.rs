@@ -175,20 +175,6 @@ impl Inner {
 }
 
 impl Runtime {
-    /// Begins a transaction on the runtime's database.
-    ///
-    /// `DB` is the backend's sqlx type (`Tx` alone means `Tx<sqlx::Sqlite>`); asking for
-    /// another backend than the runtime's is an error that says which to use.
-    ///
-    /// Inside [`transaction`](Runtime::transaction) of this runtime (in the scope's task)
-    /// it is refused with [`Error::NestedTransaction`], and the scope rolls back: pass the
-    /// scope's `tx` down instead, or use
-    /// [`transaction_requires_new`](Runtime::transaction_requires_new).
-    pub async fn begin<DB: Backend>(&self) -> Result<Tx<DB>> {
-        crate::call::scope::refuse_nested(self, "rt.begin()")?;
-        self.begin_any().await
-    }
-
     /// [`begin`](Runtime::begin), also inside a transaction scope.
     pub(crate) async fn begin_any<DB: Backend>(&self) -> Result<Tx<DB>> {
         self.inner.check_open()?;

@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 
+use crate::base::outcome::Subject;
 use crate::base::record::RequestId;
 use crate::base::supervise::panic_text;
-use crate::base::trace::TraceContext;
 use crate::store::{Completion, CompletionResult};
 
 /// The events waiting for the listeners at most; more are dropped and counted.
@@ -114,18 +114,6 @@ impl OutcomeEvent {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
-}
-
-/// What an outcome's event tells of its request beyond the write: carried with the
-/// outcome (moved from the call or the claim, never read back).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Subject {
-    /// The idempotency key.
-    pub(crate) key: Option<String>,
-    /// The executor's remark.
-    pub(crate) remark: &'static str,
-    /// The caller's span and baggage.
-    pub(crate) trace: Option<TraceContext>,
 }
 
 /// A listener: a plain function of the event, called on the listeners' thread.

@@ -1,11 +1,13 @@
 //! Requests from code, the console and the command-line tool: one by id, pages of those
 //! that match a [`RequestQuery`], counts, attempts; retry, cancel or delete one; an
-//! action on every request that matches a query (written to the audit trail).
+//! action on every request that matches a query (written to the audit trail); purges of
+//! finished requests.
 
 use crate::base::error::{Error, Result};
 use crate::base::record::{AttemptLog, Request, RequestId, Status};
 use crate::operate::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
 use crate::runtime::Runtime;
+use crate::sweeps::purge::{purge_all, Purge, PurgeReport};
 
 /// The longest filter text accepted: longer ones are refused with a message.
 const MAX_FILTER_TEXT: usize = 1024;
@@ -249,5 +251,21 @@ impl Runtime {
             create_time: self.inner.now_ms(),
         };
         self.inner.store.ops().audit_add(&entry).await
+    }
+}
+
+impl Runtime {
+    /// Deletes finished records and old attempt logs, `purge.batch` rows per transaction,
+    /// until none is left; see [`Purge`]. The age is measured with the database's clock.
+    pub async fn purge(&self, purge: Purge) -> Result<PurgeReport> {
+        let inner = &self.inner;
+        let report = purge_all(&*inner.store, &inner.app, inner.now_ms(), purge).await?;
+        crate::log::info!(
+            application = %inner.app,
+            requests = report.requests,
+            attempt_logs = report.attempt_logs,
+            "purged finished requests"
+        );
+        Ok(report)
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! # What each part gets
 //!
-//! The shared handles ([`Shared`]) are made once at start: the store, the application's
+//! The shared handles (`Shared`, in `parts.rs`) are made once at start: the store, the application's
 //! name, this instance's name (`owner`), the database's clock, the registry of executors,
 //! the `Data<T>` values, the skip list of a rolling deploy, shutdown's token and the count
 //! of records handed back at shutdown. From them and the [`Settings`](crate::Settings),
@@ -37,118 +37,20 @@
 //! producer and the sweeps stop at shutdown's token; the completer, the heartbeat, the
 //! presence and the clock at the completer's, after the workers have finished.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::sweeps::clock::Clock;
-use crate::work::claimer::{Claimer, ClaimerConfig, ClaimerParts};
-use crate::work::control::Control;
-
-use crate::base::data::DataMap;
 use crate::base::error::{Error, Result};
-use crate::base::registry::Registry;
-use crate::base::settings::Settings;
 use crate::base::supervise::{supervised, supervised_sweep};
 use crate::operate::metrics::Sweep;
 use crate::operate::pulse::Pulses;
 use crate::runtime::Runtime;
-use crate::store::Store;
 use crate::sweeps::compensator::CompensatorConfig;
-use crate::sweeps::instances::SkipList;
 use crate::sweeps::rescuer::RescuerConfig;
 use crate::sweeps::retention::RetentionConfig;
 use crate::sweeps::retrier::RetrierConfig;
-use crate::work::completer::Completer;
 use crate::work::completer::CompleterTask;
 use crate::work::dispatcher::{Inbox, Producer, ProducerConfig, ProducerParts};
-use crate::work::executor::{Executor, ExecutorConfig, ExecutorParts, ExecutorPool};
-
-/// The handles the parts share, made once at start.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) application: Arc<str>,
-    /// This instance's name in `lease_owner` and `async_log.worker`.
-    pub(crate) owner: Arc<str>,
-    pub(crate) clock: Arc<Clock>,
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) data: Arc<DataMap>,
-    pub(crate) skip: SkipList,
-    /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
-    pub(crate) control: Arc<Control>,
-    /// Stops the producer and the sweeps, and starting bodies.
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) handed_back: Arc<AtomicU64>,
-    /// The outcome listeners' queue.
-    pub(crate) listeners: Arc<crate::operate::listeners::Notifier>,
-}
-
-/// The parts every runtime has, whether it runs workers or not (a submit-only instance
-/// runs `Thread` calls and failed in-memory calls' retry records through them too).
-#[derive(Debug)]
-pub(crate) struct Core {
-    pub(crate) pool: Arc<ExecutorPool>,
-    pub(crate) completer: Arc<Completer>,
-    /// The completer's task state, to spawn.
-    pub(crate) completer_task: CompleterTask,
-    pub(crate) executor: Arc<Executor>,
-    pub(crate) claimer: Arc<Claimer>,
-}
-
-impl Core {
-    /// Builds the pool, the completer, the executor and the claimer.
-    pub(crate) fn assemble(settings: &Settings, shared: &Shared) -> Core {
-        let pool = Arc::new(ExecutorPool::new(settings.concurrency));
-        let (completer, completer_task) =
-            Completer::new(shared.store.clone(), pool.clone(), shared.listeners.clone());
-        let completer = Arc::new(completer);
-        let executor = Arc::new(Executor::new(
-            ExecutorParts {
-                pool: pool.clone(),
-                data: shared.data.clone(),
-                clock: shared.clock.clone(),
-                completer: completer.clone(),
-                store: shared.store.clone(),
-                application: shared.application.clone(),
-                owner: shared.owner.clone(),
-                control: shared.control.clone(),
-                secrets: settings.secrets.clone(),
-            },
-            ExecutorConfig::from_settings(settings),
-        ));
-        let claimer = Arc::new(Claimer::new(
-            ClaimerParts {
-                store: shared.store.clone(),
-                application: shared.application.clone(),
-                registry: shared.registry.clone(),
-                owner: shared.owner.clone(),
-                clock: shared.clock.clone(),
-                roster: crate::sweeps::instances::Roster::new(
-                    shared.store.clone(),
-                    shared.application.clone(),
-                    shared.owner.clone(),
-                    &shared.registry,
-                    settings.lease,
-                    shared.skip.clone(),
-                ),
-                control: shared.control.clone(),
-                executor: executor.clone(),
-                shutdown: shared.shutdown.clone(),
-                handed_back: shared.handed_back.clone(),
-            },
-            ClaimerConfig::from_settings(settings),
-        ));
-        Core {
-            pool,
-            completer,
-            completer_task,
-            executor,
-            claimer,
-        }
-    }
-}
 
 impl Runtime {
     pub(crate) fn spawn_parts(&self, inbox: Inbox, completer: CompleterTask) {
@@ -340,7 +242,7 @@ impl Runtime {
             application: inner.app.clone(),
             clock: inner.clock.clone(),
             workers: inner.workers_on.clone(),
-            waker: inner.dispatcher.store_waker(),
+            waker: Arc::new(inner.dispatcher.store_waker()),
         }
     }
 

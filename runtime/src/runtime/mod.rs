@@ -2,6 +2,8 @@
 
 pub(crate) mod assemble;
 pub(crate) mod builder;
+pub(crate) mod connect;
+pub(crate) mod parts;
 pub(crate) mod testing;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +19,7 @@ use crate::base::record::NewRequest;
 use crate::base::registry::{ExecutorDef, Registry};
 use crate::base::settings::{Settings, TestMode};
 use crate::base::trace::TraceContext;
-use crate::runtime::assemble::{Core, Shared};
+use crate::runtime::parts::{Core, Shared};
 use crate::store::Store;
 use crate::sweeps::clock::Clock;
 use crate::work::claimer::Claimer;
@@ -88,7 +90,7 @@ pub(crate) struct Inner {
     pub(crate) held: Mutex<Vec<Job>>,
     /// In a test mode, delayed in-memory jobs waiting for their delay, for
     /// [`Runtime::run_due`].
-    pub(crate) delayed_jobs: crate::runtime::testing::DelayedJobs,
+    pub(crate) delayed_jobs: crate::call::delayed::DelayedJobs,
     /// The transactions open now, by the task that began them.
     pub(crate) open_txs: crate::call::open_tx::OpenTxs,
 }
@@ -143,11 +145,6 @@ pub struct ShutdownReport {
 }
 
 impl Runtime {
-    /// A builder with the defaults: a SQLite file `async_exec.db` in the current directory.
-    pub fn builder() -> crate::Builder {
-        crate::Builder::default()
-    }
-
     pub(crate) async fn start_with(
         settings: Settings,
         data: DataMap,
@@ -159,13 +156,13 @@ impl Runtime {
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
             data.check(registry.defs(), |def| {
-                crate::base::data::runs_here(def, workers)
+                crate::base::registry::runs_here(def, workers)
             })?;
             settings.secrets.check(registry.defs())?;
         }
         let store = match store {
             Some(store) => store,
-            None => crate::runtime::builder::connect(&settings).await?,
+            None => crate::runtime::connect::connect(&settings).await?,
         };
         if settings.migrate {
             store.migrate().await?;

@@ -404,7 +404,7 @@ impl Store for Bounded {
     async fn instance_announce(
         &self,
         a: &Announce<'_>,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         self.within("instance_announce", self.inner.instance_announce(a))
             .await
     }
@@ -418,7 +418,7 @@ impl Store for Bounded {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         self.within(
             "instance_list",
             self.inner.instance_list(application, seen_within_ms),

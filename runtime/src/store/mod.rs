@@ -228,7 +228,7 @@ pub(crate) struct Completion {
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
     /// What the outcome listeners are told of the request (not written).
-    pub(crate) subject: crate::operate::listeners::Subject,
+    pub(crate) subject: crate::base::outcome::Subject,
 }
 
 /// Completions with their positions in the batch they came in.
@@ -558,7 +558,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn instance_announce(
         &self,
         a: &Announce<'_>,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::base::record::InstanceInfo>>;
 
     /// Removes this instance's announcement (shutdown).
     async fn instance_leave(&self, owner: &str) -> Result<()>;
@@ -569,7 +569,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::base::record::InstanceInfo>>;
 
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.

@@ -495,7 +495,7 @@ impl Store for MySqlStore {
     async fn instance_announce(
         &self,
         a: &super::Announce<'_>,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         let announce = a.to_owned_announce();
         self.presence
             .run(a.patience, move |conn: &mut sqlx::MySqlConnection| {
@@ -516,7 +516,7 @@ impl Store for MySqlStore {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::sweeps::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         instances::list(&self.pool, application, seen_within_ms).await
     }
 

@@ -7,39 +7,12 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::error::Result;
+use crate::base::record::{ExecutorSign, InstanceInfo};
 use crate::base::registry::Registry;
 use crate::store::{Announce, Store};
-
-/// An instance that shares this database, as it announced itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InstanceInfo {
-    /// Its name, as in `lease_owner` and `async_log.worker`.
-    pub name: String,
-    /// Its application name.
-    pub application: String,
-    /// Whether it runs workers (a submit-only instance does not).
-    pub workers: bool,
-    /// When it started (unix ms, the database's clock).
-    pub started: i64,
-    /// When it last announced itself (unix ms, the database's clock).
-    pub last_seen: i64,
-    /// The executors it links, with their signatures.
-    pub executors: Vec<ExecutorSign>,
-}
-
-/// An executor's name and the sign of its persisted parameters' signature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExecutorSign {
-    /// The executor's stable name.
-    pub name: String,
-    /// The sign (hash) of its persisted parameters' types.
-    pub sign: String,
-}
 
 /// Instances not seen for this long are removed from the table.
 const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
@@ -229,11 +202,6 @@ fn skip_list(ours: &[ExecutorSign], owner: &str, live: &[InstanceInfo]) -> Vec<S
     skip.sort();
     skip.dedup();
     skip
-}
-
-/// Reads the executors column.
-pub(crate) fn parse_executors(json: &str) -> Vec<ExecutorSign> {
-    serde_json::from_str(json).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,17 +1,17 @@
 //! Purges: finished records and old attempt logs, deleted in batches by an operator
-//! ([`Runtime::purge`]).
+//! ([`Runtime::purge`](crate::Runtime::purge), in `operate/requests.rs`) and by the
+//! retention sweep.
 
 use std::time::Duration;
 
 use crate::base::error::{Error, Result};
 use crate::base::record::Status;
-use crate::runtime::Runtime;
 use crate::store::{PurgeBatch, Store};
 
 /// The most records or log rows one batch of a purge deletes.
 pub const MAX_PURGE_BATCH: i64 = 1000;
 
-/// What [`Runtime::purge`] deletes: records of this application that finished (`success`,
+/// What [`Runtime::purge`](crate::Runtime::purge) deletes: records of this application that finished (`success`,
 /// `cancelled`; `dead` only when asked) and were last changed longer ago than
 /// `older_than`, with their attempt logs; and attempt logs older than that whose request
 /// is gone (deleted on success, or by an operator). Records that may still run (`init`,
@@ -79,23 +79,7 @@ pub struct PurgeReport {
     pub batches: u64,
 }
 
-impl Runtime {
-    /// Deletes finished records and old attempt logs, `purge.batch` rows per transaction,
-    /// until none is left; see [`Purge`]. The age is measured with the database's clock.
-    pub async fn purge(&self, purge: Purge) -> Result<PurgeReport> {
-        let inner = &self.inner;
-        let report = purge_all(&*inner.store, &inner.app, inner.now_ms(), purge).await?;
-        crate::log::info!(
-            application = %inner.app,
-            requests = report.requests,
-            attempt_logs = report.attempt_logs,
-            "purged finished requests"
-        );
-        Ok(report)
-    }
-}
-
-/// The one delete path of purges (an operator's [`Runtime::purge`] and the retention
+/// The one delete path of purges (an operator's [`Runtime::purge`](crate::Runtime::purge) and the retention
 /// sweep): batches of records of `application` that `purge` names, with their logs, then
 /// batches of old logs whose request is gone, until a batch comes back short. `now` is the
 /// database's time. Each batch skips rows another transaction holds (PostgreSQL,

@@ -17,11 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::error::Result;
+use crate::base::outcome::Subject;
 use crate::base::record::{RequestId, Status};
 use crate::base::registry::Registry;
 use crate::base::settings::Settings;
 use crate::base::trace::TraceContext;
-use crate::operate::listeners::{Notifier, OutcomeKind, Subject};
+use crate::operate::listeners::{Notifier, OutcomeKind};
 use crate::operate::metrics::Sweep;
 use crate::store::{RescueBatch, Store};
 use crate::sweeps::clock::Clock;

@@ -79,7 +79,7 @@ mod tests {
     use crate::base::record::{now_ms, Inserted, NewRequest, RequestId, Status};
     use crate::base::registry::{ExecutorDef, Registry};
     use crate::base::strategy::Strategy;
-    use crate::runtime::assemble::{Core, Shared};
+    use crate::runtime::parts::{Core, Shared};
     use crate::store::Store;
     use crate::sweeps::clock::Clock;
 

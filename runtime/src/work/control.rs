@@ -20,7 +20,6 @@ use crate::operate::query::{MinuteStat, StatDelta};
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
 use crate::sweeps::clock::Clock;
-use crate::work::dispatcher::StoreWaker;
 
 /// How often every instance re-reads the paused executors.
 pub(crate) const PAUSE_REFRESH: Duration = Duration::from_secs(1);
@@ -151,6 +150,13 @@ fn add_to(series: &mut Vec<MinuteStat>, stat: MinuteStat) {
     }
 }
 
+/// Wakes the producer to claim waiting records from the store (the dispatcher's
+/// `StoreWaker`): what the control part holds, knowing nothing of the dispatcher.
+pub(crate) trait LookInStore: std::fmt::Debug + Send + Sync {
+    /// Wakes the producer to claim waiting records from the store.
+    fn look_in_store(&self);
+}
+
 /// The control part: pauses re-read, counts flushed, depth sampled, old statistics
 /// pruned. It holds the shared [`Control`], the store, its application, the clock, whether
 /// this instance runs workers (only workers sample the depth) and the producer's waker.
@@ -161,7 +167,7 @@ pub(crate) struct ControlPart {
     pub(crate) application: Arc<str>,
     pub(crate) clock: Arc<Clock>,
     pub(crate) workers: Arc<AtomicBool>,
-    pub(crate) waker: StoreWaker,
+    pub(crate) waker: Arc<dyn LookInStore>,
 }
 
 impl ControlPart {

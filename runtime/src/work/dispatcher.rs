@@ -159,6 +159,12 @@ impl StoreWaker {
     }
 }
 
+impl crate::work::control::LookInStore for StoreWaker {
+    fn look_in_store(&self) {
+        StoreWaker::look_in_store(self);
+    }
+}
+
 impl Dispatcher {
     /// A handle that wakes the producer to look in the store.
     pub(crate) fn store_waker(&self) -> StoreWaker {

@@ -14,11 +14,11 @@ use serde::Deserialize;
 
 use super::auth::{self, PageWho, Who};
 use super::config::Role;
-use super::filter::FilterForm;
+use super::filter::{urlencode, FilterForm};
 use super::limiter;
-use super::pages::{action_label, error_page, hidden_filter, page, urlencode};
+use super::pages::{error_page, hidden_filter, page};
 use super::reads::{scoped_query, Refused};
-use super::views::{count_of, csrf_field, layout, notice};
+use super::views::{action_label, count_of, csrf_field, layout, notice};
 use super::State;
 use crate::operate::query::Action;
 

@@ -20,7 +20,7 @@ use super::config::Role;
 use super::filter::{FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
-use super::reads::{scoped_query, Attempt};
+use super::reads::{problem, scoped_query, Attempt, Problem};
 use super::State;
 use crate::base::record::Request;
 use crate::operate::query::{Action, AuditEntry, Cursor};
@@ -40,24 +40,6 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/audit", get(list_audit))
         .route("/api/actions/count", get(count_action))
         .route("/api/actions", post(run_action))
-}
-
-/// An error: what went wrong and what to do.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct Problem {
-    /// The message.
-    error: String,
-}
-
-/// A JSON error response.
-pub(crate) fn problem(status: StatusCode, message: &str) -> Response {
-    (
-        status,
-        Json(Problem {
-            error: message.to_string(),
-        }),
-    )
-        .into_response()
 }
 
 fn failed(error: crate::Error) -> Response {

@@ -296,7 +296,7 @@ impl FromRequestParts<std::sync::Arc<State>> for PageWho {
                 let asked = parts.uri.path_and_query().map_or("/", |p| p.as_str());
                 let next = match (&parts.method, safe_next(asked)) {
                     (&axum::http::Method::GET, Some(next)) if next != "/" => {
-                        format!("?next={}", super::pages::urlencode(next))
+                        format!("?next={}", super::filter::urlencode(next))
                     }
                     _ => String::new(),
                 };
@@ -329,7 +329,7 @@ impl FromRequestParts<std::sync::Arc<State>> for ApiWho {
             .map(str::to_string);
         match caller(parts, state) {
             Some(who) => Ok(ApiWho { who, csrf_header }),
-            None => Err(super::api::problem(
+            None => Err(super::reads::problem(
                 StatusCode::UNAUTHORIZED,
                 "log in (POST /login) and send the session cookie, or send `Authorization: Bearer <token>`",
             )),

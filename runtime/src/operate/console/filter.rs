@@ -203,6 +203,13 @@ impl PageForm {
     }
 }
 
+/// `text` for a query string.
+pub(crate) fn urlencode(text: &str) -> String {
+    serde_urlencoded::to_string([("", text)])
+        .map(|s| s.trim_start_matches('=').to_string())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,8 @@ use maud::html;
 use serde::Serialize;
 
 use super::auth::PageWho;
-use super::pages::{error_page, page, urlencode, NoticeParams};
+use super::filter::urlencode;
+use super::pages::{error_page, page, NoticeParams};
 use super::views::{can_act, csrf_field, layout, notice, span, time_el};
 use super::State;
 use crate::base::record::Status;

@@ -12,15 +12,14 @@ use serde::Deserialize;
 
 use super::auth::{PageWho, Who};
 use super::charts;
-use super::filter::{FilterForm, PageForm};
-use super::views::{badge, can_act, csrf_field, layout, notice, span, time_el, visible};
+use super::filter::{urlencode, FilterForm, PageForm};
+use super::views::{
+    action_label, badge, can_act, csrf_field, layout, notice, span, time_el, visible,
+};
 use super::State;
 use crate::base::record::Status;
 use crate::operate::query::{Action, Order};
 use crate::store::ops::minute_of;
-
-pub(crate) use super::actions::{action, login, login_form, logout, pause, resume};
-pub(crate) use super::fleet::{audit, executors, instances};
 
 /// What every page is sent with: no framing (clickjacking), scripts, styles, forms and
 /// images from the console only, nothing cached (the pages show live records).
@@ -140,13 +139,6 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
         }
         @if executors.is_empty() { p.empty id="no-executor-counts" { "No request stored yet." } }
     })
-}
-
-/// `text` for a query string.
-pub(crate) fn urlencode(text: &str) -> String {
-    serde_urlencoded::to_string([("", text)])
-        .map(|s| s.trim_start_matches('=').to_string())
-        .unwrap_or_default()
 }
 
 /// The query string of the requests page.
@@ -283,16 +275,6 @@ pub(crate) async fn requests(
         }
     };
     page(StatusCode::OK, layout(&base, Some(&who), "Requests", body))
-}
-
-/// An action for people.
-pub(crate) fn action_label(action: Action) -> &'static str {
-    match action {
-        Action::Retry => "Retry now",
-        Action::Cancel => "Cancel",
-        Action::Delete => "Delete",
-        Action::ReplayDead => "Replay dead",
-    }
 }
 
 /// JSON text, pretty when it parses.

@@ -3,6 +3,8 @@
 //! [`Refused`] to their kind of error response.
 
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde::Serialize;
 
 use super::filter::{FilterForm, PageForm};
@@ -163,6 +165,24 @@ pub(crate) fn with_runs(logs: Vec<AttemptLog>) -> Vec<Attempt> {
             }
         })
         .collect()
+}
+
+/// An error: what went wrong and what to do.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Problem {
+    /// The message.
+    error: String,
+}
+
+/// A JSON error response.
+pub(crate) fn problem(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        Json(Problem {
+            error: message.to_string(),
+        }),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use maud::{html, Markup, DOCTYPE};
 use super::auth::Who;
 use super::config::Role;
 use crate::base::record::Status;
+use crate::operate::query::Action;
 
 /// A page: the navigation (for a logged-in visitor), a title and the body.
 pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -> Markup {
@@ -148,7 +149,7 @@ impl NoticeParams {
                 let changed: i64 = self.changed.as_deref()?.parse().ok()?;
                 Some(format!(
                     "{}: {} changed",
-                    super::pages::action_label(action),
+                    action_label(action),
                     count_of(changed, "request")
                 ))
             }
@@ -164,6 +165,16 @@ pub(crate) fn notice(text: Option<&str>, error: Option<&str>) -> Markup {
     html! {
         @if let Some(text) = text { p.notice id="notice" { (text) } }
         @if let Some(error) = error { p.error id="error" { (error) } }
+    }
+}
+
+/// An action for people.
+pub(crate) fn action_label(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "Retry now",
+        Action::Cancel => "Cancel",
+        Action::Delete => "Delete",
+        Action::ReplayDead => "Replay dead",
     }
 }
 

@@ -5,8 +5,8 @@ use sqlx::{MySqlPool, Row};
 
 use super::DB_NOW;
 use crate::base::error::Result;
+use crate::base::record::{parse_executors, InstanceInfo};
 use crate::store::AnnounceOwned;
-use crate::sweeps::instances::{parse_executors, InstanceInfo};
 
 /// Announces an instance, on `conn` (the store's connection for announcements).
 pub(super) async fn announce(conn: &mut sqlx::MySqlConnection, a: &AnnounceOwned) -> Result<()> {

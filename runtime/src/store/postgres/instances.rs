@@ -4,8 +4,8 @@ use sqlx::PgPool;
 
 use super::DB_NOW;
 use crate::base::error::Result;
+use crate::base::record::{parse_executors, InstanceInfo};
 use crate::store::AnnounceOwned;
-use crate::sweeps::instances::{parse_executors, InstanceInfo};
 
 /// Announces an instance, on `conn` (the store's connection for announcements).
 pub(super) async fn announce(conn: &mut sqlx::PgConnection, a: &AnnounceOwned) -> Result<()> {

@@ -4,8 +4,8 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 use super::DB_NOW;
 use crate::base::error::Result;
+use crate::base::record::{parse_executors, InstanceInfo};
 use crate::store::Announce;
-use crate::sweeps::instances::{parse_executors, InstanceInfo};
 
 pub(super) async fn announce(conn: &mut SqliteConnection, a: &Announce<'_>) -> Result<()> {
     sqlx::query(&format!(

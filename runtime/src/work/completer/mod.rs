@@ -22,7 +22,7 @@ use crate::base::fault::is_transient;
 use crate::base::record::RequestId;
 use crate::operate::listeners::Notifier;
 use crate::store::{Completion, Store};
-use crate::work::executor::ExecutorPool;
+use crate::work::pool::ExecutorPool;
 
 use isolate::{write_isolating, Backoff, Written};
 use pending::{Pending, Stamp};
