@@ -2,33 +2,37 @@
 //! after-commit dispatcher, workers and sweeps. Use it through the `async-exec` crate,
 //! whose `#[async_exec]` attribute generates the calls this crate runs.
 //!
-//! Parts, one module each, each holding only what it uses (the store or its lease keeper,
-//! the clock, a channel, its settings) and none knowing the runtime, which assembles them
-//! (`assemble.rs` has the table of what each part gets):
+//! The source follows a request, one folder per stage; imports point down this list
+//! (a part never reaches back into the runtime that assembles it):
+//! - `call/`: what a call does in the caller's task: the call `builder` ([`Call`],
+//!   [`CallIn`], [`Batch`]) and its `receipt` ([`Receipt`], [`Outcome`]), `submit`
+//!   (write the record, then dispatch or run it), transactions (`tx`: [`Tx`] and
+//!   [`Runtime::begin`]; `scope`: [`Runtime::transaction`]; `open_tx`, `nested`),
+//!   idempotency `keys` and the `delayed` in-memory calls.
+//! - `work/`: what happens once it is committed: the `dispatcher` (the after-commit
+//!   channel and the producer), the `claimer` (claims and starts, for the producer and
+//!   the sweeps), the worker permits (`pool`), the `executor` (runs bodies, catches
+//!   errors, panics and timeouts), the `completer` (writes outcomes in batches) and
+//!   `control` (pauses and finished counts).
+//! - `sweeps/`: what runs on an interval: [`Retrier`], [`Compensator`], [`Rescuer`],
+//!   [`Heartbeat`], [`Retention`] (through `purge`), presence (`instances`), the
+//!   database's `clock`, and `sweep`, the loop they run in.
+//! - `operate/`: what operators read and do: `requests` ([`Runtime::list`] with a
+//!   [`RequestQuery`] and a [`PageSpec`], actions on every match, [`Runtime::purge`]),
+//!   `operator` (pauses, the audit trail, statistics), the `console`,
+//!   `health` ([`Runtime::health`], from each part's `pulse`), `metrics`, the queue
+//!   `gauges` and the outcome `listeners`.
 //! - [`store`]: all SQL, one implementation per backend.
-//! - `dispatcher`: the after-commit channel, and the producer that starts what arrives
-//!   (the claimer, the store, the completer, its settings).
-//! - `claimer`: claims records and starts them under worker permits, for the producer and
-//!   the sweeps (the store, the registry, the clock, the skip list, the executor).
-//! - `executor`: runs bodies in spans, catches errors, panics and timeouts (the data map,
-//!   the clock, the completer, its settings); `executor::pool` holds the worker permits
-//!   and the records held.
-//! - `completer`: writes outcomes in batches (its channel, the store, the pool it settles).
-//! - [`Heartbeat`]: renews leases (its own connection, the clock, the pool).
-//! - [`Rescuer`]: expired leases (the store, the registry, the clock).
-//! - [`Retrier`]: due retries (the claimer).
-//! - [`Compensator`]: committed but never dispatched, expired keys (the claimer, the store).
-//! - [`Retention`]: finished records and old attempt logs past `retention` (the store).
-//! - `instances`: presence of instances and the skip list of a rolling deploy.
-//! - `pulse`: each part's last activity, for [`Runtime::health`].
+//! - `base/`: the plain types every layer shares: the `record` (and the instances'
+//!   rows), [`query`] (which requests and which page, as the store reads them),
+//!   [`Error`], [`Settings`], [`Strategy`], a body's `outcome`, the `registry` of
+//!   executors and their `data`, [`Context`], `trace`, `secret`, and small helpers.
+//! - `runtime/`: the [`Runtime`] handle, the [`Builder`], `connect` (the store a URL
+//!   names), `parts` (the handles the parts share, and those every runtime has),
+//!   `assemble` (which part gets what, and starts them) and `testing`
+//!   ([`Runtime::run_due`]).
 //!
-//! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
-//! `submit`, [`Tx`], [`Backend`]), requests from code, the console and the command-line
-//! tool (`requests`: [`Runtime::list`] with a [`RequestQuery`] and a [`PageSpec`],
-//! actions on every match), what operators look at beyond requests (`operator`: pauses,
-//! the audit trail, statistics), what an application's tests drive (`testing`:
-//! [`Runtime::run_due`]), the [`Builder`] and [`Settings`]. Everything the runtime logs
-//! has the target [`LOG_TARGET`] (`log`).
+//! Everything the runtime logs has the target [`LOG_TARGET`] (`log.rs`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -46,9 +50,9 @@ pub mod store;
 mod sweeps;
 mod work;
 
+pub use base::query;
 #[cfg(feature = "console")]
 pub use operate::console;
-pub use operate::query;
 
 pub use base::context::Context;
 pub use base::data::Data;
@@ -56,6 +60,10 @@ pub use base::data::Data;
 pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use base::query::{
+    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
+    Pause, RequestQuery,
+};
 pub use base::record::{AttemptLog, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
@@ -77,10 +85,6 @@ pub use operate::health::{
 };
 pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use operate::operator::ExecutorInfo;
-pub use operate::query::{
-    Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
-    Pause, RequestQuery,
-};
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;
 pub use runtime::{global, Runtime, ShutdownReport};

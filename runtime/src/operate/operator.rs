@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::base::error::Result;
-use crate::operate::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
+use crate::base::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
 use crate::runtime::Runtime;
 use crate::store::ops::minute_of;
 

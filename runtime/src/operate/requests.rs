@@ -4,8 +4,8 @@
 //! finished requests.
 
 use crate::base::error::{Error, Result};
+use crate::base::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
 use crate::base::record::{AttemptLog, Request, RequestId, Status};
-use crate::operate::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
 use crate::runtime::Runtime;
 use crate::sweeps::purge::{purge_all, Purge, PurgeReport};
 

@@ -1,6 +1,6 @@
 //! How a runtime assembles its parts: each part gets what it needs (the store, its
 //! settings, a channel, a stop token) and runs on a task of its own, supervised. No part
-//! knows the runtime; the runtime (`runtime.rs`) only starts, hands out and stops them.
+//! knows the runtime; the runtime (`runtime/mod.rs`) only starts, hands out and stops them.
 //!
 //! # What each part gets
 //!
@@ -13,21 +13,21 @@
 //!
 //! | part | module | holds | does |
 //! |---|---|---|---|
-//! | executor pool | `executor/pool.rs` | permits, body tasks, the records held | bookkeeping the heartbeat, completer and shutdown read |
-//! | completer | `completer/` | its channel, the store, the pool, listeners | writes outcomes in batches, forgets their jobs, tells the listeners |
-//! | executor | `executor/` | data, clock, completer, store, names, pool, `ExecutorConfig` | runs bodies; builds and hands on their outcomes |
-//! | claimer | `claimer.rs` | store, names, registry, clock, skip list, executor, shutdown, `ClaimerConfig` | claims records and starts them: the producer's and the sweeps' path |
-//! | producer | `dispatcher.rs` | the channel's inbox, claimer, store, completer, names, shutdown, `ProducerConfig` | starts what is dispatched; claims from the store on overflow, wake-up, poll |
-//! | retrier | `retrier.rs` | claimer, `RetrierConfig` | `run_once`: due retries and delayed records |
-//! | compensator | `compensator.rs` | claimer, store, names, clock, `CompensatorConfig` | `run_once`: expired keys, records never dispatched |
-//! | rescuer | `rescuer.rs` | store, names, registry, clock, listeners, `RescuerConfig` | `run_once`: expired leases back to the queue |
-//! | retention | `retention.rs` | store, names, clock, `RetentionConfig` | `run_once`: finished records and old logs past `retention` |
-//! | heartbeat | `heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
-//! | presence | `instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
-//! | clock | `clock.rs` | its reading of the database's time | re-reads it every minute |
-//! | queue sampler | `gauges.rs` | store, names, registry, clock, the gauges it set | every `queue_sample_interval`: the queue depth gauges |
+//! | executor pool | `work/pool.rs` | permits, body tasks, the records held | bookkeeping the heartbeat, completer and shutdown read |
+//! | completer | `work/completer/` | its channel, the store, the pool, listeners | writes outcomes in batches, forgets their jobs, tells the listeners |
+//! | executor | `work/executor/` | data, clock, completer, store, names, pool, `ExecutorConfig` | runs bodies; builds and hands on their outcomes |
+//! | claimer | `work/claimer.rs` | store, names, registry, clock, skip list, executor, shutdown, `ClaimerConfig` | claims records and starts them: the producer's and the sweeps' path |
+//! | producer | `work/dispatcher.rs` | the channel's inbox, claimer, store, completer, names, shutdown, `ProducerConfig` | starts what is dispatched; claims from the store on overflow, wake-up, poll |
+//! | retrier | `sweeps/retrier.rs` | claimer, `RetrierConfig` | `run_once`: due retries and delayed records |
+//! | compensator | `sweeps/compensator.rs` | claimer, store, names, clock, `CompensatorConfig` | `run_once`: expired keys, records never dispatched |
+//! | rescuer | `sweeps/rescuer.rs` | store, names, registry, clock, listeners, `RescuerConfig` | `run_once`: expired leases back to the queue |
+//! | retention | `sweeps/retention.rs` | store, names, clock, `RetentionConfig` | `run_once`: finished records and old logs past `retention` |
+//! | heartbeat | `sweeps/heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
+//! | presence | `sweeps/instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
+//! | clock | `sweeps/clock.rs` | its reading of the database's time | re-reads it every minute |
+//! | queue sampler | `operate/gauges.rs` | store, names, registry, clock, the gauges it set | every `queue_sample_interval`: the queue depth gauges |
 //!
-//! Each part's task is spawned wrapped in a pulse (`pulse.rs`) that records when it was
+//! Each part's task is spawned wrapped in a pulse (`operate/pulse.rs`) that records when it was
 //! last active and whether it still runs, for `Runtime::health`.
 //!
 //! Every instance runs the completer, the clock and the presence; an instance that runs

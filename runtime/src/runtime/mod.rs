@@ -1,4 +1,8 @@
-//! The runtime: its shared state, start-up, global installation and shutdown.
+//! The runtime: its shared state, start-up, global installation and shutdown. It only
+//! assembles the parts: beside it, the [`Builder`](crate::Builder) (`builder.rs`),
+//! `connect.rs` (the store a URL names), `parts.rs` (the handles the parts share, and the
+//! parts every runtime has), `assemble.rs` (what each part gets, and their tasks) and
+//! `testing.rs` (`rt.run_due`).
 
 pub(crate) mod assemble;
 pub(crate) mod builder;

@@ -7,12 +7,12 @@
 use async_trait::async_trait;
 
 use crate::base::error::Result;
-use crate::base::record::{Request, Status};
-use crate::base::text::sanitized;
-use crate::operate::query::{
+use crate::base::query::{
     Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
     RequestQuery, StatDelta,
 };
+use crate::base::record::{Request, Status};
+use crate::base::text::sanitized;
 
 /// The operators' statements of one backend.
 #[async_trait]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::operate::query::{MinuteStat, StatDelta};
+use crate::base::query::{MinuteStat, StatDelta};
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
 use crate::sweeps::clock::Clock;

@@ -20,7 +20,7 @@ use super::pages::{error_page, hidden_filter, page};
 use super::reads::{scoped_query, Refused};
 use super::views::{action_label, count_of, csrf_field, layout, notice};
 use super::State;
-use crate::operate::query::Action;
+use crate::base::query::Action;
 
 /// The login form's fields.
 #[derive(Debug, Deserialize)]

@@ -22,8 +22,8 @@ use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
 use super::reads::{problem, scoped_query, Attempt, Problem};
 use super::State;
+use crate::base::query::{Action, AuditEntry, Cursor};
 use crate::base::record::Request;
-use crate::operate::query::{Action, AuditEntry, Cursor};
 
 pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()

@@ -4,7 +4,7 @@
 use maud::{html, Markup};
 
 use super::views::time;
-use crate::operate::query::{DepthSample, MinuteStat};
+use crate::base::query::{DepthSample, MinuteStat};
 
 const WIDTH: f64 = 720.0;
 const HEIGHT: f64 = 160.0;

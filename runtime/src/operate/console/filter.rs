@@ -5,8 +5,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::query::{Cursor, Order, PageSpec, RequestQuery};
 use crate::base::record::Status;
-use crate::operate::query::{Cursor, Order, PageSpec, RequestQuery};
 
 /// The filter fields; empty fields are ignored. Times are RFC 3339 (`2026-12-01T09:30`,
 /// UTC) or unix milliseconds.

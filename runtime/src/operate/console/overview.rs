@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::State;
+use crate::base::query::{DepthSample, ExecutorCount, MinuteStat};
 use crate::base::record::{now_ms, Status};
-use crate::operate::query::{DepthSample, ExecutorCount, MinuteStat};
 use crate::runtime::Runtime;
 use crate::store::ops::minute_of;
 

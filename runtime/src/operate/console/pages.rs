@@ -17,8 +17,8 @@ use super::views::{
     action_label, badge, can_act, csrf_field, layout, notice, span, time_el, visible,
 };
 use super::State;
+use crate::base::query::{Action, Order};
 use crate::base::record::Status;
-use crate::operate::query::{Action, Order};
 use crate::store::ops::minute_of;
 
 /// What every page is sent with: no framing (clickjacking), scripts, styles, forms and

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::filter::{FilterForm, PageForm};
 use super::State;
+use crate::base::query::{Cursor, PageSpec};
 use crate::base::record::{AttemptLog, Request, RequestId};
-use crate::operate::query::{Cursor, PageSpec};
 
 /// Why a read gave nothing to show: the status to answer with and what to say.
 #[derive(Debug)]

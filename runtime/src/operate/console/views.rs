@@ -7,8 +7,8 @@ use maud::{html, Markup, DOCTYPE};
 
 use super::auth::Who;
 use super::config::Role;
+use crate::base::query::Action;
 use crate::base::record::Status;
-use crate::operate::query::Action;
 
 /// A page: the navigation (for a logged-in visitor), a title and the body.
 pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -> Markup {
@@ -145,7 +145,7 @@ impl NoticeParams {
     pub(crate) fn text(&self) -> Option<String> {
         match self.notice.as_deref()? {
             "done" => {
-                let action = crate::operate::query::Action::parse(self.action.as_deref()?)?;
+                let action = crate::base::query::Action::parse(self.action.as_deref()?)?;
                 let changed: i64 = self.changed.as_deref()?.parse().ok()?;
                 Some(format!(
                     "{}: {} changed",

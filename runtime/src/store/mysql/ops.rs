@@ -7,10 +7,10 @@ use sqlx::{MySql, Row};
 
 use super::{request_from_row, status_from, MySqlStore};
 use crate::base::error::Result;
-use crate::base::record::{Request, Status};
-use crate::operate::query::{
+use crate::base::query::{
     AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
+use crate::base::record::{Request, Status};
 use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 
 fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
@@ -353,7 +353,7 @@ fn audit_from(row: &MySqlRow) -> Result<AuditEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operate::query::{PageSpec, RequestQuery};
+    use crate::base::query::{PageSpec, RequestQuery};
     use crate::store::mysql::plan_fixture;
     use crate::store::page::PageSql;
 

@@ -7,10 +7,10 @@ use sqlx::{Postgres, Row};
 
 use super::PostgresStore;
 use crate::base::error::Result;
-use crate::base::record::{Request, Status};
-use crate::operate::query::{
+use crate::base::query::{
     AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
+use crate::base::record::{Request, Status};
 use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 use crate::store::rows::{request_from_row, status};
 
