@@ -2,33 +2,37 @@
 //! after-commit dispatcher, workers and sweeps. Use it through the `async-exec` crate,
 //! whose `#[async_exec]` attribute generates the calls this crate runs.
 //!
-//! Parts, one module each, each holding only what it uses (the store or its lease keeper,
-//! the clock, a channel, its settings) and none knowing the runtime, which assembles them
-//! (`assemble.rs` has the table of what each part gets):
+//! The source follows a request, one folder per stage; imports point down this list
+//! (a part never reaches back into the runtime that assembles it):
+//! - `call/`: what a call does in the caller's task: the call `builder` ([`Call`],
+//!   [`CallIn`], [`Batch`]) and its `receipt` ([`Receipt`], [`Outcome`]), `submit`
+//!   (write the record, then dispatch or run it), transactions (`tx`: [`Tx`] and
+//!   [`Runtime::begin`]; `scope`: [`Runtime::transaction`]; `open_tx`, `nested`),
+//!   idempotency `keys` and the `delayed` in-memory calls.
+//! - `work/`: what happens once it is committed: the `dispatcher` (the after-commit
+//!   channel and the producer), the `claimer` (claims and starts, for the producer and
+//!   the sweeps), the worker permits (`pool`), the `executor` (runs bodies, catches
+//!   errors, panics and timeouts), the `completer` (writes outcomes in batches) and
+//!   `control` (pauses and finished counts).
+//! - `sweeps/`: what runs on an interval: [`Retrier`], [`Compensator`], [`Rescuer`],
+//!   [`Heartbeat`], [`Retention`] (through `purge`), presence (`instances`), the
+//!   database's `clock`, and `sweep`, the loop they run in.
+//! - `operate/`: what operators read and do: `requests` ([`Runtime::list`] with a
+//!   [`RequestQuery`] and a [`PageSpec`], actions on every match, [`Runtime::purge`]),
+//!   `operator` (pauses, the audit trail, statistics), the `console`,
+//!   `health` ([`Runtime::health`], from each part's `pulse`), `metrics`, the queue
+//!   `gauges` and the outcome `listeners`.
 //! - [`store`]: all SQL, one implementation per backend.
-//! - `dispatcher`: the after-commit channel, and the producer that starts what arrives
-//!   (the claimer, the store, the completer, its settings).
-//! - `claimer`: claims records and starts them under worker permits, for the producer and
-//!   the sweeps (the store, the registry, the clock, the skip list, the executor).
-//! - `executor`: runs bodies in spans, catches errors, panics and timeouts (the data map,
-//!   the clock, the completer, its settings); `executor::pool` holds the worker permits
-//!   and the records held.
-//! - `completer`: writes outcomes in batches (its channel, the store, the pool it settles).
-//! - [`Heartbeat`]: renews leases (its own connection, the clock, the pool).
-//! - [`Rescuer`]: expired leases (the store, the registry, the clock).
-//! - [`Retrier`]: due retries (the claimer).
-//! - [`Compensator`]: committed but never dispatched, expired keys (the claimer, the store).
-//! - [`Retention`]: finished records and old attempt logs past `retention` (the store).
-//! - `instances`: presence of instances and the skip list of a rolling deploy.
-//! - `pulse`: each part's last activity, for [`Runtime::health`].
+//! - `base/`: the plain types every layer shares: the `record` (and the instances'
+//!   rows), [`query`] (which requests and which page, as the store reads them),
+//!   [`Error`], [`Settings`], [`Strategy`], a body's `outcome`, the `registry` of
+//!   executors and their `data`, [`Context`], `trace`, `secret`, and small helpers.
+//! - `runtime/`: the [`Runtime`] handle, the [`Builder`], `connect` (the store a URL
+//!   names), `parts` (the handles the parts share, and those every runtime has),
+//!   `assemble` (which part gets what, and starts them) and `testing`
+//!   ([`Runtime::run_due`]).
 //!
-//! The rest is the API layer on the [`Runtime`] handle: calls and submission (`call`,
-//! `submit`, [`Tx`], [`Backend`]), requests from code, the console and the command-line
-//! tool (`requests`: [`Runtime::list`] with a [`RequestQuery`] and a [`PageSpec`],
-//! actions on every match), what operators look at beyond requests (`operator`: pauses,
-//! the audit trail, statistics), what an application's tests drive (`testing`:
-//! [`Runtime::run_due`]), the [`Builder`] and [`Settings`]. Everything the runtime logs
-//! has the target [`LOG_TARGET`] (`log`).
+//! Everything the runtime logs has the target [`LOG_TARGET`] (`log.rs`).
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -37,102 +41,62 @@ compile_error!(
     "async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`"
 );
 
-mod assemble;
-mod backoff;
-mod builder;
+mod base;
 mod call;
-mod claimer;
-mod clock;
-mod compensator;
-mod completer;
-#[cfg(feature = "console")]
-pub mod console;
-mod context;
-mod control;
-mod data;
-mod dispatcher;
-mod error;
-mod executor;
-mod fault;
-mod gauges;
-mod health;
-mod heartbeat;
-mod identity;
-mod instances;
-mod keys;
-mod listeners;
 mod log;
-mod metrics;
-mod nested;
-mod open_tx;
-mod operator;
-mod outcome;
-mod pulse;
-mod purge;
-pub mod query;
-mod record;
-mod redact;
-mod registry;
-mod requests;
-mod rescuer;
-mod retention;
-mod retrier;
+mod operate;
 mod runtime;
-mod scope;
-mod secret;
-mod settings;
 pub mod store;
-mod strategy;
-mod submit;
-mod supervise;
-mod sweep;
-mod testing;
-mod text;
-mod trace;
-mod tx;
+mod sweeps;
+mod work;
 
-pub use builder::Builder;
-pub use call::{batch, Batch, BatchIn, Call, CallIn, Outcome, Receipt};
-pub use compensator::{CompensateReport, Compensator};
-pub use completer::CompleteReport;
-pub use context::Context;
-pub use data::Data;
+pub use base::query;
+#[cfg(feature = "console")]
+pub use operate::console;
+
+pub use base::context::Context;
+pub use base::data::Data;
 #[doc(hidden)]
-pub use data::DataNeed;
-pub use error::{Error, Result};
-pub use health::{
-    BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
-    HEALTH_PROBE_TIMEOUT,
-};
-pub use heartbeat::{Heartbeat, HeartbeatReport};
-pub use instances::{ExecutorSign, InstanceInfo};
-pub use keys::KeyInfo;
-pub use listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
-pub use log::LOG_TARGET;
-pub use operator::ExecutorInfo;
-pub use outcome::{Failure, FailureKind, Final, IntoOutcome};
-pub use purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
-pub use query::{
+pub use base::data::DataNeed;
+pub use base::error::{Error, Result};
+pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome};
+pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, RequestQuery,
 };
-pub use record::{AttemptLog, Request, RequestId, Status};
+pub use base::record::{AttemptLog, Request, RequestId, Status};
+pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
 #[doc(hidden)]
-pub use registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
-pub use rescuer::{RescueReport, Rescuer};
-pub use retention::{Retention, RetentionReport};
-pub use retrier::{Retrier, RetryReport};
+pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
+pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
+pub use base::settings::{Settings, SqliteSynchronous, TestMode};
+pub use base::strategy::Strategy;
+pub use base::trace::{baggage, with_baggage};
+pub use call::builder::{batch, Batch, BatchIn, Call, CallIn};
+pub use call::keys::KeyInfo;
+pub use call::receipt::{Outcome, Receipt};
+pub use call::submit::DrainReport;
+pub use call::tx::Tx;
+pub use log::LOG_TARGET;
+pub use operate::health::{
+    BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
+    HEALTH_PROBE_TIMEOUT,
+};
+pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
+pub use operate::operator::ExecutorInfo;
+pub use runtime::builder::Builder;
+pub use runtime::testing::RunDueReport;
 pub use runtime::{global, Runtime, ShutdownReport};
-pub use secret::{mask_sealed, SECRET_KEY_BYTES};
-pub use settings::{Settings, SqliteSynchronous, TestMode};
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
-pub use strategy::Strategy;
-pub use submit::DrainReport;
-pub use testing::RunDueReport;
-pub use trace::{baggage, with_baggage};
-pub use tx::Tx;
+pub use sweeps::compensator::{CompensateReport, Compensator};
+pub use sweeps::heartbeat::{Heartbeat, HeartbeatReport};
+pub use sweeps::purge::{Purge, PurgeReport, MAX_PURGE_BATCH};
+pub use sweeps::rescuer::{RescueReport, Rescuer};
+pub use sweeps::retention::{Retention, RetentionReport};
+pub use sweeps::retrier::{Retrier, RetryReport};
+pub use work::completer::CompleteReport;
 
 /// Backend types, re-exported from sqlx.
 #[cfg(feature = "mysql")]
@@ -144,9 +108,9 @@ pub use sqlx::Sqlite;
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::data::DataNeed;
-    pub use crate::outcome::{Failure, IntoOutcome};
-    pub use crate::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use crate::base::data::DataNeed;
+    pub use crate::base::outcome::{Failure, IntoOutcome};
+    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
     pub use inventory;
     pub use serde;
 }

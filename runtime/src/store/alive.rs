@@ -13,7 +13,7 @@
 //! (25P02) and outside one (25P01); MySQL/MariaDB accept the `SAVEPOINT` in autocommit,
 //! where it ends with its statement, and then refuse the `RELEASE` (1305).
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Made and released in one round trip (one text query, no arguments: PostgreSQL's simple
 /// protocol and MySQL's `COM_QUERY` run both statements).

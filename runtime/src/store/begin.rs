@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use sqlx::{Database, Pool, Transaction};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Begins a transaction on a connection of `pool` (with `statement` in place of `BEGIN`
 /// when given), on a task of its own: see the module documentation.

@@ -41,8 +41,8 @@ use super::{
     Announce, ClaimDue, ClaimIds, Completion, Held, LeaseKeeper, PurgeBatch, Purged, Rescued,
     Store, StoredKey, Wrote,
 };
-use crate::error::{Error, Result};
-use crate::record::{
+use crate::base::error::{Error, Result};
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 
@@ -406,7 +406,7 @@ impl Store for Bounded {
     async fn instance_announce(
         &self,
         a: &Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         self.within("instance_announce", self.inner.instance_announce(a))
             .await
     }
@@ -420,7 +420,7 @@ impl Store for Bounded {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         self.within(
             "instance_list",
             self.inner.instance_list(application, seen_within_ms),

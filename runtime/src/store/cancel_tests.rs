@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ClaimIds, Store};
-use crate::record::{now_ms, Inserted, NewRequest, Status};
+use crate::base::record::{now_ms, Inserted, NewRequest, Status};
 
 fn new_request(application: &Arc<str>) -> NewRequest {
     super::fixture::new_request(application, "cancel_test", "cancel_test()")

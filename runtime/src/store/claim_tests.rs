@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::{DueKind, Store};
-use crate::record::{now_ms, Claimed, Inserted};
+use crate::base::record::{now_ms, Claimed, Inserted};
 
 /// Text no record holds as is in JSON, SQL or either's escapes.
 const AWKWARD: &str = "a \"quoted\" \\ back\\slash, tab\t, new\nline, nul-free \u{1} ctl, é 雪 🦀";

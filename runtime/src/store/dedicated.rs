@@ -11,8 +11,8 @@ use std::time::Duration;
 use sqlx::{ConnectOptions, Connection, Database};
 use tokio::sync::Mutex;
 
-use crate::error::{Error, Result};
-use crate::registry::BoxFuture;
+use crate::base::error::{Error, Result};
+use crate::base::registry::BoxFuture;
 
 /// One connection, opened on first use and again after any failure.
 pub(crate) struct DedicatedConnection<DB: Database> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{fixture, DueKind, Store};
-use crate::record::{now_ms, Inserted, NewRequest, Status};
+use crate::base::record::{now_ms, Inserted, NewRequest, Status};
 
 const HOUR_MS: i64 = 3_600_000;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ClaimDue, DueKind, Store};
-use crate::record::{now_ms, Claimed, NewRequest, Status};
+use crate::base::record::{now_ms, Claimed, NewRequest, Status};
 
 /// A fresh request (`init`, never attempted, due now, three attempts) of `executor` with
 /// signature `sign`: change what a test needs with `NewRequest { .., ..new_request(..) }`.

@@ -8,11 +8,11 @@ use std::any::Any;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::record::{
+use crate::base::error::Result;
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::registry::BoxFuture;
+use crate::base::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod alive;
@@ -230,7 +230,7 @@ pub(crate) struct Completion {
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
     /// What the outcome listeners are told of the request (not written).
-    pub(crate) subject: crate::listeners::Subject,
+    pub(crate) subject: crate::base::outcome::Subject,
 }
 
 /// Completions with their positions in the batch they came in.
@@ -572,7 +572,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn instance_announce(
         &self,
         a: &Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::base::record::InstanceInfo>>;
 
     /// Removes this instance's announcement (shutdown).
     async fn instance_leave(&self, owner: &str) -> Result<()>;
@@ -583,7 +583,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>>;
+    ) -> Result<Vec<crate::base::record::InstanceInfo>>;
 
     /// Waiting records (`init`, `failed`) of these executors filed under other
     /// application names, counted by name: records a renamed application left behind.

@@ -22,11 +22,11 @@ use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, PurgeBatch, Purged, Rescued, Store, StoredKey, Wrote,
 };
-use crate::error::{Error, Result};
-use crate::record::{
+use crate::base::error::{Error, Result};
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::registry::BoxFuture;
+use crate::base::registry::BoxFuture;
 
 mod claims;
 mod complete;
@@ -495,7 +495,7 @@ impl Store for MySqlStore {
     async fn instance_announce(
         &self,
         a: &super::Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         let announce = a.to_owned_announce();
         self.presence
             .run(a.patience, move |conn: &mut sqlx::MySqlConnection| {
@@ -516,7 +516,7 @@ impl Store for MySqlStore {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         instances::list(&self.pool, application, seen_within_ms).await
     }
 

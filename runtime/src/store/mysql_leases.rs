@@ -7,8 +7,8 @@ use sqlx::{MySql, MySqlConnection};
 
 use super::dedicated::DedicatedConnection;
 use super::{Held, LeaseKeeper, Renewal};
-use crate::error::Result;
-use crate::record::RequestId;
+use crate::base::error::Result;
+use crate::base::record::RequestId;
 
 /// Ids per statement (the `IN` lists stay well under the placeholder limit).
 const CHUNK: usize = 1000;
@@ -189,7 +189,7 @@ mod tests {
         let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
         let store = MySqlStore::connect(&url, 2).await.unwrap();
         store.migrate().await.unwrap();
-        let application = format!("renew-test-{}", crate::record::now_ms());
+        let application = format!("renew-test-{}", crate::base::record::now_ms());
         let mut ids = Vec::new();
         for owner in ["me", "thief", "me"] {
             let done = sqlx::query(

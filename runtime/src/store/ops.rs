@@ -6,13 +6,13 @@
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::query::{
+use crate::base::error::Result;
+use crate::base::query::{
     Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
     RequestQuery, StatDelta,
 };
-use crate::record::{Request, Status};
-use crate::text::sanitized;
+use crate::base::record::{Request, Status};
+use crate::base::text::sanitized;
 
 /// The operators' statements of one backend.
 #[async_trait]

@@ -26,9 +26,9 @@
 
 use super::ops::{finished, Bind, Dialect, OpsStore, Sql, LIVE};
 use super::REQUEST_COLUMNS;
-use crate::error::Result;
-use crate::query::{Cursor, Order, Page, PageSpec, RequestQuery};
-use crate::record::Status;
+use crate::base::error::Result;
+use crate::base::query::{Cursor, Order, Page, PageSpec, RequestQuery};
+use crate::base::record::Status;
 
 /// The most records of a time range whose ids are looked for (see the module doc).
 pub(crate) const TIME_IDS_MOST: i64 = 100_000;

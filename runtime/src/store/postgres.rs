@@ -18,11 +18,11 @@ use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, PurgeBatch, Purged, Rescued, Store,
     StoredKey, Wrote,
 };
-use crate::error::{Error, Result};
-use crate::record::{
+use crate::base::error::{Error, Result};
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::registry::BoxFuture;
+use crate::base::registry::BoxFuture;
 
 mod complete;
 mod insert;
@@ -588,7 +588,7 @@ impl Store for PostgresStore {
     async fn instance_announce(
         &self,
         a: &super::Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         let announce = a.to_owned_announce();
         self.presence
             .run(a.patience, move |conn: &mut sqlx::PgConnection| {
@@ -609,7 +609,7 @@ impl Store for PostgresStore {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         instances::list(&self.pool, application, seen_within_ms).await
     }
 

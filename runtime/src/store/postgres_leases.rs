@@ -7,8 +7,8 @@ use sqlx::{PgConnection, Postgres};
 
 use super::dedicated::DedicatedConnection;
 use super::{Held, LeaseKeeper, Renewal};
-use crate::error::Result;
-use crate::record::RequestId;
+use crate::base::error::Result;
+use crate::base::record::RequestId;
 
 /// Renews leases on its own connection to the store's database.
 #[derive(Debug)]

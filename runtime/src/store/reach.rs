@@ -11,9 +11,9 @@ use std::time::Duration;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use sqlx::Connection;
 
-use crate::error::Error;
+use crate::base::error::Error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::error::Result;
+use crate::base::error::Result;
 
 /// How long the first connection may take.
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -4,8 +4,8 @@ use std::str::FromStr;
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use crate::error::{Error, Result};
-use crate::record::{AttemptLog, Claimed, Request, Status};
+use crate::base::error::{Error, Result};
+use crate::base::record::{AttemptLog, Claimed, Request, Status};
 
 pub(crate) use super::REQUEST_COLUMNS;
 

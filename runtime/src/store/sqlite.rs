@@ -14,11 +14,11 @@ use super::{
     Backend, ClaimDue, ClaimIds, Completion, KeyClaim, PurgeBatch, Purged, Rescued, Store,
     StoredKey, Wrote,
 };
-use crate::error::{Error, Result};
-use crate::record::{
+use crate::base::error::{Error, Result};
+use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::registry::BoxFuture;
+use crate::base::registry::BoxFuture;
 
 mod claims;
 mod complete;
@@ -434,7 +434,7 @@ impl Store for SqliteStore {
     async fn instance_announce(
         &self,
         a: &super::Announce<'_>,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         {
             let mut writer = self.writer().await?;
             let result = instances::announce(writer.conn(), a).await;
@@ -453,7 +453,7 @@ impl Store for SqliteStore {
         &self,
         application: &str,
         seen_within_ms: i64,
-    ) -> Result<Vec<crate::instances::InstanceInfo>> {
+    ) -> Result<Vec<crate::base::record::InstanceInfo>> {
         instances::list(&self.pool, application, seen_within_ms).await
     }
 

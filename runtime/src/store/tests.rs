@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::{ClaimIds, Completion, CompletionResult, Store, Wrote};
-use crate::record::{now_ms, Inserted, NewRequest, RequestId, Status};
+use crate::base::record::{now_ms, Inserted, NewRequest, RequestId, Status};
 
 fn new_request(application: &Arc<str>) -> NewRequest {
     super::fixture::new_request(application, "fence_test", "fence_test()")

@@ -6,8 +6,8 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySqlConnection, Row};
 
 use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
-use crate::error::Result;
-use crate::record::{Claimed, ClaimedId, RequestId};
+use crate::base::error::Result;
+use crate::base::record::{Claimed, ClaimedId, RequestId};
 use crate::store::{ClaimDue, ClaimIds, DueKind};
 
 /// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt

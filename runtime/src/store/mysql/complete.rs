@@ -11,8 +11,8 @@ use std::collections::HashSet;
 use sqlx::{MySql, MySqlConnection, Row};
 
 use super::{bind_list, insert_log, marks, with_retry, MySqlStore, MAX_IN};
-use crate::error::Result;
-use crate::record::RequestId;
+use crate::base::error::Result;
+use crate::base::record::RequestId;
 use crate::store::{fence_groups, Completion, Fence, Positioned, Wrote};
 
 /// Writes outcomes, each fenced by owner and attempt; says which were not written.

@@ -5,8 +5,8 @@
 use sqlx::{MySql, MySqlConnection};
 
 use super::keys;
-use crate::error::Result;
-use crate::record::{AttemptLog, Inserted, NewRequest};
+use crate::base::error::Result;
+use crate::base::record::{AttemptLog, Inserted, NewRequest};
 use crate::store::KeyClaim;
 
 pub(super) async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> {

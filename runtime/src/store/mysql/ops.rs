@@ -6,11 +6,11 @@ use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
 use super::{request_from_row, status_from, MySqlStore};
-use crate::error::Result;
-use crate::query::{
+use crate::base::error::Result;
+use crate::base::query::{
     AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
-use crate::record::{Request, Status};
+use crate::base::record::{Request, Status};
 use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 
 fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
@@ -353,7 +353,7 @@ fn audit_from(row: &MySqlRow) -> Result<AuditEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::{PageSpec, RequestQuery};
+    use crate::base::query::{PageSpec, RequestQuery};
     use crate::store::mysql::plan_fixture;
     use crate::store::page::PageSql;
 

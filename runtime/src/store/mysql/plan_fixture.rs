@@ -51,7 +51,7 @@ pub(super) async fn store() -> MySqlStore {
 /// finished, one in fifty dead, a fifth waiting, some running (leased until `i` ms), a key
 /// on a third, seven executors (`executor_0` to `executor_6`).
 pub(super) async fn seeded_application(store: &MySqlStore, name: &str) -> String {
-    let application = format!("plan-test-{name}-{}", crate::record::now_ms());
+    let application = format!("plan-test-{name}-{}", crate::base::record::now_ms());
     sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, \
            max_attempts, param_json, remark, idempotency_key, run_at, lease_owner, lease_until, \

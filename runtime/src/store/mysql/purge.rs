@@ -5,8 +5,8 @@
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{with_retry, MySqlStore};
-use crate::error::Result;
-use crate::record::RequestId;
+use crate::base::error::Result;
+use crate::base::record::RequestId;
 use crate::store::{PurgeBatch, Purged};
 
 /// One batch, in one transaction (run again when it deadlocks).

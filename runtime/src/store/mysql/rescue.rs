@@ -5,8 +5,8 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::{bind_list, insert_log, marks, MySqlStore, DB_NOW};
-use crate::error::Result;
-use crate::record::AttemptLog;
+use crate::base::error::Result;
+use crate::base::record::AttemptLog;
 use crate::store::{ExpiredLease, RescueBatch, Rescued};
 
 /// Running records of `executors` whose lease ended more than `grace_ms` ago: back to

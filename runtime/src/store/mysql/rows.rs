@@ -6,8 +6,8 @@ use std::str::FromStr;
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
-use crate::error::{Error, Result};
-use crate::record::{AttemptLog, Claimed, Request, Status};
+use crate::base::error::{Error, Result};
+use crate::base::record::{AttemptLog, Claimed, Request, Status};
 
 /// Text columns have a binary collation, which MySQL reports with the `BINARY` flag that
 /// sqlx reads as "not text": decode them without the type check (they hold UTF-8).

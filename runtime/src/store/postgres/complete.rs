@@ -5,8 +5,8 @@
 
 use sqlx::PgPool;
 
-use crate::error::Result;
-use crate::record::{AttemptLog, RequestId};
+use crate::base::error::Result;
+use crate::base::record::{AttemptLog, RequestId};
 use crate::store::{Completion, Wrote};
 
 /// Writes outcomes, each fenced by owner and attempt; says which were not written.

@@ -3,8 +3,8 @@
 use sqlx::PgPool;
 
 use super::DB_NOW;
-use crate::error::Result;
-use crate::instances::{parse_executors, InstanceInfo};
+use crate::base::error::Result;
+use crate::base::record::{parse_executors, InstanceInfo};
 use crate::store::AnnounceOwned;
 
 /// Announces an instance, on `conn` (the store's connection for announcements).

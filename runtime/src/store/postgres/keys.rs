@@ -2,8 +2,8 @@
 
 use sqlx::PgConnection;
 
-use crate::error::Result;
-use crate::record::{NewRequest, RequestId};
+use crate::base::error::Result;
+use crate::base::record::{NewRequest, RequestId};
 use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
 
 /// Claims the request's key in the current transaction: inserts it, or takes over an

@@ -6,11 +6,11 @@ use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::PostgresStore;
-use crate::error::Result;
-use crate::query::{
+use crate::base::error::Result;
+use crate::base::query::{
     AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
-use crate::record::{Request, Status};
+use crate::base::record::{Request, Status};
 use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 use crate::store::rows::{request_from_row, status};
 

@@ -2,7 +2,7 @@
 
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::store::{PurgeBatch, Purged};
 
 /// One batch in one statement: the records (locked, skipping those another transaction

@@ -7,8 +7,8 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::SqliteConnection;
 
 use super::{insert_log, json_list, SqliteStore, DB_NOW};
-use crate::error::Result;
-use crate::record::{AttemptLog, ClaimedId, RequestId};
+use crate::base::error::Result;
+use crate::base::record::{AttemptLog, ClaimedId, RequestId};
 use crate::store::rows::CLAIMED_COLUMNS;
 use crate::store::{
     ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch, Rescued,

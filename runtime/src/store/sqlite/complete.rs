@@ -20,8 +20,8 @@ use std::collections::HashSet;
 use sqlx::{Sqlite, SqliteConnection};
 
 use super::{insert_log, json_list};
-use crate::error::Result;
-use crate::record::RequestId;
+use crate::base::error::Result;
+use crate::base::record::RequestId;
 use crate::store::{fence_groups, Completion, Fence, Positioned, Wrote};
 
 /// Writes outcomes, each fenced by owner and attempt; says which were not written.

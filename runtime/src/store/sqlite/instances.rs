@@ -3,8 +3,8 @@
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::DB_NOW;
-use crate::error::Result;
-use crate::instances::{parse_executors, InstanceInfo};
+use crate::base::error::Result;
+use crate::base::record::{parse_executors, InstanceInfo};
 use crate::store::Announce;
 
 pub(super) async fn announce(conn: &mut SqliteConnection, a: &Announce<'_>) -> Result<()> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool};
 
-use crate::error::{is_sqlite_busy, Result};
+use crate::base::error::{is_sqlite_busy, Result};
 
 /// The options of every connection of the store: WAL, `synchronous`, `busy_timeout`.
 pub(super) fn options(

@@ -6,11 +6,11 @@ use sqlx::sqlite::SqliteArguments;
 use sqlx::{Row, Sqlite};
 
 use super::SqliteStore;
-use crate::error::Result;
-use crate::query::{
+use crate::base::error::Result;
+use crate::base::query::{
     AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
 };
-use crate::record::{Request, Status};
+use crate::base::record::{Request, Status};
 use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
 use crate::store::rows::{request_from_row, status};
 
@@ -369,13 +369,13 @@ pub(crate) fn audit_from(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::{PageSpec, RequestQuery};
+    use crate::base::query::{PageSpec, RequestQuery};
     use crate::store::page::PageSql;
     use crate::store::Store;
 
     /// The plan SQLite picks for the page of `query`.
     async fn plan(store: &SqliteStore, query: &RequestQuery) -> String {
-        let page = PageSpec::default().after(crate::query::Cursor { id: 1_000 });
+        let page = PageSpec::default().after(crate::base::query::Cursor { id: 1_000 });
         let time = query.created_from.map(|_| (10, 900));
         let s = PageSql::for_test(Dialect::Sqlite, "app", query, &page, time).requests(50);
         explain(store, &s).await

@@ -2,7 +2,7 @@
 
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
-use crate::error::Result;
+use crate::base::error::Result;
 use crate::store::{PurgeBatch, Purged};
 
 /// The ids of one batch, as a subquery: the oldest first.

@@ -1,0 +1,80 @@
+//! `Context`: what an executor body may know about the execution it is part of.
+
+use crate::base::record::RequestId;
+
+/// Facts about the current execution, injected into a body that declares a `Context`
+/// parameter. Use [`Context::request_id`] to make side effects idempotent: a request may
+/// run more than once (at-least-once delivery), but always under the same id.
+///
+/// ```
+/// use async_exec::{async_exec, Context};
+/// # mod payments {
+/// #     pub async fn charge(order: i64, key: Option<i64>) -> anyhow::Result<()> { Ok(()) }
+/// # }
+///
+/// #[async_exec(type = SaveAsync)]
+/// async fn charge(order: i64, ctx: Context) -> anyhow::Result<()> {
+///     payments::charge(order, /* idempotency key */ ctx.request_id()).await
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) request_id: Option<RequestId>,
+    pub(crate) attempt: u32,
+    pub(crate) executor: &'static str,
+    pub(crate) baggage: Vec<(String, String)>,
+    pub(crate) lease_lost: tokio_util::sync::CancellationToken,
+}
+
+impl Context {
+    /// The id of the request record, or `None` when nothing was persisted
+    /// (the `Async`, `AsyncSave` and `Thread` strategies before a failure, and the
+    /// inline first run of `SyncSave`).
+    pub fn request_id(&self) -> Option<RequestId> {
+        self.request_id
+    }
+
+    /// The attempt number, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The executor's stable name.
+    pub fn executor(&self) -> &'static str {
+        self.executor
+    }
+
+    /// The caller's baggage (see [`with_baggage`](crate::with_baggage)) captured at the call.
+    pub fn baggage(&self, key: &str) -> Option<&str> {
+        self.baggage
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether this execution should stop: its record's lease could not be renewed (the
+    /// database was unreachable for longer than the lease, or another instance took the
+    /// record over), so the record may run elsewhere. If another instance took it over,
+    /// whatever this body returns is not written (the outcome is fenced); stop side
+    /// effects where you can.
+    /// Never true for an execution without a record.
+    pub fn is_cancelled(&self) -> bool {
+        self.lease_lost.is_cancelled()
+    }
+
+    /// Completes when [`Context::is_cancelled`] becomes true; never for an execution
+    /// without a record. Race it against long work:
+    ///
+    /// ```
+    /// # async fn demo(ctx: async_exec::Context) {
+    /// # let long_export = async {};
+    /// tokio::select! {
+    ///     _ = long_export => {}
+    ///     _ = ctx.cancelled() => { /* the record may run elsewhere: stop here */ }
+    /// }
+    /// # }
+    /// ```
+    pub async fn cancelled(&self) {
+        self.lease_lost.cancelled().await
+    }
+}

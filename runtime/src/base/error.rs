@@ -1,0 +1,304 @@
+//! The one error type of the runtime.
+
+/// What went wrong, with a message that says what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database refused or failed a statement.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    /// The schema migrations could not be applied.
+    #[error(
+        "could not migrate the async-exec tables: {0} (the database user needs to create \
+         tables and indexes; `async-exec migrate --url ...` applies them ahead of a deploy)"
+    )]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+
+    /// Another instance held the lock under which the migrations run for too long.
+    #[error("could not migrate the async-exec tables: {0}")]
+    MigrateLock(String),
+
+    /// The call's arguments could not be serialized to JSON.
+    #[error("executor `{executor}`: the arguments could not be serialized to JSON")]
+    Serialize {
+        /// The executor called.
+        executor: &'static str,
+        /// Serde's reason.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// Two `#[async_exec]` functions in this binary have the same executor name.
+    #[error(
+        "two executors are named `{name}`: {first} and {second}; \
+         give one of them another `name = \"...\"`"
+    )]
+    DuplicateExecutor {
+        /// The name both use.
+        name: String,
+        /// The first one: its path and persisted parameters.
+        first: String,
+        /// The second one: its path and persisted parameters.
+        second: String,
+    },
+
+    /// A call was awaited without `.on(&rt)` or `.within(&mut tx)` and no runtime is running.
+    #[error(
+        "no async-exec runtime is running: start one with `Runtime::builder().start().await`, \
+         or pass one with `.on(&rt)`"
+    )]
+    NoRuntime,
+
+    /// The runtime has been shut down.
+    #[error("the async-exec runtime has been shut down")]
+    ShutDown,
+
+    /// The runtime is disabled by its `enabled(false)` setting.
+    #[error("the async-exec runtime is disabled (`enabled(false)`): calls are refused")]
+    Disabled,
+
+    /// A transaction of one database kind was asked from a runtime on another.
+    #[error(
+        "this runtime stores its records in {actual}, not {requested}: begin a `Tx<{actual}>`"
+    )]
+    WrongBackend {
+        /// The backend the runtime uses.
+        actual: &'static str,
+        /// The backend that was asked for.
+        requested: &'static str,
+    },
+
+    /// The database URL names no backend compiled into this build.
+    #[error("unsupported database URL `{0}`: expected {1}")]
+    UnsupportedUrl(String, String),
+
+    /// A setting is out of range.
+    #[error("invalid setting `{setting}`: {reason}")]
+    Config {
+        /// The setting's builder method.
+        setting: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+
+    /// A call's option is out of range; nothing was written.
+    #[error("executor `{executor}`: invalid `.{option}(...)`: {reason}")]
+    InvalidCall {
+        /// The executor called.
+        executor: &'static str,
+        /// The call option (`key`, `delay`, ...).
+        option: &'static str,
+        /// Why it is refused, and what is allowed.
+        reason: String,
+    },
+
+    /// A SQLite write waited `sqlite_busy_timeout` for the write lock and gave up.
+    #[error(
+        "the SQLite database stayed locked by another write transaction for {waited:?}: \
+         if this call is made while you hold a transaction, pass it with `.within(&mut tx)` \
+         (SQLite has one writer, so the call waits for your own transaction); otherwise \
+         commit long write transactions sooner or raise `sqlite_busy_timeout`"
+    )]
+    SqliteLocked {
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
+
+    /// Executors that this runtime runs take `Data<T>` values that were not registered:
+    /// their requests would go `dead` when they run.
+    #[error(
+        "executors this runtime runs take `Data<T>` values that are not registered: {missing}; \
+         register each with `.data(value)` on the builder, or, if this runtime is not meant to \
+         run those executors (their requests would go `dead` here), say so with \
+         `.without_data::<T>()`"
+    )]
+    MissingData {
+        /// Each executor and the type it lacks: ``"`app::mail` takes `Data<app::Mailer>`"``.
+        missing: String,
+    },
+
+    /// A call was awaited without `.within(&mut tx)` from a task that holds an open
+    /// [`Tx`](crate::Tx) of the same runtime: it would not be part of that transaction.
+    #[error(
+        "executor `{executor}` was called without `.within(&mut tx)` while this task holds an \
+         open transaction of the runtime: the call would not be part of it (it would run even \
+         if the transaction rolls back, and on SQLite it would wait for that transaction's \
+         write lock). Pass the transaction with `.within(&mut tx)`, or make the calls inside \
+         `rt.transaction(|tx| Box::pin(async move {{ ... }}))`, where calls without `.within` \
+         join it; if the call is meant to run whatever the transaction does, say so with \
+         `.independent()`"
+    )]
+    BareCallInTransaction {
+        /// The executor called.
+        executor: &'static str,
+    },
+
+    /// The database server ended the caller's transaction with a rollback on its own:
+    /// PostgreSQL after a statement in it failed (its COMMIT then rolls back and answers
+    /// without an error), MySQL/MariaDB after a deadlock or a lock wait timeout with
+    /// `innodb_rollback_on_timeout` (the session then goes on in autocommit). Nothing in it
+    /// was committed, no call made in it was dispatched, and no call is written after it.
+    #[error(
+        "the database server rolled this transaction back ({reason}): nothing in it was \
+         committed and no call made in it was written or dispatched; begin a new \
+         transaction and do the whole unit of work again"
+    )]
+    TransactionRolledBack {
+        /// Why the server rolled it back, as far as the backend tells.
+        reason: &'static str,
+    },
+
+    /// `rt.transaction(..)` or `rt.begin()` was called inside
+    /// [`Runtime::transaction`](crate::Runtime::transaction) of the same runtime, in the
+    /// scope's task: it would open a second transaction beside the scope's. The scope is
+    /// marked rollback-only ([`Error::RollbackOnly`]).
+    #[error(
+        "`{asked}` was called inside `rt.transaction(..)` of the same runtime, where it would \
+         open a second transaction beside the scope's (on PostgreSQL and MySQL/MariaDB it \
+         would commit or roll back on its own, on SQLite it would wait for the scope's write \
+         lock). To do the work in the scope's transaction, pass the scope's `tx` down (a \
+         function taking `&mut Tx<DB>`; calls without `.within` join the scope); for a \
+         transaction that commits on its own whatever the scope does (Spring's \
+         REQUIRES_NEW), use `rt.transaction_requires_new(..)`. The scope is now \
+         rollback-only: it rolls back and none of its calls runs"
+    )]
+    NestedTransaction {
+        /// What was called: `rt.transaction(..)` or `rt.begin()`.
+        asked: &'static str,
+    },
+
+    /// `rt.transaction_requires_new(..)` was called on SQLite while the task holds a
+    /// transaction of the runtime: SQLite has one writer, so it would wait for that one.
+    #[error(
+        "`rt.transaction_requires_new(..)` was called on SQLite while this task holds a \
+         transaction of the runtime: SQLite has one writer at a time, so the new \
+         transaction would wait for the one held here until the busy timeout. On SQLite, \
+         do the work in the transaction held here, or after it commits. The enclosing \
+         `rt.transaction(..)`, if any, is now rollback-only: it rolls back and none of its \
+         calls runs"
+    )]
+    IndependentOnSqlite,
+
+    /// The body of [`Runtime::transaction`](crate::Runtime::transaction) returned `Ok`,
+    /// but the scope had been marked rollback-only (a nested transaction in it was
+    /// refused, and the body went on): it was rolled back.
+    #[error(
+        "this `rt.transaction(..)` was rolled back although its body returned Ok: it was \
+         marked rollback-only because {reason}; nothing in it was committed and none of its \
+         calls ran"
+    )]
+    RollbackOnly {
+        /// What marked it.
+        reason: &'static str,
+    },
+
+    /// A background part of the runtime panicked (it is restarted; the panic is logged).
+    #[error("the runtime's {0} panicked; it was restarted (see the ERROR log for the panic)")]
+    Panicked(&'static str),
+
+    /// The operations console cannot start with this configuration (the message says
+    /// what to change).
+    #[error("the async-exec console cannot start: {0}")]
+    Console(String),
+
+    /// A [`RequestQuery`](crate::RequestQuery) or [`PageSpec`](crate::PageSpec) (or a purge)
+    /// asks for something out of range; the message says what to ask for instead.
+    #[error("invalid request filter: {0}")]
+    InvalidFilter(String),
+
+    /// A status name that is none of the statuses.
+    #[error(
+        "unknown status `{0}`: expected one of {words} (lowercase)",
+        words = crate::base::record::status_words()
+    )]
+    UnknownStatus(String),
+
+    /// The database could not be reached at start: nothing was connected.
+    #[error(
+        "could not connect to {backend} at {target}: {cause}; {hint}",
+        hint = reach_hint(backend)
+    )]
+    Unreachable {
+        /// `PostgreSQL`, `MySQL`, `SQLite`.
+        backend: &'static str,
+        /// Where: `host:port/database` as user, or the SQLite file (no password).
+        target: String,
+        /// Why, as the driver said.
+        cause: Box<sqlx::Error>,
+    },
+
+    /// No request has this id.
+    #[error("no request with id {0}")]
+    NotFound(i64),
+
+    /// The operation does not apply to the request in its current status.
+    #[error("request {id} is `{status}`: {reason}")]
+    InvalidState {
+        /// The request.
+        id: i64,
+        /// Its status.
+        status: String,
+        /// Why the operation is refused.
+        reason: &'static str,
+    },
+
+    /// The database did not answer in time (the network may be down or stalled).
+    #[error(
+        "the database did not answer within {0:?}; check that it is reachable \
+         (the statement is retried)"
+    )]
+    NoAnswer(std::time::Duration),
+
+    /// The executor named by a record is not linked into this binary.
+    #[error("executor `{0}` is not linked into this binary")]
+    UnknownExecutor(String),
+
+    /// An operation for tests was asked of a runtime that is not in a test mode.
+    #[error(
+        "`{0}` is for tests: it runs waiting requests before their delay or retry backoff \
+         ends; start the runtime with `.test_mode(TestMode::Hold)` (or `TestMode::Inline`)"
+    )]
+    NotInTestMode(&'static str),
+}
+
+/// What to check when a backend cannot be reached.
+fn reach_hint(backend: &str) -> &'static str {
+    if backend == "SQLite" {
+        "check that the file's directory exists and that this process may write there"
+    } else {
+        "check that the server runs and that the URL's host, port, user, password and \
+         database are right"
+    }
+}
+
+/// Whether SQLite answered "database is locked": SQLITE_BUSY or one of its extended codes
+/// (recovery, snapshot, timeout).
+pub(crate) fn is_sqlite_busy(cause: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = cause else {
+        return false;
+    };
+    // Exact codes: another backend's numeric SQLSTATE (42501 on PostgreSQL) can end in 5.
+    matches!(db.code().as_deref(), Some("5" | "261" | "517" | "773"))
+        || db.message().contains("database is locked")
+}
+
+impl Error {
+    /// Whether SQLite refused a write because another transaction holds the write lock.
+    pub(crate) fn is_sqlite_busy(&self) -> bool {
+        matches!(self, Error::Database(cause) if is_sqlite_busy(cause))
+    }
+
+    /// Whether the error proves that nothing reached the database: no connection could be
+    /// had at all. Any other failure of a write may have happened after the statement (or
+    /// its COMMIT) was sent, and the write may have taken effect.
+    pub(crate) fn proves_nothing_written(&self) -> bool {
+        matches!(
+            self,
+            Error::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+        )
+    }
+}
+
+/// The runtime's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

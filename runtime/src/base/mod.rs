@@ -1,0 +1,26 @@
+//! The plain types every layer shares, and nothing above them: the request record and
+//! its status, and the instances' rows (`record`); which requests and which page
+//! (`query`: `RequestQuery`, `PageSpec`, `Page`, as the store reads them); the one
+//! `Error`, `Settings`, the `Strategy`, a body's outcome (`outcome`), the registry of
+//! executors and their `Data<T>` (`registry`, `data`), the body's `Context`, the
+//! caller's trace (`trace`), text and URL helpers (`text`, `redact`), the instance's
+//! name (`identity`), retry delays (`backoff`), the kinds of write failures (`fault`),
+//! supervised tasks (`supervise`) and `#[secret]` arguments (`secret`).
+
+pub(crate) mod backoff;
+pub(crate) mod context;
+pub(crate) mod data;
+pub(crate) mod error;
+pub(crate) mod fault;
+pub(crate) mod identity;
+pub(crate) mod outcome;
+pub mod query;
+pub(crate) mod record;
+pub(crate) mod redact;
+pub(crate) mod registry;
+pub(crate) mod secret;
+pub(crate) mod settings;
+pub(crate) mod strategy;
+pub(crate) mod supervise;
+pub(crate) mod text;
+pub(crate) mod trace;

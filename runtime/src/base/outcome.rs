@@ -1,0 +1,202 @@
+//! How an executor body's result becomes an outcome: success, a retryable failure,
+//! or a final one.
+
+use std::any::Any;
+use std::fmt;
+
+use crate::base::trace::TraceContext;
+
+/// An error that is not worth a retry: the request goes to `dead` at once.
+///
+/// Return it from a body (directly, boxed, or inside an `anyhow::Error`):
+///
+/// ```
+/// use async_exec::Final;
+/// fn check(email: &str) -> anyhow::Result<()> {
+///     if !email.contains('@') {
+///         return Err(Final::new(format!("`{email}` is not an address")).into());
+///     }
+///     Ok(())
+/// }
+/// assert!(check("nope").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Final(String);
+
+impl Final {
+    /// A final error with the given message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Final(message.into())
+    }
+}
+
+impl fmt::Display for Final {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Final {}
+
+/// Why an execution did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The body returned an error; it will be retried while attempts remain.
+    Error,
+    /// The body returned a [`Final`] error: no retry.
+    Final,
+    /// The body panicked; retried like an error.
+    Panic,
+    /// The body ran longer than its timeout; retried like an error.
+    Timeout,
+    /// The stored arguments do not decode into the function's parameters: no retry.
+    Decode,
+    /// A `Data<T>` the body needs was not registered on the runtime: no retry.
+    MissingData,
+    /// The lease of the attempt expired before it reported (the instance died or hung).
+    LeaseExpired,
+}
+
+impl FailureKind {
+    /// Whether a failure of this kind may be retried.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            FailureKind::Error
+                | FailureKind::Panic
+                | FailureKind::Timeout
+                | FailureKind::LeaseExpired
+        )
+    }
+
+    /// The word stored in `async_log.outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Error => "error",
+            FailureKind::Final => "final",
+            FailureKind::Panic => "panic",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Decode => "decode",
+            FailureKind::MissingData => "missing_data",
+            FailureKind::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+/// A failed execution: its kind and a message for people.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// What went wrong.
+    pub kind: FailureKind,
+    /// The error's message, as shown in `last_error` and `async_log.error`.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of the given kind.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.message)
+    }
+}
+
+/// The return types an executor body may have: `()`, or `Result<T, E>` for any
+/// `E: Display` (`anyhow::Error`, `Box<dyn Error>`, [`Final`], your own error...).
+#[diagnostic::on_unimplemented(
+    message = "an #[async_exec] body must return `()` or `Result<_, E>` with `E: Display`, not `{Self}`",
+    label = "this return type is not supported"
+)]
+pub trait IntoOutcome {
+    /// Converts the body's return value into an outcome.
+    fn into_outcome(self) -> Result<(), Failure>;
+}
+
+impl IntoOutcome for () {
+    fn into_outcome(self) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+impl<T, E: fmt::Display + 'static> IntoOutcome for Result<T, E> {
+    fn into_outcome(self) -> Result<(), Failure> {
+        match self {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                let kind = if is_final(&error) {
+                    FailureKind::Final
+                } else {
+                    FailureKind::Error
+                };
+                Err(Failure::new(kind, error_message(&error)))
+            }
+        }
+    }
+}
+
+fn is_final<E: 'static>(error: &E) -> bool {
+    let any = error as &dyn Any;
+    if any.is::<Final>() {
+        return true;
+    }
+    if let Some(error) = any.downcast_ref::<anyhow::Error>() {
+        return error.chain().any(|cause| cause.is::<Final>());
+    }
+    if let Some(error) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        return error.is::<Final>();
+    }
+    if let Some(error) = any.downcast_ref::<Box<dyn std::error::Error>>() {
+        return error.is::<Final>();
+    }
+    false
+}
+
+/// The message of an error, with its causes when it is an `anyhow::Error`.
+fn error_message<E: fmt::Display + 'static>(error: &E) -> String {
+    if let Some(error) = (error as &dyn Any).downcast_ref::<anyhow::Error>() {
+        return format!("{error:#}");
+    }
+    error.to_string()
+}
+
+/// What an outcome's event tells of its request beyond the write: carried with the
+/// outcome (moved from the call or the claim, never read back).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Subject {
+    /// The idempotency key.
+    pub(crate) key: Option<String>,
+    /// The executor's remark.
+    pub(crate) remark: &'static str,
+    /// The caller's span and baggage.
+    pub(crate) trace: Option<TraceContext>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_errors_are_recognised_in_every_wrapper() {
+        let direct: Result<(), Final> = Err(Final::new("x"));
+        assert_eq!(direct.into_outcome().unwrap_err().kind, FailureKind::Final);
+        let anyhow: anyhow::Result<()> =
+            Err(anyhow::Error::new(Final::new("bad")).context("outer"));
+        let failure = anyhow.into_outcome().unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Final);
+        assert_eq!(failure.message, "outer: bad");
+        let boxed: Result<(), Box<dyn std::error::Error + Send + Sync>> =
+            Err(Box::new(Final::new("b")));
+        assert_eq!(boxed.into_outcome().unwrap_err().kind, FailureKind::Final);
+        let plain: Result<(), String> = Err("retry me".into());
+        assert_eq!(plain.into_outcome().unwrap_err().kind, FailureKind::Error);
+        assert!(().into_outcome().is_ok());
+    }
+}

@@ -1,0 +1,17 @@
+//! The call: what an `#[async_exec]` function's call does in the caller's task. The
+//! call `builder` it returns (`Call`, `CallIn`, `Batch`) and its `receipt` (`Receipt`,
+//! `Outcome`; the `Submission` it hands on),
+//! `submit` (writing the record, then dispatching or running it), transactions (`tx`:
+//! `Tx` and `rt.begin()`; `scope`: `rt.transaction` scopes; `open_tx`: bare calls refused
+//! while a `Tx` is open; `nested`: calls made inside a running body), idempotency `keys`,
+//! and the `delayed` in-memory calls.
+
+pub(crate) mod builder;
+pub(crate) mod delayed;
+pub(crate) mod keys;
+pub(crate) mod nested;
+pub(crate) mod open_tx;
+pub(crate) mod receipt;
+pub(crate) mod scope;
+pub(crate) mod submit;
+pub(crate) mod tx;

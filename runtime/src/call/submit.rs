@@ -1,0 +1,563 @@
+//! What happens at a call and after its commit, strategy by strategy; and the inline
+//! execution of test modes and [`Runtime::drain`].
+
+use std::sync::Arc;
+
+use crate::base::error::Result;
+use crate::base::record::{Inserted, NewRequest, RequestId};
+use crate::base::settings::TestMode;
+use crate::base::strategy::Strategy;
+use crate::call::delayed::STORED_TIMER_HORIZON;
+use crate::call::receipt::{Outcome, Receipt, Submission};
+use crate::call::tx::Tx;
+use crate::runtime::{Inner, Runtime};
+use crate::store::{Backend, ClaimIds, DueKind, StoredKey};
+use crate::work::dispatcher::{stored_job, uses_channel};
+use crate::work::executor::{log_if_dead, Job};
+
+impl Submission {
+    pub(crate) fn job(&self) -> Job {
+        Job {
+            def: self.def,
+            params: self.params.clone(),
+            trace: self.trace.clone(),
+            delay: self.delay,
+            record: None,
+            due: None,
+        }
+    }
+
+    /// Due now, or after the delay counted from the database's latest possible now, so
+    /// that a delay never ends early by the clock reading's round trip.
+    fn run_at(&self, inner: &Inner, now: i64) -> i64 {
+        match self.delay {
+            None => now,
+            Some(delay) => inner.clock.latest_ms() + delay.as_millis() as i64,
+        }
+    }
+
+    pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
+        let now = inner.now_ms();
+        let mut request = inner.new_request(
+            self.def,
+            self.params.clone(),
+            self.key.clone(),
+            self.priority,
+            self.run_at(inner, now),
+            self.trace.as_ref(),
+        );
+        request.now = now;
+        if self.delay.is_none() {
+            request.notify = Some(inner.owner.clone());
+        }
+        request
+    }
+}
+
+/// Whether a call writes in the caller's transaction at the call (`SaveAsync`, and
+/// `SyncSave`'s key and failure record).
+pub(crate) fn writes(call: &Submission) -> bool {
+    matches!(call.def.strategy, Strategy::SaveAsync | Strategy::SyncSave)
+}
+
+/// Calls with their position in a batch.
+type Numbered = Vec<(usize, Submission)>;
+
+/// The store writes of a submission, outside or inside the caller's transaction.
+trait Writer {
+    async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted>;
+    async fn insert_many(
+        &mut self,
+        inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>>;
+    /// The idempotency key, unless it expired, as this writer sees it.
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>>;
+    /// Records the key of a `SyncSave` call whose body ran, unless it is taken.
+    async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()>;
+    /// Called with the jobs to run once the data is committed.
+    async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
+    /// A delayed record written at `written_at` (unix ms): in a transaction, its delay is
+    /// moved to count from the commit.
+    fn delayed(&mut self, id: RequestId, written_at: i64) {
+        let _ = (id, written_at);
+    }
+    fn in_transaction(&self) -> bool;
+}
+
+struct Autocommit;
+
+/// SQLite's "database is locked", said with its likely cause and fix.
+fn explain_lock(inner: &Inner, error: crate::Error) -> crate::Error {
+    if error.is_sqlite_busy() {
+        crate::Error::SqliteLocked {
+            waited: inner.settings.sqlite_busy_timeout,
+        }
+    } else {
+        error
+    }
+}
+
+impl Writer for Autocommit {
+    async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted> {
+        let inserted = inner.store.request_insert(request).await;
+        inserted.map_err(|e| explain_lock(inner, e))
+    }
+    async fn insert_many(
+        &mut self,
+        inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>> {
+        let inserted = inner.store.request_insert_many(requests).await;
+        inserted.map_err(|e| explain_lock(inner, e))
+    }
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
+        let found = inner.store.key_find(&inner.app, key, inner.now_ms()).await;
+        found.map_err(|e| explain_lock(inner, e))
+    }
+    async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()> {
+        let recorded = inner.store.key_record(request).await;
+        recorded.map_err(|e| explain_lock(inner, e))
+    }
+    async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>) {
+        inner.after_commit(jobs).await;
+    }
+    fn in_transaction(&self) -> bool {
+        false
+    }
+}
+
+impl<DB: Backend> Writer for Tx<DB> {
+    async fn insert(&mut self, _inner: &Inner, request: &NewRequest) -> Result<Inserted> {
+        let inserted = DB::insert_in(self.raw_conn(), request).await;
+        self.noting(inserted)
+    }
+    async fn insert_many(
+        &mut self,
+        _inner: &Inner,
+        requests: &[NewRequest],
+    ) -> Result<Vec<Inserted>> {
+        let inserted = DB::insert_many_in(self.raw_conn(), requests).await;
+        self.noting(inserted)
+    }
+    async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
+        let found = DB::key_find_in(self.raw_conn(), &inner.app, key, inner.now_ms()).await;
+        self.noting(found)
+    }
+    async fn record_key(&mut self, _inner: &Inner, request: &NewRequest) -> Result<()> {
+        let recorded = DB::key_record_in(self.raw_conn(), request).await;
+        self.noting(recorded)
+    }
+    async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
+        self.pending.extend(jobs);
+    }
+    fn delayed(&mut self, id: RequestId, written_at: i64) {
+        self.delayed.push((id, written_at));
+    }
+    fn in_transaction(&self) -> bool {
+        true
+    }
+}
+
+impl Inner {
+    /// Seals the `#[secret]` arguments of `call`: every call passes here (alone, in a
+    /// transaction, in a batch or a scope) before it runs or is written, so its record,
+    /// and a `SyncSave`/`AsyncSave` failure record, never holds them in plaintext.
+    pub(crate) fn seal(&self, call: &mut Submission) -> Result<()> {
+        if !call.sealed && !call.def.secrets.is_empty() {
+            call.params = self.settings.secrets.seal(call.def, &call.params)?.into();
+        }
+        call.sealed = true;
+        Ok(())
+    }
+
+    /// Whether a `SaveAsync` call whose record could not be written may run in memory
+    /// instead: only when asked for (`degrade_to_memory`), outside a transaction, without
+    /// an idempotency key (a keyed call may exist already, committed by someone else), and
+    /// only when the error proves nothing was written (else it may run twice).
+    fn may_degrade(&self, call: &Submission, in_transaction: bool, error: &crate::Error) -> bool {
+        self.settings.degrade_to_memory
+            && !in_transaction
+            && call.key.is_none()
+            && error.proves_nothing_written()
+    }
+
+    /// A call outside any transaction.
+    pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
+        self.check_open()?;
+        self.submit_with(call, &mut Autocommit).await
+    }
+
+    /// A call inside the caller's transaction.
+    pub(crate) async fn submit_in<DB: Backend>(
+        self: &Arc<Self>,
+        call: Submission,
+        tx: &mut Tx<DB>,
+    ) -> Result<Receipt> {
+        self.check_open()?;
+        if writes(&call) {
+            tx.check_before_write().await?;
+        }
+        let submitted = self.submit_with(call, tx).await;
+        submitted.map_err(DB::explain)
+    }
+
+    async fn submit_with(
+        self: &Arc<Self>,
+        mut call: Submission,
+        writer: &mut impl Writer,
+    ) -> Result<Receipt> {
+        self.seal(&mut call)?;
+        crate::operate::metrics::submitted(call.def);
+        match call.def.strategy {
+            Strategy::SaveAsync => {
+                let request = call.request(self);
+                match writer.insert(self, &request).await {
+                    Ok(Inserted::New(id)) => {
+                        if call.delay.is_some() {
+                            writer.delayed(id, request.now);
+                        }
+                        // A delayed one gets a timer after the commit.
+                        let job = stored_job(call.job(), id, call.key.take());
+                        writer.after_commit(self, vec![job]).await;
+                        Ok(Receipt::new(Some(id), Outcome::Queued))
+                    }
+                    Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
+                    Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
+                        crate::log::error!(executor = call.def.name, %error,
+                            "could not persist the request: running it in memory only; a crash now loses it");
+                        writer.after_commit(self, vec![call.job()]).await;
+                        Ok(Receipt::new(
+                            None,
+                            Outcome::Degraded {
+                                error: error.to_string(),
+                            },
+                        ))
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            Strategy::SyncSave => {
+                // The key first: a known key does not run the body again. (Not a lock: two
+                // calls at the same moment may both run it; one record is written.)
+                if let Some(key) = &call.key {
+                    if let Some(known) = writer.find_key(self, key).await? {
+                        return Ok(Receipt::new(known.request_id, Outcome::Existing));
+                    }
+                }
+                let job = call.job();
+                let attempt = self.executor.run_body(&job).await;
+                let failed =
+                    self.executor
+                        .failure_record(&job, &attempt, call.key.clone(), call.priority);
+                match failed {
+                    None => {
+                        if call.key.is_some() {
+                            // Remember the key, so that a retried call does not run again.
+                            // The body ran whatever happens here: the receipt says so.
+                            if let Err(error) = writer.record_key(self, &call.request(self)).await {
+                                crate::log::error!(executor = call.def.name, %error,
+                                    "SyncSave body ran but its idempotency key could not be recorded: a call with the key runs it again");
+                            }
+                        }
+                        Ok(Receipt::new(None, Outcome::Ran))
+                    }
+                    Some(request) => {
+                        let error = request
+                            .log
+                            .as_ref()
+                            .and_then(|l| l.error.clone())
+                            .unwrap_or_default();
+                        let id = match writer.insert(self, &request).await? {
+                            Inserted::New(id) => Some(id),
+                            Inserted::Existing(id) => id,
+                        };
+                        Ok(Receipt::new(id, Outcome::Deferred { error }))
+                    }
+                }
+            }
+            Strategy::AsyncSave | Strategy::Async | Strategy::Thread => {
+                writer.after_commit(self, vec![call.job()]).await;
+                Ok(Receipt::new(None, Outcome::InMemory))
+            }
+        }
+    }
+
+    /// Many calls outside any transaction: the records of `SaveAsync` calls are written
+    /// together, in one transaction.
+    pub(crate) async fn submit_batch(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        self.submit_batch_with(calls, &mut Autocommit).await
+    }
+
+    /// Many calls inside the caller's transaction.
+    pub(crate) async fn submit_batch_in<DB: Backend>(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        tx: &mut Tx<DB>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        if calls.iter().any(writes) {
+            tx.check_before_write().await?;
+        }
+        let submitted = self.submit_batch_with(calls, tx).await;
+        submitted.map_err(DB::explain)
+    }
+
+    /// [`submit_batch_in`](Inner::submit_batch_in) for a caller that checked the
+    /// transaction already ([`Tx::check_before_write`]).
+    pub(crate) async fn submit_batch_checked_in<DB: Backend>(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        tx: &mut Tx<DB>,
+    ) -> Result<Vec<Receipt>> {
+        self.check_open()?;
+        let submitted = self.submit_batch_with(calls, tx).await;
+        submitted.map_err(DB::explain)
+    }
+
+    async fn submit_batch_with(
+        self: &Arc<Self>,
+        calls: Vec<Submission>,
+        writer: &mut impl Writer,
+    ) -> Result<Vec<Receipt>> {
+        let mut calls = calls;
+        for call in &mut calls {
+            self.seal(call)?;
+        }
+        let (stored, others): (Numbered, Numbered) = calls
+            .into_iter()
+            .enumerate()
+            .partition(|(_, call)| call.def.strategy == Strategy::SaveAsync);
+        let mut receipts: Vec<Option<Receipt>> = vec![None; stored.len() + others.len()];
+        if !stored.is_empty() {
+            for (_, call) in &stored {
+                crate::operate::metrics::submitted(call.def);
+            }
+            let requests: Vec<NewRequest> =
+                stored.iter().map(|(_, call)| call.request(self)).collect();
+            let inserted = writer.insert_many(self, &requests).await?;
+            let mut jobs = Vec::with_capacity(stored.len());
+            for (((i, mut call), inserted), request) in
+                stored.into_iter().zip(inserted).zip(&requests)
+            {
+                receipts[i] = Some(match inserted {
+                    Inserted::New(id) => {
+                        if call.delay.is_some() {
+                            writer.delayed(id, request.now);
+                        }
+                        // A delayed one gets a timer after the commit.
+                        jobs.push(stored_job(call.job(), id, call.key.take()));
+                        Receipt::new(Some(id), Outcome::Queued)
+                    }
+                    Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),
+                });
+            }
+            writer.after_commit(self, jobs).await;
+        }
+        for (i, call) in others {
+            receipts[i] = Some(self.submit_with(call, writer).await?);
+        }
+        Ok(receipts
+            .into_iter()
+            .map(|r| r.expect("every call has a receipt"))
+            .collect())
+    }
+
+    /// Hands committed jobs to the workers: through the channel, directly (`Thread`), or
+    /// inline in a test mode.
+    pub(crate) async fn after_commit(self: &Arc<Self>, jobs: Vec<Job>) {
+        // Their start latency counts from here (one clock reading per commit).
+        let committed = if jobs.is_empty() {
+            0
+        } else {
+            self.clock.now_ms()
+        };
+        for mut job in jobs {
+            let delay = job.delay.take();
+            let delay_ms = delay.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            job.due = Some(committed.saturating_add(delay_ms));
+            if let (Some(delay), Some(_)) = (delay, &job.record) {
+                self.start_when_due(job, delay);
+                continue;
+            }
+            match delay {
+                Some(delay) => {
+                    let inner = self.clone();
+                    let slot = self.delayed_jobs.hold(job, self.test_mode().is_some());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        // Unless `run_due` took it first.
+                        if let Some(job) = slot.take() {
+                            inner.dispatch_one(job).await;
+                        }
+                    });
+                }
+                None => self.dispatch_one(job).await,
+            }
+        }
+    }
+
+    /// A delayed stored record: started by a timer here when its delay ends (counted from
+    /// the commit, by this instance's reading of the database's clock), rather than by
+    /// the next sweep up to `retry_interval` later. Only for delays within
+    /// [`STORED_TIMER_HORIZON`] and while fewer than [`crate::call::delayed::STORED_TIMERS_MAX`] timers run;
+    /// the others, and every record in a test mode (`run_due` takes them from the
+    /// store), are left to the sweep. The timer hands the record to the channel; its claim
+    /// takes it only while it is still waiting (`init`).
+    fn start_when_due(self: &Arc<Self>, job: Job, delay: std::time::Duration) {
+        if self.test_mode().is_some()
+            || delay > STORED_TIMER_HORIZON
+            || !self.delayed_jobs.start_stored_timer()
+        {
+            return;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            inner.delayed_jobs.end_stored_timer();
+            if inner.check_open().is_ok() {
+                inner.dispatch_one(job).await;
+            }
+        });
+    }
+
+    async fn dispatch_one(self: &Arc<Self>, job: Job) {
+        match self.test_mode() {
+            Some(TestMode::Inline) => {
+                if let Err(error) = self.execute_inline(job).await {
+                    crate::log::error!(%error, "test mode: could not run a call inline");
+                }
+                return;
+            }
+            Some(TestMode::Hold) => {
+                if job.record.is_none() {
+                    self.held.lock().expect("held lock").push(job);
+                }
+                return;
+            }
+            None => {}
+        }
+        if !self.workers_on.load(std::sync::atomic::Ordering::Acquire) {
+            // Submit-only: stored requests are for the instances that run workers.
+            if job.record.is_none() {
+                self.spawn_direct(job);
+            }
+            return;
+        }
+        if !uses_channel(job.def.strategy) {
+            self.spawn_direct(job);
+        } else if let Err(job) = self.dispatcher.try_dispatch(job) {
+            self.overflowed(job).await;
+        }
+    }
+
+    /// A job the channel could not take. Stored ones wait in the store for the producer.
+    async fn overflowed(self: &Arc<Self>, job: Job) {
+        if job.record.is_some() {
+            return;
+        }
+        if job.def.strategy == Strategy::AsyncSave {
+            // Persist it rather than lose it: it runs from the store like a SaveAsync call.
+            let request = self.new_request(
+                job.def,
+                job.params.clone(),
+                None,
+                0,
+                self.now_ms(),
+                job.trace.as_ref(),
+            );
+            if let Err(error) = self.store.request_insert(&request).await {
+                crate::log::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
+                self.spawn_direct(job);
+            }
+            return;
+        }
+        crate::log::warn!(
+            executor = job.def.name,
+            "channel full: spawning the call directly"
+        );
+        self.spawn_direct(job);
+    }
+
+    /// Runs an in-memory job on its own task, outside the worker pool.
+    fn spawn_direct(self: &Arc<Self>, job: Job) {
+        self.executor.spawn_direct(job);
+    }
+
+    /// Runs a job to completion now, outcome written: test modes and [`Runtime::drain`].
+    /// Returns whether it succeeded (`None` when a stored job could not be claimed).
+    pub(crate) async fn execute_inline(&self, mut job: Job) -> Result<Option<bool>> {
+        let max_attempts = self.max_attempts_of(job.def) as i32;
+        if let Some(record) = &mut job.record {
+            if record.attempt == 0 {
+                let now = self.now_ms();
+                let claimed = self
+                    .store
+                    .request_claim_ids(ClaimIds {
+                        ids: &[record.id],
+                        owner: &self.owner,
+                        now,
+                        lease_ms: self.lease_ms(),
+                    })
+                    .await?;
+                let Some(claimed) = claimed.first() else {
+                    return Ok(None);
+                };
+                record.attempt = claimed.attempt;
+                record.max_attempts = max_attempts;
+            }
+        }
+        let attempt = self.executor.run_body(&job).await;
+        let ok = attempt.result.is_ok();
+        match self.executor.completion_for(&mut job, &attempt) {
+            Some(completion) => {
+                log_if_dead(&completion, job.def.name);
+                self.executor
+                    .count(job.def.name, &completion, attempt.finished);
+                self.completer.write_now(vec![completion]).await?;
+            }
+            None => self.executor.finish(job, attempt).await,
+        }
+        Ok(Some(ok))
+    }
+}
+
+/// What [`Runtime::drain`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Executions that succeeded.
+    pub succeeded: usize,
+    /// Executions that failed (now `failed` with a backoff, or `dead`).
+    pub failed: usize,
+}
+
+impl Runtime {
+    /// Runs, one after another in the caller's task, every held in-memory call and every
+    /// record that is due now (`init`, and `failed` whose retry time has come), until none
+    /// is left. Retries whose backoff has not passed are left (set `retry_base_delay` to
+    /// zero in tests to run them too). Meant for [`TestMode::Hold`], and works in any mode.
+    pub async fn drain(&self) -> Result<DrainReport> {
+        let inner = &self.inner;
+        let mut report = DrainReport::default();
+        loop {
+            let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
+            for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
+                jobs.extend(inner.claimer.claim_due(kind, 100).await?);
+            }
+            if jobs.is_empty() {
+                return Ok(report);
+            }
+            for job in jobs {
+                match inner.execute_inline(job).await? {
+                    Some(true) => report.succeeded += 1,
+                    Some(false) => report.failed += 1,
+                    None => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! `Tx`: the caller's transaction, with the calls made in it held until it commits.
+
+use std::sync::Arc;
+
+use crate::base::error::{Error, Result};
+use crate::base::record::RequestId;
+use crate::call::open_tx::OpenTx;
+use crate::runtime::{Inner, Runtime};
+use crate::store::Backend;
+use crate::work::executor::Job;
+
+/// A database transaction that carries calls: records written in it become visible, and
+/// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
+///
+/// While it is open, a call awaited without `.within(&mut tx)` from the task that began it
+/// is refused ([`Error::BareCallInTransaction`]) unless it says
+/// [`.independent()`](crate::Call::independent); inside
+/// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
+///
+/// ```no_run
+/// # use async_exec::{async_exec, Runtime, Tx};
+/// # #[async_exec(type = SaveAsync)]
+/// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx = rt.begin().await?;
+/// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
+/// send_welcome(1, "a@b.c".into()).within(&mut tx).await?;
+/// tx.commit().await?; // then dispatched at once
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
+    tx: sqlx::Transaction<'static, DB>,
+    pub(crate) inner: Arc<Inner>,
+    /// Jobs to hand to the workers once committed.
+    pub(crate) pending: Vec<Job>,
+    /// Delayed records written here, with the time each was written (unix ms): their
+    /// delay is moved to count from the commit.
+    pub(crate) delayed: Vec<(RequestId, i64)>,
+    /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
+    /// aborted it, and its commit is checked like one that carries calls.
+    pub(crate) write_failed: bool,
+    /// Whether the transaction is known to be open: the runtime's own statements in it
+    /// succeeded (on MySQL/MariaDB, after a check) and the caller has not had its
+    /// connection since. Only then are the checks before a write and before the COMMIT
+    /// left out: every statement of the caller's goes through [`Tx::conn`] or
+    /// [`Tx::transaction`], which clear it.
+    proven_open: bool,
+    /// Counts this transaction as open in the task that began it, until it ends: a call
+    /// made there without `.within(&mut tx)` is refused.
+    open: OpenTx,
+}
+
+impl<DB: Backend> Tx<DB> {
+    /// The connection, for the caller's own queries in this transaction: `&mut` the
+    /// backend's connection (`&mut SqliteConnection` for `Tx<Sqlite>`), an
+    /// [`sqlx::Executor`] also in code generic over the backend (see [`Backend`]).
+    pub fn conn(&mut self) -> DB::Conn<'_> {
+        self.proven_open = false;
+        DB::executor(&mut self.tx)
+    }
+
+    /// The connection, for the runtime's own statements in generic code.
+    pub(crate) fn raw_conn(&mut self) -> &mut DB::Connection {
+        &mut self.tx
+    }
+
+    /// `result` of a write of the runtime's in this transaction, noted when it failed
+    /// (see [`Tx::commit`]).
+    pub(crate) fn noting<T>(&mut self, result: Result<T>) -> Result<T> {
+        match &result {
+            Err(_) => {
+                self.write_failed = true;
+                self.proven_open = false;
+            }
+            // On PostgreSQL (and SQLite) a statement that succeeded ran in an open,
+            // not aborted, transaction; on MySQL/MariaDB it may have autocommitted.
+            Ok(_) if DB::A_STATEMENT_PROVES_OPEN => self.proven_open = true,
+            Ok(_) => {}
+        }
+        result
+    }
+
+    /// Before the runtime writes in this transaction: refuses
+    /// ([`Error::TransactionRolledBack`]) when the server rolled it back and would commit
+    /// the writes on their own (MySQL/MariaDB: a round trip there, unless the
+    /// transaction is known to be open since the last one; none elsewhere).
+    pub(crate) async fn check_before_write(&mut self) -> Result<()> {
+        if self.proven_open {
+            return Ok(());
+        }
+        DB::check_before_write(&mut self.tx).await?;
+        if !DB::A_STATEMENT_PROVES_OPEN {
+            self.proven_open = true;
+        }
+        Ok(())
+    }
+
+    /// The underlying sqlx transaction.
+    pub fn transaction(&mut self) -> &mut sqlx::Transaction<'static, DB> {
+        self.proven_open = false;
+        &mut self.tx
+    }
+
+    /// Commits, then hands the calls made in it to the workers. Delayed calls count their
+    /// delay from here: their due time moves by how long the transaction stayed open
+    /// after each call (when the process dies between the commit and that move, the delay
+    /// counts from the call).
+    ///
+    /// When the server had rolled the transaction back on its own (PostgreSQL after a
+    /// statement in it failed, even if the error was caught; MySQL/MariaDB after a
+    /// deadlock or a lock wait timeout with `innodb_rollback_on_timeout`), this returns
+    /// [`Error::TransactionRolledBack`] and dispatches nothing. Telling costs one round
+    /// trip before the COMMIT on PostgreSQL and MySQL/MariaDB, made only when the
+    /// transaction carries calls or a call in it failed to be written, and your code has
+    /// used its connection ([`Tx::conn`], [`Tx::transaction`]) since the runtime's last
+    /// statement in it succeeded (until then it is known to be open). Any other
+    /// transaction is committed as sqlx does it, and on PostgreSQL such a rolled-back
+    /// COMMIT (after a failed statement of your own) still returns `Ok`.
+    pub async fn commit(self) -> Result<()> {
+        let Tx {
+            mut tx,
+            inner,
+            pending,
+            delayed,
+            write_failed,
+            proven_open,
+            open,
+        } = self;
+        let carries = !pending.is_empty() || !delayed.is_empty();
+        if write_failed || (carries && !proven_open) {
+            // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
+            DB::check_open_in(&mut tx).await?;
+        }
+        tx.commit().await.map_err(|e| DB::explain(e.into()))?;
+        drop(open);
+        inner.after_commit(pending).await;
+        inner.count_delays_from_commit(&delayed).await;
+        Ok(())
+    }
+
+    /// Rolls back: the calls made in it are discarded.
+    pub async fn rollback(self) -> Result<()> {
+        self.tx.rollback().await?;
+        Ok(())
+    }
+}
+
+/// A transaction open for less than this after a delayed call does not move its due time.
+const DELAY_SLACK_MS: i64 = 20;
+
+impl Inner {
+    /// Moves the due time of delayed records by how long their transaction stayed open
+    /// after each was written.
+    async fn count_delays_from_commit(&self, delayed: &[(RequestId, i64)]) {
+        if delayed.is_empty() {
+            return;
+        }
+        // The latest the commit can have been by the database's clock: a delay that counts
+        // from it never ends early (by the clock reading's round trip or its rounding).
+        let committed = self.clock.latest_ms();
+        let moves: Vec<(RequestId, i64)> = delayed
+            .iter()
+            .map(|&(id, written)| (id, committed - written))
+            .filter(|&(_, by)| by >= DELAY_SLACK_MS)
+            .collect();
+        if moves.is_empty() {
+            return;
+        }
+        if let Err(error) = self.store.request_postpone(&moves).await {
+            crate::log::warn!(%error, requests = moves.len(),
+                "could not move delayed requests to count from the commit; they count from the call");
+        }
+    }
+}
+
+impl Runtime {
+    /// [`begin`](Runtime::begin), also inside a transaction scope.
+    pub(crate) async fn begin_any<DB: Backend>(&self) -> Result<Tx<DB>> {
+        self.inner.check_open()?;
+        let begin = DB::begin_on(self.inner.store.as_any()).ok_or(Error::WrongBackend {
+            actual: self.inner.store.backend_name(),
+            requested: DB::NAME,
+        })?;
+        Ok(Tx {
+            tx: begin.await?,
+            inner: self.inner.clone(),
+            pending: Vec::new(),
+            delayed: Vec::new(),
+            write_failed: false,
+            proven_open: false,
+            open: self.inner.open_txs.open(),
+        })
+    }
+
+    /// Wraps a transaction begun on the application's own pool. The pool must be on the
+    /// runtime's database, or the records written in it would never be found.
+    pub fn wrap<DB: Backend>(&self, tx: sqlx::Transaction<'static, DB>) -> Tx<DB> {
+        Tx {
+            tx,
+            inner: self.inner.clone(),
+            pending: Vec::new(),
+            delayed: Vec::new(),
+            write_failed: false,
+            proven_open: false,
+            open: self.inner.open_txs.open(),
+        }
+    }
+}

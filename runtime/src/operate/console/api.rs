@@ -1,0 +1,491 @@
+//! The JSON API: every page and action, under the same authentication (a session cookie
+//! whose writes carry `X-CSRF-Token`, or `Authorization: Bearer <token>`), described by
+//! the OpenAPI document at `api/openapi.json` (generated from these handlers).
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State as Shared};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use utoipa::OpenApi;
+
+use super::actions::check_login;
+use super::auth::{self, ApiWho};
+use super::config::Role;
+use super::filter::{FilterForm, PageForm};
+use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
+use super::overview::Overview;
+use super::reads::{problem, scoped_query, Attempt, Problem};
+use super::State;
+use crate::base::query::{Action, AuditEntry, Cursor};
+use crate::base::record::Request;
+
+pub(crate) fn routes() -> Router<Arc<State>> {
+    Router::new()
+        .route("/api/openapi.json", get(openapi))
+        .route("/api/login", post(login))
+        .route("/api/session", get(session))
+        .route("/api/overview", get(overview))
+        .route("/api/requests", get(list_requests))
+        .route("/api/requests/{id}", get(get_request))
+        .route("/api/executors", get(list_executors))
+        .route("/api/executors/pause", post(pause_executor))
+        .route("/api/executors/resume", post(resume_executor))
+        .route("/api/instances", get(list_instances))
+        .route("/api/audit", get(list_audit))
+        .route("/api/actions/count", get(count_action))
+        .route("/api/actions", post(run_action))
+}
+
+fn failed(error: crate::Error) -> Response {
+    let refused = super::reads::Refused::from(error);
+    problem(refused.status, &refused.message)
+}
+
+/// Refuses viewers (403) and session writes without the session's CSRF token (403).
+fn may_act(caller: &ApiWho) -> Option<Response> {
+    if caller.who.role != Role::Operator {
+        return Some(problem(
+            StatusCode::FORBIDDEN,
+            "viewers cannot act on requests or executors: use an operator's login or token",
+        ));
+    }
+    if !caller.who.csrf_ok(caller.csrf_header.as_deref()) {
+        return Some(problem(
+            StatusCode::FORBIDDEN,
+            "send the session's CSRF token (from GET api/session) in the X-CSRF-Token header",
+        ));
+    }
+    None
+}
+
+/// Who is logged in, and the CSRF token that the session's writes carry.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct SessionInfo {
+    user: String,
+    role: Role,
+    /// `null` for a bearer token.
+    csrf: Option<String>,
+}
+
+/// A login.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct LoginBody {
+    user: String,
+    password: String,
+}
+
+/// Logs in: sets the session cookie and returns the session's CSRF token.
+#[utoipa::path(post, path = "/api/login", request_body = LoginBody, responses(
+    (status = 200, description = "Logged in; the cookie is set", body = SessionInfo),
+    (status = 401, description = "Wrong user name or password", body = Problem),
+    (status = 429, description = "Too many failed logins of this user from this address: wait `Retry-After` seconds", body = Problem),
+    (status = 503, description = "Too many logins at once: retry after `Retry-After` seconds", body = Problem)))]
+async fn login(
+    Shared(state): Shared<Arc<State>>,
+    parts: Parts,
+    Json(body): Json<LoginBody>,
+) -> Response {
+    match check_login(&state, &parts, &body.user, &body.password).await {
+        Ok((name, role)) => {
+            let token = state.sessions.open(&name, role);
+            let base = auth::base_of(&parts);
+            let cookie = auth::session_cookie(
+                &base,
+                &token,
+                state.config.secure_cookie || auth::over_tls(&parts),
+            );
+            let who = state.sessions.find(&token, state.config.idle_timeout);
+            let info = SessionInfo {
+                user: name,
+                role,
+                csrf: who.and_then(|w| w.csrf),
+            };
+            ([(header::SET_COOKIE, cookie)], Json(info)).into_response()
+        }
+        Err(refused) => {
+            let mut response = problem(refused.status, &refused.message);
+            for (name, value) in refused.headers() {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
+    }
+}
+
+/// The caller and the session's CSRF token.
+#[utoipa::path(get, path = "/api/session", responses((status = 200, body = SessionInfo), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn session(caller: ApiWho) -> Json<SessionInfo> {
+    Json(SessionInfo {
+        user: caller.who.name,
+        role: caller.who.role,
+        csrf: caller.who.csrf,
+    })
+}
+
+/// Counts (as of `counts_as_of`: kept and counted again in the background), the oldest
+/// waiting request, the failure rate and the series of the charts.
+#[utoipa::path(get, path = "/api/overview", responses((status = 200, body = Overview), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn overview(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match super::overview::overview(&state).await {
+        Ok(overview) => Json(overview).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// A page of requests.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RequestPage {
+    requests: Vec<Request>,
+    /// The `after` of the next page; `null` on the last.
+    next: Option<String>,
+    /// With a text filter (`remark`, `error`): how many requests the page looked at when
+    /// its search window ended it before it filled (fewer requests, maybe none: continue
+    /// the search with `next`); `null` otherwise.
+    searched: Option<i64>,
+}
+
+/// The query string of a page of requests: the filter and the paging.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListParams {
+    #[serde(flatten)]
+    filter: FilterForm,
+    #[serde(flatten)]
+    page: PageForm,
+}
+
+/// Requests matching the filter, a keyset page at a time.
+#[utoipa::path(get, path = "/api/requests", params(FilterForm, PageForm),
+    responses((status = 200, body = RequestPage), (status = 400, body = Problem), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_requests(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<ListParams>,
+) -> Response {
+    match super::reads::request_list(&state, &params.filter, &params.page).await {
+        Ok(list) => Json(RequestPage {
+            requests: list.rows,
+            next: list.next.map(Cursor::to_text),
+            searched: list.searched,
+        })
+        .into_response(),
+        Err(refused) => problem(refused.status, &refused.message),
+    }
+}
+
+/// A request with its attempts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RequestDetail {
+    request: Request,
+    /// Its arguments, parsed.
+    arguments: serde_json::Value,
+    /// Every attempt logged, oldest first, each with its run (a replay starts one).
+    attempts: Vec<Attempt>,
+}
+
+/// One request, its arguments and every attempt logged.
+#[utoipa::path(get, path = "/api/requests/{id}", params(("id" = i64, Path, description = "The request id")),
+    responses((status = 200, body = RequestDetail), (status = 404, body = Problem), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn get_request(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Path(id): Path<i64>,
+) -> Response {
+    match super::reads::request_with_attempts(&state, id).await {
+        Ok((request, attempts)) => Json(RequestDetail {
+            arguments: serde_json::from_str(&crate::mask_sealed(&request.param_json))
+                .unwrap_or(serde_json::Value::String(request.param_json.clone())),
+            request,
+            attempts,
+        })
+        .into_response(),
+        Err(refused) => problem(refused.status, &refused.message),
+    }
+}
+
+/// Executors registered in this build and seen in the table.
+#[utoipa::path(get, path = "/api/executors", responses((status = 200, body = [ExecutorView]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_executors(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match executor_views(&state).await {
+        Ok(views) => Json(views).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Instances alive.
+#[utoipa::path(get, path = "/api/instances", responses((status = 200, body = [InstanceView]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_instances(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match instance_views(&state).await {
+        Ok(views) => Json(views).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// How many audit entries.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct AuditParams {
+    /// At most this many, newest first (default 200).
+    limit: Option<i64>,
+}
+
+/// The audit trail, newest first.
+#[utoipa::path(get, path = "/api/audit", params(AuditParams), responses((status = 200, body = [AuditEntry]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_audit(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Query(params): Query<AuditParams>,
+) -> Response {
+    match state.rt.audit_trail(params.limit.unwrap_or(200)).await {
+        Ok(entries) => Json(entries).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// How many requests an action would change.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ActionCount {
+    action: Action,
+    count: i64,
+}
+
+/// The action named `name`, or the message listing the valid ones.
+fn parse_action(name: &str) -> Result<Action, String> {
+    Action::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
+        format!("unknown action `{name}`: use one of {}", names.join(", "))
+    })
+}
+
+/// The `action` of a count's query string and its filter; a field neither knows is
+/// refused (400, naming it).
+fn count_params(query: Option<&str>) -> Result<(Action, FilterForm), String> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| e.to_string())?;
+    let mut action = None;
+    let mut filter = serde_json::Map::new();
+    for (name, value) in pairs {
+        if name == "action" {
+            action = Some(value);
+        } else if super::filter::FIELDS.contains(&name.as_str()) {
+            filter.insert(name, serde_json::Value::String(value));
+        } else {
+            return Err(format!(
+                "unknown field `{}`: the filter's fields are {}, with `action`",
+                crate::base::text::capped(&name, 100),
+                super::filter::FIELDS.join(", ")
+            ));
+        }
+    }
+    let action = parse_action(&action.unwrap_or_default())?;
+    let filter =
+        serde_json::from_value(serde_json::Value::Object(filter)).map_err(|e| e.to_string())?;
+    Ok((action, filter))
+}
+
+/// How many requests matching the filter an action would change: show it, then send it
+/// as `up_to` with the action (`POST api/actions`). A field it does not know is refused.
+#[utoipa::path(get, path = "/api/actions/count", params(
+        ("action" = String, Query, description = "`retry`, `cancel`, `delete` or `replay_dead`"),
+        FilterForm),
+    responses((status = 200, body = ActionCount), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn count_action(
+    _caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    parts: Parts,
+) -> Response {
+    let (action, filter) = match count_params(parts.uri.query()) {
+        Ok(params) => params,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let query = match scoped_query(&state, &filter) {
+        Ok(query) => query,
+        Err(refused) => return problem(refused.status, &refused.message),
+    };
+    match state.rt.count_actionable(action, &query).await {
+        Ok(count) => Json(ActionCount { action, count }).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// An action on the requests matching a filter, no more of them than the caller counted.
+/// A field it does not know is refused.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ActionBody {
+    action: Action,
+    /// Which requests: the fields of `GET api/actions/count` (`{"id": 42}` for one; `{}`
+    /// for every request of the application the action applies to).
+    #[serde(default)]
+    filter: FilterForm,
+    /// The most requests it may change: the count the caller saw. When more match now,
+    /// nothing changes (409): count again.
+    up_to: i64,
+}
+
+/// What an action changed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ActionDone {
+    action: Action,
+    changed: u64,
+}
+
+/// Retries, cancels, deletes or replays the requests matching the filter (audited),
+/// refused when more than `up_to` match.
+#[utoipa::path(post, path = "/api/actions", request_body = ActionBody,
+    responses((status = 200, body = ActionDone), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 409, description = "More requests match than `up_to`", body = Problem),
+        (status = 422, description = "A field is unknown or of the wrong type", body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn run_action(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    body: Result<Json<ActionBody>, JsonRejection>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return problem(rejection.status(), &rejection.body_text()),
+    };
+    let query = match scoped_query(&state, &body.filter) {
+        Ok(query) => query,
+        Err(refused) => return problem(refused.status, &refused.message),
+    };
+    let done =
+        super::actions::act_up_to(&state, body.action, &query, body.up_to, &caller.who.name).await;
+    match done {
+        Ok(changed) => Json(ActionDone {
+            action: body.action,
+            changed,
+        })
+        .into_response(),
+        Err(refused) => problem(refused.status, &refused.message),
+    }
+}
+
+/// An executor to pause or resume.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct ExecutorBody {
+    executor: String,
+}
+
+/// Whether an executor is paused now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct PauseState {
+    executor: String,
+    paused: bool,
+}
+
+/// Pauses the claims of an executor on every instance (audited).
+#[utoipa::path(post, path = "/api/executors/pause", request_body = ExecutorBody,
+    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn pause_executor(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<ExecutorBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    match state
+        .rt
+        .pause_executor(&body.executor, &caller.who.name)
+        .await
+    {
+        Ok(()) => Json(PauseState {
+            executor: body.executor,
+            paused: true,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// Resumes the claims of an executor (audited).
+#[utoipa::path(post, path = "/api/executors/resume", request_body = ExecutorBody,
+    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn resume_executor(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<ExecutorBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    match state
+        .rt
+        .resume_executor(&body.executor, &caller.who.name)
+        .await
+    {
+        Ok(_) => Json(PauseState {
+            executor: body.executor,
+            paused: false,
+        })
+        .into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// The security schemes: the session cookie and bearer tokens.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme,
+        };
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                auth::COOKIE,
+                "The session cookie of a login; writes also send X-CSRF-Token",
+            ))),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "async-exec console API", description = "Requests, executors, instances and operator actions of an async-exec database."),
+    paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
+        list_audit, count_action, run_action, pause_executor, resume_executor),
+    modifiers(&SecuritySchemes)
+)]
+struct ApiDoc;
+
+/// The OpenAPI document of this API, with the mount path as its server.
+async fn openapi(parts: Parts) -> Response {
+    let mut doc = ApiDoc::openapi();
+    let base = auth::base_of(&parts);
+    let base = if base.is_empty() {
+        "/".to_string()
+    } else {
+        base
+    };
+    doc.servers = Some(vec![utoipa::openapi::Server::new(base)]);
+    Json(doc).into_response()
+}

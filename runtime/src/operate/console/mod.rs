@@ -1,0 +1,194 @@
+//! The operations console (cargo feature `console`): an axum [`Router`] with login,
+//! server-rendered pages (overview with charts, requests, request detail, executors,
+//! instances, audit trail), actions on one request or every request matching a filter,
+//! and a JSON API with its OpenAPI document at `api/openapi.json`; and `health`, the
+//! unauthenticated health report ([`health_router`] serves it alone).
+//!
+//! Mount it under any path; every link and form follows it:
+//!
+//! ```no_run
+//! # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
+//! use async_exec::console::{self, ConsoleConfig, Role};
+//! let config = ConsoleConfig::new()
+//!     .user("alice", Role::Operator, &console::hash_password("a long passphrase")?)
+//!     .from_env(); // and ASYNC_EXEC_CONSOLE_USERS / _TOKENS
+//! let app = axum::Router::new().nest("/console", console::router(&rt, config)?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that failed
+//! logins are limited per client address (behind a reverse proxy, name it in
+//! [`ConsoleConfig::trusted_proxies`]); without it every client shares one address.
+//! Request bodies are refused past 16 KiB (`413`).
+
+mod actions;
+mod api;
+mod auth;
+mod charts;
+mod config;
+mod filter;
+mod fleet;
+mod gate;
+mod guard;
+mod limiter;
+mod overview;
+mod pages;
+mod reads;
+mod views;
+
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use auth::{hash_password, token_digest};
+pub use config::{
+    ConsoleConfig, Role, DEFAULT_COUNTS_MAX_AGE, DEFAULT_IDLE_TIMEOUT, SECURE_COOKIE_VAR,
+    TOKENS_VAR, USERS_VAR,
+};
+
+use crate::base::error::Result;
+use crate::runtime::Runtime;
+
+/// What every handler shares.
+pub(crate) struct State {
+    pub(crate) rt: Runtime,
+    pub(crate) config: ConsoleConfig,
+    /// `false` for the open console on a loopback address without users.
+    pub(crate) login_required: bool,
+    pub(crate) sessions: auth::Sessions,
+    pub(crate) limiter: limiter::Limiter,
+    /// Password checks, off the async workers and a few at a time.
+    pub(crate) gate: gate::Gate,
+    /// The overview's counts, with their age.
+    pub(crate) counts: overview::CountCache,
+}
+
+/// The console's stylesheet, embedded.
+const CSS: &str = include_str!("assets/console.css");
+
+/// The console for `rt`'s database, to mount under a path of the application's choosing
+/// (`Router::new().nest("/console", router)`).
+///
+/// Refuses (with a message saying what to change) a configuration with errors, and one
+/// without users or tokens unless [`ConsoleConfig::listen`] names a loopback address.
+///
+/// ```
+/// use async_exec::console::ConsoleConfig;
+/// # async fn demo(rt: async_exec::Runtime) {
+/// let refused = async_exec::console::router(&rt, ConsoleConfig::new().listen("0.0.0.0:80".parse().unwrap()));
+/// assert!(refused.unwrap_err().to_string().contains("not a loopback address"));
+/// # }
+/// ```
+pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
+    let login_required = config.check()?;
+    let state = Arc::new(State {
+        rt: rt.clone(),
+        counts: overview::CountCache::new(config.counts_max_age),
+        config,
+        login_required,
+        sessions: Default::default(),
+        limiter: Default::default(),
+        gate: Default::default(),
+    });
+    Ok(Router::new()
+        .route("/", get(pages::overview))
+        .route("/login", get(actions::login_form).post(actions::login))
+        .route("/logout", post(actions::logout))
+        .route("/requests", get(pages::requests))
+        .route("/requests/{id}", get(pages::request_detail))
+        .route("/actions", post(actions::action))
+        .route("/executors", get(fleet::executors))
+        .route("/executors/pause", post(actions::pause))
+        .route("/executors/resume", post(actions::resume))
+        .route("/instances", get(fleet::instances))
+        .route("/audit", get(fleet::audit))
+        .route("/assets/console.css", get(css))
+        .route("/health", get(health_of_state))
+        .merge(api::routes())
+        .layer(axum::extract::DefaultBodyLimit::max(guard::MAX_BODY))
+        .layer(axum::middleware::map_response(guard::safe_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            guard::check_host,
+        ))
+        .with_state(state))
+}
+
+/// The `/health` route alone, without the console, to merge into an application's router
+/// at its root: `GET /health` answers [`Runtime::health`] as JSON, `200 OK` when the
+/// runtime is ready and `503 Service Unavailable` when not. Unauthenticated, as is
+/// `health` under the console's own path: a load balancer or an orchestrator's probe
+/// calls it. The report names the application, the instance and its parts, never
+/// records or secrets.
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
+/// let app = axum::Router::new().merge(async_exec::console::health_router(&rt));
+/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+/// axum::serve(listener, app).await?;
+/// # Ok(()) }
+/// ```
+pub fn health_router(rt: &Runtime) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .with_state(rt.clone())
+}
+
+/// The health report as JSON: 200 when ready, 503 when not.
+async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Response {
+    health_response(&rt).await
+}
+
+/// The console's `health`: the whole report for a logged-in caller (session or token),
+/// only `{"ready": ...}` for others (the report names the instance and its parts).
+async fn health_of_state(
+    axum::extract::State(state): axum::extract::State<Arc<State>>,
+    parts: axum::http::request::Parts,
+) -> Response {
+    if auth::caller(&parts, &state).is_some() || !state.login_required {
+        return health_response(&state.rt).await;
+    }
+    let ready = state.rt.health().await.is_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(serde_json::json!({ "ready": ready })),
+    )
+        .into_response()
+}
+
+async fn health_response(rt: &Runtime) -> Response {
+    let health = rt.health().await;
+    let status = if health.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::Json(health),
+    )
+        .into_response()
+}
+
+async fn css() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        CSS,
+    )
+}

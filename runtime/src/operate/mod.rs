@@ -1,0 +1,14 @@
+//! Operations: what an operator reads and does. Requests from code (`requests`: get,
+//! list, counts, retry, cancel, delete, purge; which ones: `base/query.rs`), pauses, the
+//! audit trail and statistics (`operator`), the `console`, `health` (from each part's
+//! `pulse`), `metrics` and the queue `gauges`, and the outcome `listeners`.
+
+#[cfg(feature = "console")]
+pub mod console;
+pub(crate) mod gauges;
+pub(crate) mod health;
+pub(crate) mod listeners;
+pub(crate) mod metrics;
+pub(crate) mod operator;
+pub(crate) mod pulse;
+pub(crate) mod requests;

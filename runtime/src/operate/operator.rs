@@ -1,0 +1,178 @@
+//! What people who run the service look at and do beyond requests (the console, its
+//! API): pauses of executors on every instance, the audit trail, per-minute statistics,
+//! queue depth, attempt durations, the executors linked into this binary.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::base::error::Result;
+use crate::base::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
+use crate::runtime::Runtime;
+use crate::store::ops::minute_of;
+
+/// An executor linked into this binary, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ExecutorInfo {
+    /// Its stable name.
+    pub name: String,
+    /// The function's path.
+    pub path: String,
+    /// The sign (hash) of its persisted parameters' types.
+    pub sign: String,
+    /// Its persisted parameters, as written.
+    pub signature: String,
+    /// Its remark.
+    pub remark: String,
+    /// Its strategy.
+    pub strategy: String,
+    /// Attempts before a request goes `dead`.
+    pub max_attempts: u32,
+    /// How long one attempt may run (ms).
+    pub timeout_ms: u64,
+}
+
+impl Runtime {
+    /// Pauses the claims of `executor` on every instance of this application: each stops
+    /// claiming its records within about a second (this one at once); records already
+    /// running finish. In-memory calls (`Async`, `AsyncSave`, `Thread`) still run.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// rt.pause_executor("mail::send", "alice").await?;   // the mail server is down
+    /// rt.resume_executor("mail::send", "alice").await?;  // back: the backlog drains
+    /// # Ok(()) }
+    /// ```
+    pub async fn pause_executor(&self, executor: &str, actor: &str) -> Result<()> {
+        let now = self.inner.now_ms();
+        let ops = self.inner.store.ops();
+        ops.pause_set(&self.inner.app, executor, actor, now).await?;
+        let target = serde_json::json!({ "executor": executor }).to_string();
+        self.audit(&self.inner.app, actor, "pause", target, 0)
+            .await?;
+        self.control_part().refresh_pauses().await
+    }
+
+    /// Resumes the claims of `executor` on every instance; whether it was paused.
+    pub async fn resume_executor(&self, executor: &str, actor: &str) -> Result<bool> {
+        let ops = self.inner.store.ops();
+        let was = ops.pause_clear(&self.inner.app, executor).await?;
+        let target = serde_json::json!({ "executor": executor }).to_string();
+        self.audit(&self.inner.app, actor, "resume", target, 0)
+            .await?;
+        self.control_part().refresh_pauses().await?;
+        Ok(was)
+    }
+
+    /// The executors of this application whose claims are paused.
+    pub async fn paused(&self) -> Result<Vec<Pause>> {
+        self.inner.store.ops().pause_list(&self.inner.app).await
+    }
+
+    /// The last `limit` operator actions on this application, newest first.
+    pub async fn audit_trail(&self, limit: i64) -> Result<Vec<AuditEntry>> {
+        self.inner
+            .store
+            .ops()
+            .audit_list(&self.inner.app, limit.clamp(1, 10_000))
+            .await
+    }
+
+    /// Attempts finished per minute over the last `span`, by the minute they finished
+    /// in: every instance's, counted in memory and written every two seconds, plus this
+    /// instance's not written yet (so the current minute is up to date for what this
+    /// instance ran). Minutes without any are left out.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// let last_hour = rt.finished_per_minute(std::time::Duration::from_secs(3600)).await?;
+    /// let dead: i64 = last_hour.iter().map(|m| m.failed).sum();
+    /// println!("{dead} requests went dead in the last hour");
+    /// # Ok(()) }
+    /// ```
+    pub async fn finished_per_minute(&self, span: Duration) -> Result<Vec<MinuteStat>> {
+        let since = minute_of(self.inner.now_ms() - span.as_millis() as i64);
+        self.control_part().finished_since(since).await
+    }
+
+    /// The queue depth sampled once a minute over the last `span`.
+    pub async fn queue_depth(&self, span: Duration) -> Result<Vec<DepthSample>> {
+        let since = minute_of(self.inner.now_ms() - span.as_millis() as i64);
+        self.inner
+            .store
+            .ops()
+            .depth_series(&self.inner.app, since)
+            .await
+    }
+
+    /// Requests of this application counted by executor and status (zeros left out).
+    pub async fn counts_by_executor(&self) -> Result<Vec<ExecutorCount>> {
+        self.inner
+            .store
+            .ops()
+            .request_count_by_executor(&self.inner.app)
+            .await
+    }
+
+    /// How long the longest-waiting due request has waited, if any waits.
+    pub async fn oldest_waiting(&self) -> Result<Option<Duration>> {
+        let now = self.inner.now_ms();
+        let due = self.oldest_waiting_due().await?;
+        Ok(due.map(|due| Duration::from_millis((now - due).max(0) as u64)))
+    }
+
+    /// When the longest-waiting due request was due (unix ms, the database's clock).
+    pub(crate) async fn oldest_waiting_due(&self) -> Result<Option<i64>> {
+        self.inner
+            .store
+            .ops()
+            .request_oldest_waiting(&self.inner.app, self.inner.now_ms())
+            .await
+    }
+
+    /// The durations of the last `limit` logged attempts of `executor` (ms), newest
+    /// first: failures always, successes with `log_success` on, of requests still kept.
+    pub async fn attempt_durations(&self, executor: &str, limit: i64) -> Result<Vec<i64>> {
+        self.inner
+            .store
+            .ops()
+            .log_durations(&self.inner.app, executor, limit.clamp(1, 100_000))
+            .await
+    }
+
+    /// How many requests of this application each instance holds `running` now.
+    pub async fn running_by_instance(&self) -> Result<Vec<(String, i64)>> {
+        self.inner
+            .store
+            .ops()
+            .request_count_running_by_owner(&self.inner.app)
+            .await
+    }
+
+    /// The executors linked into this binary, by name.
+    pub fn executor_infos(&self) -> Vec<ExecutorInfo> {
+        let inner = &self.inner;
+        inner
+            .registry
+            .names()
+            .iter()
+            .filter_map(|name| inner.registry.get(name))
+            .map(|def| ExecutorInfo {
+                name: def.name.to_string(),
+                path: def.path.to_string(),
+                sign: def.sign.to_string(),
+                signature: def.signature.to_string(),
+                remark: def.remark.to_string(),
+                strategy: def.strategy.as_str().to_string(),
+                max_attempts: inner.max_attempts_of(def),
+                timeout_ms: inner.executor.timeout_of(def).as_millis() as u64,
+            })
+            .collect()
+    }
+
+    /// This runtime's application name.
+    pub fn application(&self) -> &str {
+        &self.inner.app
+    }
+}

@@ -1,0 +1,344 @@
+//! The claimer: the one path from the store to a worker, shared by the producer and the
+//! sweeps. It claims records for this instance (a conditional update: `running`, this
+//! instance's lease, attempt + 1), turns them into jobs reserved in the executor pool
+//! (the heartbeat keeps their leases until they start), and starts each under a worker
+//! permit. At shutdown it starts nothing more: a claimed job not started is handed back at
+//! once.
+//!
+//! It holds the store, the application and the executors it claims for (the registry),
+//! this instance's name, the database's clock, the skip list of a rolling deploy (kept by
+//! the presence part), the executor that runs what it starts, shutdown's token and the
+//! count of records handed back, and its [`ClaimerConfig`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::base::error::Result;
+use crate::base::record::{Claimed, ClaimedId, RequestId};
+use crate::base::registry::{ExecutorDef, Registry};
+use crate::base::settings::Settings;
+use crate::base::trace::TraceContext;
+use crate::store::{ClaimDue, ClaimIds, DueKind, Held, Store};
+use crate::sweeps::clock::Clock;
+use crate::sweeps::instances::{skip_key, Roster};
+use crate::work::control::Control;
+use crate::work::executor::{Executor, ExecutorPool, Job, RecordRef};
+
+/// The settings the claimer reads, taken from [`Settings`] (validated there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimerConfig {
+    /// How long a claim's lease lasts.
+    pub(crate) lease: Duration,
+}
+
+impl ClaimerConfig {
+    /// The claimer's settings among the runtime's.
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
+        ClaimerConfig {
+            lease: settings.lease,
+        }
+    }
+}
+
+/// Claims records and starts them. See the [module docs](self).
+pub(crate) struct Claimer {
+    store: Arc<dyn Store>,
+    application: Arc<str>,
+    registry: Arc<Registry>,
+    owner: Arc<str>,
+    clock: Arc<Clock>,
+    /// The skip list of a rolling deploy, and how to read it afresh.
+    roster: Roster,
+    /// Paused executors are not claimed.
+    control: Arc<Control>,
+    executor: Arc<Executor>,
+    /// Cancelled when shutdown begins: nothing more is started.
+    shutdown: CancellationToken,
+    /// Records handed back because shutdown came before they started.
+    handed_back: Arc<AtomicU64>,
+    config: ClaimerConfig,
+}
+
+impl std::fmt::Debug for Claimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claimer")
+            .field("application", &self.application)
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a claimer is made of: the shared handles it uses.
+#[derive(Debug)]
+pub(crate) struct ClaimerParts {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) roster: Roster,
+    pub(crate) control: Arc<Control>,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) handed_back: Arc<AtomicU64>,
+}
+
+impl Claimer {
+    pub(crate) fn new(parts: ClaimerParts, config: ClaimerConfig) -> Self {
+        let ClaimerParts {
+            store,
+            application,
+            registry,
+            owner,
+            clock,
+            roster,
+            control,
+            executor,
+            shutdown,
+            handed_back,
+        } = parts;
+        Claimer {
+            store,
+            application,
+            registry,
+            owner,
+            clock,
+            roster,
+            control,
+            executor,
+            shutdown,
+            handed_back,
+            config,
+        }
+    }
+
+    /// The pool the jobs it starts run in (its permits, the records held).
+    pub(crate) fn pool(&self) -> &ExecutorPool {
+        &self.executor.pool
+    }
+
+    /// Whether claims of `executor` are paused by an operator.
+    pub(crate) fn is_paused(&self, executor: &str) -> bool {
+        self.control.is_paused(executor)
+    }
+
+    /// The attempts a record of `def` gets.
+    pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
+        self.executor.max_attempts_of(def)
+    }
+
+    pub(crate) fn lease_ms(&self) -> i64 {
+        self.config.lease.as_millis() as i64
+    }
+
+    /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
+    /// (reserved in the pool until they start).
+    pub(crate) async fn claim_due(&self, kind: DueKind, limit: i64) -> Result<Vec<Job>> {
+        let now = self.clock.now_ms();
+        let lease_until = now + self.lease_ms();
+        let skip = self.roster.current();
+        let executors = self.control.claimable(self.registry.names());
+        if executors.is_empty() {
+            return Ok(Vec::new()); // every executor paused
+        }
+        let mut claimed = self
+            .store
+            .request_claim_due(ClaimDue {
+                application: &self.application,
+                executors: &executors,
+                kind,
+                owner: &self.owner,
+                now,
+                lease_ms: self.lease_ms(),
+                limit,
+                skip: &skip,
+            })
+            .await?;
+        if claimed.iter().any(|c| self.is_foreign(c)) {
+            claimed = self.leave_to_their_instances(claimed).await;
+        }
+        Claimed::sort_for_start(&mut claimed);
+        Ok(claimed
+            .into_iter()
+            .filter_map(|c| self.job_from_claim(c, lease_until))
+            .collect())
+    }
+
+    /// Whether a claimed record carries a signature this binary does not have for its
+    /// executor (written by another version).
+    fn is_foreign(&self, claimed: &Claimed) -> bool {
+        self.registry
+            .get(&claimed.executor)
+            .is_some_and(|def| def.sign != claimed.sign)
+    }
+
+    /// A claim met signatures this binary does not have: the skip list it claimed with
+    /// may predate the instance that has them (a newer version that announced itself and
+    /// wrote a record since the last read). Reads the live instances again, and hands
+    /// back, without counting an attempt, the records whose signature a live worker
+    /// instance has; the others are this instance's to try (a compatible change runs, an
+    /// incompatible one goes `dead` naming both signatures). When the instances cannot be
+    /// read, every such record is handed back, to be tried again later.
+    async fn leave_to_their_instances(&self, claimed: Vec<Claimed>) -> Vec<Claimed> {
+        let skip = match self.roster.refresh().await {
+            Ok(skip) => Some(skip),
+            Err(error) => {
+                crate::log::warn!(%error, "could not read the live instances for records of \
+                    another signature; handing them back to be tried later");
+                None
+            }
+        };
+        let (theirs, ours): (Vec<Claimed>, Vec<Claimed>) = claimed.into_iter().partition(|c| {
+            self.is_foreign(c)
+                && skip.as_ref().map_or(true, |skip| {
+                    skip.binary_search(&skip_key(&c.executor, &c.sign)).is_ok()
+                })
+        });
+        if theirs.is_empty() {
+            return ours;
+        }
+        let ids: Vec<RequestId> = theirs.iter().map(|c| c.id).collect();
+        let held: Vec<Held> = theirs.iter().map(|c| (c.id, c.attempt)).collect();
+        match self
+            .store
+            .lease_release(&self.owner, &held, self.clock.now_ms())
+            .await
+        {
+            Ok(_) => crate::log::info!(
+                requests = ?ids,
+                "not started: claimed records of a signature that a live instance has; \
+                 handed back to it, no attempt counted"
+            ),
+            Err(error) => crate::log::warn!(
+                %error,
+                requests = ?ids,
+                "not started: could not hand back records of a signature that a live \
+                 instance has; they run again when their lease ends"
+            ),
+        }
+        ours
+    }
+
+    /// Claims the records `ids` (just dispatched through the channel) and reserves those
+    /// claimed in the pool, every one before any starts: at shutdown, those not started
+    /// are handed back with the rest. Records claimed elsewhere, cancelled, or not yet
+    /// committed are not in the answer.
+    pub(crate) async fn claim_ids(&self, ids: &[RequestId]) -> Result<Vec<ClaimedId>> {
+        let now = self.clock.now_ms();
+        let lease_until = now + self.lease_ms();
+        let claimed = self
+            .store
+            .request_claim_ids(ClaimIds {
+                ids,
+                owner: &self.owner,
+                now,
+                lease_ms: self.lease_ms(),
+            })
+            .await?;
+        for c in &claimed {
+            self.executor.pool.reserve(c.id, c.attempt, lease_until);
+        }
+        Ok(claimed)
+    }
+
+    /// The job for a record claimed from the store (its executor is known: claims filter).
+    fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
+        let Some(def) = self.registry.get(&claimed.executor) else {
+            crate::log::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
+            return None;
+        };
+        let trace = claimed
+            .trace_json
+            .as_deref()
+            .map(|j| TraceContext::from_json(Some(j)));
+        self.executor
+            .pool
+            .reserve(claimed.id, claimed.attempt, lease_until);
+        Some(Job {
+            def,
+            params: claimed.param_json,
+            trace,
+            delay: None,
+            record: Some(RecordRef {
+                id: claimed.id,
+                attempt: claimed.attempt,
+                max_attempts: claimed.max_attempts,
+                sign: claimed.sign.into(),
+                key: claimed.idempotency_key,
+            }),
+            due: Some(claimed.run_at),
+        })
+    }
+
+    /// Starts a job under a worker permit. Returns `false` (dropping the job) at shutdown;
+    /// a stored job is then handed back to the queue at once.
+    pub(crate) async fn start(&self, job: Job) -> bool {
+        let pool = &self.executor.pool;
+        // Fast path: a free worker, no waiting (and no cancellation future to register).
+        let permit = match pool.permits.clone().try_acquire_owned() {
+            Ok(permit) if !self.shutdown.is_cancelled() => Some(permit),
+            Ok(_) => None,
+            Err(_) => tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => None,
+                permit = pool.permits.clone().acquire_owned() => permit.ok(),
+            },
+        };
+        match permit {
+            Some(permit) => {
+                self.executor.spawn(job, permit);
+                true
+            }
+            None => {
+                if let Some(record) = &job.record {
+                    let held = (record.id, record.attempt);
+                    match self
+                        .store
+                        .lease_release(&self.owner, &[held], self.clock.now_ms())
+                        .await
+                    {
+                        Ok(n) => {
+                            self.handed_back.fetch_add(n, Ordering::AcqRel);
+                            // Not renewed any more; not handed back again.
+                            pool.forget(record.id, record.attempt);
+                            crate::log::info!(
+                                request_id = record.id,
+                                attempt = record.attempt,
+                                "not started: shutting down; handed back without counting \
+                                 the attempt"
+                            );
+                        }
+                        Err(error) => crate::log::warn!(
+                            request_id = record.id,
+                            %error,
+                            "not started: shutting down, and the claim could not be handed \
+                             back now; shutdown tries again"
+                        ),
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Claims up to `limit` due records of `kind` (never more than there are free workers)
+    /// and starts them. Returns how many were started.
+    pub(crate) async fn claim_and_start(&self, kind: DueKind, limit: i64) -> Result<usize> {
+        let free = self.executor.pool.available() as i64;
+        let limit = limit.min(free);
+        if limit <= 0 {
+            return Ok(0);
+        }
+        let mut started = 0;
+        for job in self.claim_due(kind, limit).await? {
+            if self.start(job).await {
+                started += 1;
+            }
+        }
+        Ok(started)
+    }
+}

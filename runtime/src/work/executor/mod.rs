@@ -1,0 +1,547 @@
+//! The executor: runs bodies, one execution at a time per worker permit, each in a
+//! `tracing` span, with errors, panics and timeouts caught and turned into outcomes, which
+//! it hands to the completer (stored jobs) or writes itself (the retry record of a failed
+//! in-memory call).
+//!
+//! It holds what a body run needs and nothing else: the `Data<T>` values to inject, the
+//! database's clock, the completer's sending end, the store (for failed in-memory calls),
+//! this instance's name, the [`ExecutorPool`] it runs in, and its [`ExecutorConfig`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::base::backoff::retry_delay;
+use crate::base::context::Context;
+use crate::base::data::DataMap;
+use crate::base::outcome::Subject;
+use crate::base::outcome::{Failure, FailureKind};
+use crate::base::record::{AttemptLog, NewRequest, RequestId, Status};
+use crate::base::registry::{ExecutorDef, Invocation};
+use crate::base::settings::Settings;
+use crate::base::strategy::Strategy;
+use crate::base::text;
+use crate::base::trace::{scope_baggage, TraceContext};
+use crate::store::{Completion, CompletionResult, Store};
+use crate::sweeps::clock::Clock;
+use crate::work::completer::Completer;
+use crate::work::control::Control;
+
+pub(crate) use super::pool::ExecutorPool;
+
+/// One execution to perform.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) def: &'static ExecutorDef,
+    pub(crate) params: Arc<str>,
+    pub(crate) trace: Option<TraceContext>,
+    /// For in-memory jobs: wait this long after commit before dispatching.
+    pub(crate) delay: Option<Duration>,
+    /// The record it runs for; `None` for the in-memory strategies.
+    pub(crate) record: Option<RecordRef>,
+    /// When it became due to start, by the database's clock (unix ms): its commit, or its
+    /// due time as claimed from the store. `None` for a body that runs in its call
+    /// (`SyncSave`). What `async_exec_start_latency_seconds` counts from.
+    pub(crate) due: Option<i64>,
+}
+
+/// The record behind a stored job, as claimed.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordRef {
+    pub(crate) id: RequestId,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    /// The sign the arguments were written with.
+    pub(crate) sign: Arc<str>,
+    /// The call's idempotency key, for the outcome listeners.
+    pub(crate) key: Option<String>,
+}
+
+/// What one run of a body did.
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) started: i64,
+    pub(crate) finished: i64,
+    pub(crate) result: Result<(), Failure>,
+}
+
+/// The settings the executor reads, taken from [`Settings`] (validated there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExecutorConfig {
+    /// The timeout of an executor without `timeout = ...`.
+    pub(crate) default_timeout: Duration,
+    /// The attempts of an executor without `max_attempts = ...`.
+    pub(crate) default_max_attempts: u32,
+    /// Whether a success deletes its record (else marks it `success`).
+    pub(crate) delete_on_success: bool,
+    /// Whether a success gets an `async_log` row too.
+    pub(crate) log_success: bool,
+    /// The backoff of retries: the first delay, and the cap.
+    pub(crate) retry_base_delay: Duration,
+    pub(crate) retry_max_delay: Duration,
+    /// How long a claim's lease lasts.
+    pub(crate) lease: Duration,
+    /// How long past its timeout a body's lease is still renewed (one heartbeat).
+    pub(crate) heartbeat_interval: Duration,
+    /// How long an idempotency key protects (for the records it writes).
+    pub(crate) key_retention: Duration,
+}
+
+impl ExecutorConfig {
+    /// The executor's settings among the runtime's.
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
+        ExecutorConfig {
+            default_timeout: settings.default_timeout,
+            default_max_attempts: settings.default_max_attempts,
+            delete_on_success: settings.delete_on_success,
+            log_success: settings.log_success,
+            retry_base_delay: settings.retry_base_delay,
+            retry_max_delay: settings.retry_max_delay,
+            lease: settings.lease,
+            heartbeat_interval: settings.heartbeat_interval,
+            key_retention: settings.key_retention,
+        }
+    }
+}
+
+/// Runs bodies and hands their outcomes on. See the [module docs](self).
+pub(crate) struct Executor {
+    /// The worker permits and the stored jobs held; every body runs on its task tracker.
+    pub(crate) pool: Arc<ExecutorPool>,
+    data: Arc<DataMap>,
+    clock: Arc<Clock>,
+    completer: Arc<Completer>,
+    /// Where the retry record of a failed in-memory call is written.
+    store: Arc<dyn Store>,
+    /// The application whose records it writes.
+    application: Arc<str>,
+    /// This instance's name, in `async_log.worker` and the completions' fence.
+    owner: Arc<str>,
+    /// Where finished attempts are counted (`async_stat`).
+    control: Arc<Control>,
+    /// Opens the sealed (`#[secret]`) arguments before a body decodes them.
+    secrets: crate::base::secret::Keyring,
+    config: ExecutorConfig,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an executor is made of: the shared handles it uses.
+#[derive(Debug)]
+pub(crate) struct ExecutorParts {
+    pub(crate) pool: Arc<ExecutorPool>,
+    pub(crate) data: Arc<DataMap>,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) completer: Arc<Completer>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) application: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) control: Arc<Control>,
+    pub(crate) secrets: crate::base::secret::Keyring,
+}
+
+impl Executor {
+    pub(crate) fn new(parts: ExecutorParts, config: ExecutorConfig) -> Self {
+        let ExecutorParts {
+            pool,
+            data,
+            clock,
+            completer,
+            store,
+            application,
+            owner,
+            control,
+            secrets,
+        } = parts;
+        Executor {
+            pool,
+            data,
+            clock,
+            completer,
+            store,
+            application,
+            owner,
+            control,
+            secrets,
+            config,
+        }
+    }
+
+    /// Counts a finished attempt for the statistics (`async_stat`).
+    pub(crate) fn count(&self, executor: &'static str, completion: &Completion, finished: i64) {
+        self.control.count(executor, &completion.result, finished);
+    }
+
+    /// The timeout of `def`'s bodies.
+    pub(crate) fn timeout_of(&self, def: &ExecutorDef) -> Duration {
+        def.timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.config.default_timeout)
+    }
+
+    /// The attempts a record of `def` gets.
+    pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
+        def.max_attempts.unwrap_or(self.config.default_max_attempts)
+    }
+
+    /// A new `init` record for a call.
+    pub(crate) fn new_request(
+        &self,
+        def: &'static ExecutorDef,
+        params: Arc<str>,
+        key: Option<String>,
+        priority: i32,
+        run_at: i64,
+        trace: Option<&TraceContext>,
+    ) -> NewRequest {
+        NewRequest {
+            application_name: self.application.clone(),
+            executor: def.name,
+            sign: def.sign,
+            strategy: def.strategy.as_str(),
+            status: Status::Init,
+            exec_count: 0,
+            max_attempts: self.max_attempts_of(def) as i32,
+            param_json: params,
+            remark: def.remark,
+            idempotency_key: key,
+            key_retention: self.config.key_retention.as_millis() as i64,
+            priority,
+            run_at,
+            last_error: None,
+            trace_json: trace.map(TraceContext::to_json),
+            now: self.clock.now_ms(),
+            notify: None,
+            log: None,
+        }
+    }
+
+    /// Runs `job` on its own task under `permit`; stored jobs' outcomes go to the
+    /// completer. A stored job whose lease was lost while it waited is dropped, not run.
+    pub(crate) fn spawn(self: &Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
+        let record = job.record.as_ref().map(|r| (r.id, r.attempt));
+        let mut lease_lost = CancellationToken::new();
+        if let Some((id, attempt)) = record {
+            // Registered before the task starts, so that its completion always finds it.
+            let overrun = self.timeout_of(job.def) + self.config.heartbeat_interval;
+            let now = self.clock.now_ms();
+            let renew_until = now.saturating_add(overrun.as_millis() as i64);
+            let lease_until = now + self.config.lease.as_millis() as i64;
+            let next_renewal = self.config.heartbeat_interval.as_millis() as i64;
+            match self
+                .pool
+                .start_flight(id, attempt, renew_until, lease_until, now, next_renewal)
+            {
+                Some(token) => lease_lost = token,
+                None => {
+                    self.hand_back_unstarted(id, attempt);
+                    return;
+                }
+            }
+        }
+        let executor = self.clone();
+        let handle = self.pool.tasks.spawn(async move {
+            let attempt = executor.run_body_told(&job, lease_lost).await;
+            drop(permit);
+            if let Some((id, attempt)) = record {
+                executor.pool.mark_done(id, attempt);
+            }
+            executor.finish(job, attempt).await;
+        });
+        if let Some((id, attempt)) = record {
+            self.pool.started(id, attempt, handle.abort_handle());
+        }
+    }
+
+    /// A claimed record whose lease was lost or ran out before a worker was free: its body
+    /// did not start, so its attempt does not count. Handed back (on a task of the pool,
+    /// which `wait_idle` and shutdown wait for) while this instance still holds it at that
+    /// attempt; a record another instance took, or the rescuer moved on, is left alone.
+    fn hand_back_unstarted(&self, id: RequestId, attempt: i32) {
+        let (store, owner, now) = (self.store.clone(), self.owner.clone(), self.clock.now_ms());
+        self.pool.tasks.spawn(async move {
+            match store.lease_release(&owner, &[(id, attempt)], now).await {
+                Ok(released) => crate::log::warn!(
+                    request_id = id,
+                    attempt,
+                    released,
+                    "not started: the lease of a claimed request was lost or ran out before a \
+                     worker was free; handed back without counting the attempt (unless \
+                     another instance holds it now)"
+                ),
+                Err(error) => crate::log::warn!(
+                    request_id = id,
+                    attempt,
+                    %error,
+                    "not started: the lease of a claimed request ran out before a worker was \
+                     free, and it could not be handed back; it runs again once rescued"
+                ),
+            }
+        });
+    }
+
+    /// Runs an in-memory job on its own task, outside the worker permits.
+    pub(crate) fn spawn_direct(self: &Arc<Self>, job: Job) {
+        let executor = self.clone();
+        self.pool.tasks.spawn(async move {
+            let attempt = executor.run_body(&job).await;
+            executor.finish(job, attempt).await;
+        });
+    }
+
+    /// Runs the body of `job` once: decodes, injects, enforces the timeout, catches panics.
+    pub(crate) async fn run_body(&self, job: &Job) -> Attempt {
+        self.run_body_told(job, CancellationToken::new()).await
+    }
+
+    /// [`Executor::run_body`], with the token its [`Context`] sees cancelled when the
+    /// record's lease is lost.
+    async fn run_body_told(&self, job: &Job, lease_lost: CancellationToken) -> Attempt {
+        let def = job.def;
+        let attempt = job.record.as_ref().map_or(1, |r| r.attempt.max(1) as u32);
+        let trace = job.trace.clone().unwrap_or_default();
+        let span = crate::log::info_span!(
+            "async_exec",
+            request_id = job.record.as_ref().map(|r| r.id),
+            executor = def.name,
+            attempt,
+            strategy = def.strategy.as_str(),
+            caller_span = trace.span,
+            baggage = tracing::field::Empty,
+        );
+        if !trace.baggage.is_empty() {
+            span.record("baggage", trace.baggage_field());
+        }
+        if let Some(caller) = trace.span {
+            span.follows_from(tracing::Id::from_u64(caller));
+        }
+        let params = match self.secrets.open(def.name, &job.params) {
+            Ok(None) => Ok(job.params.clone()),
+            Ok(Some(opened)) => Ok(opened.into()),
+            Err(message) => Err(message),
+        };
+        let invocation = Invocation {
+            def,
+            params,
+            stored_sign: job.record.as_ref().map(|r| r.sign.clone()),
+            context: Context {
+                request_id: job.record.as_ref().map(|r| r.id),
+                attempt,
+                executor: def.name,
+                baggage: trace.baggage.clone(),
+                lease_lost,
+            },
+            data: self.data.clone(),
+        };
+        let timeout = self.timeout_of(def);
+        let started = self.clock.now_ms();
+        crate::operate::metrics::started(def, job.due.map(|due| started - due));
+        let began = std::time::Instant::now();
+        let body = AssertUnwindSafe((def.run)(invocation)).catch_unwind();
+        let result = match tokio::time::timeout(timeout, scope_baggage(trace.baggage, body))
+            .instrument(span.clone())
+            .await
+        {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(Failure::new(FailureKind::Panic, panic_message(&*panic))),
+            Err(_) => Err(Failure::new(
+                FailureKind::Timeout,
+                format!(
+                    "timed out after {timeout:?}; raise it with `timeout = \"...\"` on the attribute"
+                ),
+            )),
+        };
+        let finished = self.clock.now_ms();
+        crate::operate::metrics::finished(def, result.is_ok(), began.elapsed());
+        span.in_scope(|| match &result {
+            Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
+            Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
+        });
+        Attempt {
+            started,
+            finished,
+            result,
+        }
+    }
+
+    /// The completion to write for a stored job's attempt (`None` for an in-memory job),
+    /// with what the listeners are told moved out of the job.
+    pub(crate) fn completion_for(&self, job: &mut Job, attempt: &Attempt) -> Option<Completion> {
+        let record = job.record.as_mut()?;
+        let settings = &self.config;
+        // The log row, built only when it will be written (failures; successes on request).
+        let log = |outcome: &str, error: Option<String>| AttemptLog {
+            request_id: record.id,
+            attempt: record.attempt,
+            worker: self.owner.to_string(),
+            started: attempt.started,
+            finished: attempt.finished,
+            outcome: outcome.into(),
+            error,
+        };
+        let (result, log) = match &attempt.result {
+            Ok(()) => {
+                let result = match settings.delete_on_success {
+                    true => CompletionResult::Delete,
+                    false => CompletionResult::Succeeded,
+                };
+                (result, settings.log_success.then(|| log("success", None)))
+            }
+            Err(failure) => (
+                self.failed_result(record.attempt, record.max_attempts, failure),
+                Some(log(
+                    failure.kind.as_str(),
+                    Some(text::stored(&failure.message)),
+                )),
+            ),
+        };
+        Some(Completion {
+            id: record.id,
+            attempt: record.attempt,
+            owner: self.owner.clone(),
+            executor: job.def.name,
+            result,
+            finished: attempt.finished,
+            log,
+            subject: Subject {
+                key: record.key.take(),
+                remark: job.def.remark,
+                trace: job.trace.take(),
+            },
+        })
+    }
+
+    /// `failed` with a backoff while attempts remain and the failure is retryable, else `dead`;
+    /// its message sanitized and capped for storing.
+    fn failed_result(
+        &self,
+        attempt: i32,
+        max_attempts: i32,
+        failure: &Failure,
+    ) -> CompletionResult {
+        if !failure.kind.is_retryable() {
+            return CompletionResult::Dead {
+                error: text::stored(&failure.message),
+            };
+        }
+        if attempt >= max_attempts {
+            return CompletionResult::Dead {
+                error: text::stored(&format!(
+                    "gave up after {attempt} attempts; last: {}",
+                    failure.message
+                )),
+            };
+        }
+        let settings = &self.config;
+        let delay = retry_delay(attempt, settings.retry_base_delay, settings.retry_max_delay);
+        CompletionResult::Failed {
+            error: text::stored(&failure.message),
+            run_at: self.clock.now_ms() + delay.as_millis() as i64,
+        }
+    }
+
+    /// The record to insert after an in-memory attempt failed (`SyncSave`, `AsyncSave`):
+    /// `failed` with a backoff, or `dead` when the failure is final or attempts are spent.
+    pub(crate) fn failure_record(
+        &self,
+        job: &Job,
+        attempt: &Attempt,
+        key: Option<String>,
+        priority: i32,
+    ) -> Option<NewRequest> {
+        let failure = attempt.result.as_ref().err()?;
+        let max_attempts = self.max_attempts_of(job.def) as i32;
+        let (status, run_at, error) = match self.failed_result(1, max_attempts, failure) {
+            CompletionResult::Failed { error, run_at } => (Status::Failed, run_at, error),
+            CompletionResult::Dead { error } => (Status::Dead, attempt.finished, error),
+            CompletionResult::Delete | CompletionResult::Succeeded => unreachable!("a failure"),
+        };
+        let mut request = self.new_request(
+            job.def,
+            job.params.clone(),
+            key,
+            priority,
+            run_at,
+            job.trace.as_ref(),
+        );
+        request.status = status;
+        request.exec_count = 1;
+        request.last_error = Some(error);
+        request.log = Some(AttemptLog {
+            request_id: 0,
+            attempt: 1,
+            worker: self.owner.to_string(),
+            started: attempt.started,
+            finished: attempt.finished,
+            outcome: failure.kind.as_str().into(),
+            error: Some(text::stored(&failure.message)),
+        });
+        Some(request)
+    }
+
+    /// Records the outcome of an attempt: a stored job's goes to the completer; a failed
+    /// in-memory call is logged, or written for retry (`AsyncSave`, `SyncSave`).
+    pub(crate) async fn finish(&self, mut job: Job, attempt: Attempt) {
+        if let Some(completion) = self.completion_for(&mut job, &attempt) {
+            log_if_dead(&completion, job.def.name);
+            self.count(job.def.name, &completion, attempt.finished);
+            if let Err(id) = self.completer.send(completion) {
+                // The completer is gone (an aborted runtime): the lease expires and the
+                // record runs again elsewhere.
+                crate::log::warn!(id, "outcome not written: runtime stopped");
+            }
+            return;
+        }
+        let Err(failure) = &attempt.result else {
+            return;
+        };
+        if !memory_failure_is_persisted(job.def.strategy) {
+            crate::log::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
+            return;
+        }
+        if let Some(request) = self.failure_record(&job, &attempt, None, 0) {
+            if request.status == Status::Dead {
+                crate::log::error!(executor = job.def.name, error = %failure.message,
+                    "in-memory call failed for good: it is written as dead");
+            }
+            if let Err(error) = self.store.request_insert(&request).await {
+                crate::log::error!(executor = job.def.name, %error, failure = %failure.message,
+                    "call failed and its retry record could not be written: it is lost");
+            }
+        }
+    }
+}
+
+/// A request going `dead` needs a person: it is logged at ERROR, with its last error.
+pub(crate) fn log_if_dead(completion: &Completion, executor: &str) {
+    if let CompletionResult::Dead { error } = &completion.result {
+        crate::log::error!(
+            request_id = completion.id,
+            executor,
+            attempt = completion.attempt,
+            %error,
+            "request failed for good: it is dead; replay it with `retry_now` once the cause is fixed"
+        );
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    format!("panicked: {}", crate::base::supervise::panic_text(panic))
+}
+
+/// What happens to an in-memory job's failure, by strategy.
+pub(crate) fn memory_failure_is_persisted(strategy: Strategy) -> bool {
+    matches!(strategy, Strategy::AsyncSave | Strategy::SyncSave)
+}

@@ -1,0 +1,321 @@
+//! The executor pool: the worker permits, the tasks of running bodies, and the stored jobs
+//! this instance holds (reserved, running, or waiting for their outcome to be written).
+//! The heartbeat renews what it lists, the completer forgets what it wrote, shutdown waits
+//! for and aborts what runs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::base::record::RequestId;
+
+/// A running stored job, as the heartbeat and shutdown see it.
+#[derive(Debug)]
+struct InFlight {
+    attempt: i32,
+    /// Past this time (unix ms) the body has overrun its timeout without yielding:
+    /// its lease is no longer renewed, so that another worker can take the record.
+    renew_until: i64,
+    /// When the lease, as last set by this instance, ends (unix ms, this clock; taken
+    /// before the statement that set it was sent, so never later than the database's).
+    lease_until: i64,
+    /// Cancelled when the lease ran out or was lost: the body's `Context` sees it.
+    lease_lost: CancellationToken,
+    /// Another instance holds the record now (or it is gone): not renewed again; the
+    /// outcome, if any, is fenced.
+    lost: bool,
+    abort: Option<AbortHandle>,
+    /// Shutdown aborted its body (which may not have ended yet: a blocking call).
+    aborted: bool,
+    /// The body has run to its end; its outcome is on its way to the store.
+    done: bool,
+}
+
+impl InFlight {
+    fn new(attempt: i32, lease_until: i64) -> Self {
+        InFlight {
+            attempt,
+            renew_until: i64::MAX,
+            lease_until,
+            lease_lost: CancellationToken::new(),
+            lost: false,
+            abort: None,
+            aborted: false,
+            done: false,
+        }
+    }
+
+    fn lose(&mut self) {
+        self.lost = true;
+        self.lease_lost.cancel();
+    }
+}
+
+/// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
+#[derive(Debug)]
+pub(crate) struct ExecutorPool {
+    pub(crate) permits: Arc<Semaphore>,
+    /// By record id: ids are the database's, hashed five times a job, and not chosen by
+    /// anyone who could make them collide; hence a fast hash rather than SipHash.
+    in_flight: Mutex<FxHashMap<RequestId, InFlight>>,
+    /// Every body running in this instance, pooled or not.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl ExecutorPool {
+    pub(crate) fn new(concurrency: usize) -> Self {
+        ExecutorPool {
+            permits: Arc::new(Semaphore::new(concurrency)),
+            in_flight: Mutex::new(FxHashMap::default()),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Registers a stored job that is about to start (attempt `attempt` of record `id`):
+    /// past `renew_until` its lease is no longer renewed; `lease_until` is its lease's end
+    /// when it was not reserved. Returns the token its body's `Context` sees cancelled when
+    /// the lease is lost, or `None` when the lease was lost while it waited, or ends before
+    /// the next renewal (within `next_renewal_ms` of `now`, this instance's clock): it must
+    /// not run here (another instance may run it already, or would take it mid-body: a
+    /// claim answered late, after a stall, holds little of its lease). Its lease is left
+    /// to expire and the record is taken whole, by the rescuer or another claim.
+    pub(super) fn start_flight(
+        &self,
+        id: RequestId,
+        attempt: i32,
+        renew_until: i64,
+        lease_until: i64,
+        now: i64,
+        next_renewal_ms: i64,
+    ) -> Option<CancellationToken> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let flight = in_flight
+            .entry(id)
+            .and_modify(|f| {
+                if f.attempt != attempt {
+                    *f = InFlight::new(attempt, lease_until);
+                }
+            })
+            .or_insert_with(|| InFlight::new(attempt, lease_until));
+        if flight.lost || flight.lease_until <= now.saturating_add(next_renewal_ms) {
+            in_flight.remove(&id);
+            return None;
+        }
+        flight.renew_until = renew_until;
+        Some(flight.lease_lost.clone())
+    }
+
+    /// Notes the task that runs attempt `attempt` of record `id`, for shutdown to abort.
+    pub(super) fn started(&self, id: RequestId, attempt: i32, abort: AbortHandle) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+            flight.abort = Some(abort);
+        }
+    }
+
+    /// Registers a claimed record that waits for a worker: the heartbeat renews its lease
+    /// (set to end at `lease_until`) until it starts, and shutdown hands it back.
+    pub(crate) fn reserve(&self, id: RequestId, attempt: i32, lease_until: i64) {
+        self.in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(id, InFlight::new(attempt, lease_until));
+    }
+
+    /// Notes that a stored job's body has run to its end.
+    pub(super) fn mark_done(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
+            flight.done = true;
+        }
+    }
+
+    /// How many stored jobs' bodies are running now.
+    pub(crate) fn running(&self) -> usize {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .values()
+            .filter(|f| f.abort.is_some() && !f.done && !f.aborted)
+            .count()
+    }
+
+    /// Records whose body finished but whose outcome is not written (yet, or at all).
+    pub(crate) fn finished_unwritten(&self) -> Vec<RequestId> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .iter()
+            .filter(|(_, f)| f.done)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// What shutdown hands back, once the bodies it could stop have stopped: the records
+    /// held (id, attempt) whose body never started or was stopped, and is not running now;
+    /// and how many bodies are still running (abort did not end them: a blocking call).
+    /// Neither a record whose body finished (its outcome, written or not, keeps its
+    /// attempt) nor one whose body may still run (handed back, it could run twice at
+    /// once) is handed back, nor one lost to another instance.
+    pub(crate) fn to_hand_back(&self) -> (Vec<crate::store::Held>, usize) {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut unstopped = 0;
+        let mut held = Vec::new();
+        for (id, f) in in_flight.iter() {
+            if f.done || f.lost {
+                continue;
+            }
+            if f.abort.as_ref().is_some_and(|abort| !abort.is_finished()) {
+                unstopped += 1;
+                continue;
+            }
+            held.push((*id, f.attempt));
+        }
+        held.sort_unstable();
+        (held, unstopped)
+    }
+
+    /// Forgets a stored job once its outcome is written.
+    pub(crate) fn forget(&self, id: RequestId, attempt: i32) {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        if in_flight.get(&id).is_some_and(|f| f.attempt == attempt) {
+            in_flight.remove(&id);
+        }
+    }
+
+    /// The records (id, attempt) whose leases the heartbeat should renew now, in id order
+    /// (the order every statement locks records in), and the earliest end among their
+    /// leases that have not ended by `now`. A lease that ended already is still renewed
+    /// (a renewal that gets through before another instance takes the record keeps it
+    /// here), but it no longer bounds how long a renewal may wait: it would make every
+    /// renewal give up at once, and the leases still alive would run out too.
+    pub(crate) fn renewable(&self, now: i64) -> (Vec<crate::store::Held>, Option<i64>) {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut earliest = None::<i64>;
+        let mut ids: Vec<crate::store::Held> = in_flight
+            .iter()
+            .filter(|(_, f)| !f.lost && f.renew_until > now)
+            .inspect(|(_, f)| {
+                if f.lease_until > now {
+                    earliest = Some(earliest.map_or(f.lease_until, |e| e.min(f.lease_until)))
+                }
+            })
+            .map(|(id, f)| (*id, f.attempt))
+            .collect();
+        ids.sort_unstable();
+        (ids, earliest)
+    }
+
+    /// Notes a renewal: the leases of `renewal.renewed` now end at `until`; those of
+    /// `renewal.held` are unchanged (still this instance's, not renewed this time); those
+    /// of `asked` that are in neither and whose body is still running (or waits to) were
+    /// taken over or removed: they are lost, their bodies told. Returns the ids lost.
+    pub(crate) fn renewed(
+        &self,
+        asked: &[crate::store::Held],
+        renewal: &crate::store::Renewal,
+        until: i64,
+    ) -> Vec<RequestId> {
+        let held: std::collections::HashSet<RequestId> = renewal.held.iter().copied().collect();
+        let renewed: std::collections::HashSet<RequestId> =
+            renewal.renewed.iter().copied().collect();
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lost = Vec::new();
+        for (id, attempt) in asked {
+            let Some(flight) = in_flight.get_mut(id).filter(|f| f.attempt == *attempt) else {
+                continue;
+            };
+            if renewed.contains(id) {
+                flight.lease_until = flight.lease_until.max(until);
+            } else if !flight.done && !flight.lost && !held.contains(id) {
+                flight.lose();
+                lost.push(*id);
+            }
+        }
+        lost
+    }
+
+    /// Tells the running bodies whose lease ended (by this clock) before it could be
+    /// renewed: another instance may take their records now. Their leases are still
+    /// renewed while this instance holds them (a renewal that gets through keeps the
+    /// record here; one that finds it taken over marks it lost). Returns their ids.
+    pub(crate) fn lapse(&self, now: i64) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut lapsed = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            let started = flight.abort.is_some();
+            if started
+                && !flight.done
+                && !flight.lease_lost.is_cancelled()
+                && flight.lease_until <= now
+            {
+                flight.lease_lost.cancel();
+                lapsed.push(*id);
+            }
+        }
+        lapsed
+    }
+
+    /// How many claimed records this instance holds (waiting, running, or with an
+    /// outcome not yet written).
+    pub(crate) fn held(&self) -> usize {
+        self.in_flight.lock().expect("in-flight lock").len()
+    }
+
+    /// Jobs running or waiting for their outcome to be written.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.tasks.is_empty() && self.in_flight.lock().expect("in-flight lock").is_empty()
+    }
+
+    /// Waits until every running body has finished, or `grace` has passed.
+    /// Returns whether all finished.
+    pub(crate) async fn wait(&self, grace: Duration) -> bool {
+        self.tasks.close();
+        let done = tokio::time::timeout(grace, self.tasks.wait()).await.is_ok();
+        self.tasks.reopen();
+        done
+    }
+
+    /// Aborts the bodies still running; returns the ids of their records.
+    pub(crate) fn abort_all(&self) -> Vec<RequestId> {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut aborted = Vec::new();
+        for (id, flight) in in_flight.iter_mut() {
+            if flight.done || flight.aborted {
+                continue;
+            }
+            if let Some(abort) = &flight.abort {
+                abort.abort();
+                flight.aborted = true;
+                aborted.push(*id);
+            }
+        }
+        aborted
+    }
+
+    /// Workers free right now.
+    pub(crate) fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_whose_lease_ends_before_the_next_renewal_is_not_started() {
+        let pool = ExecutorPool::new(1);
+        // Claimed with a lease to 10_000, started at 9_600 (a claim answered late, after a
+        // stall), the next renewal 500 ms away: the body would be cut off mid-way.
+        pool.reserve(7, 1, 10_000);
+        assert!(pool.start_flight(7, 1, i64::MAX, 0, 9_600, 500).is_none());
+        assert_eq!(pool.held(), 0, "left to expire and be taken whole");
+        // Renewed before the lease ends: started.
+        pool.reserve(8, 1, 10_000);
+        assert!(pool.start_flight(8, 1, i64::MAX, 0, 9_600, 300).is_some());
+    }
+}
