@@ -81,8 +81,9 @@ impl Call {
 
     /// An idempotency key: for `key_retention` after its first use (default 24 hours), a
     /// call of this application with the same key returns the first request
-    /// ([`Outcome::Existing`]) instead of adding another, whatever happened to that request
-    /// (run and deleted, dead, cancelled), also when two calls race. `SyncSave` looks at the
+    /// ([`Outcome::Existing`](crate::Outcome::Existing)) instead of adding another,
+    /// whatever happened to that request (run and deleted, dead, cancelled), also when
+    /// two calls race. `SyncSave` looks at the
     /// key before it runs the body. `AsyncSave`, `Async` and `Thread` write nothing at the
     /// call and ignore the key. A key is 1 to 1,020 bytes without NUL; another is refused
     /// with [`Error::InvalidCall`] when the call is awaited. See

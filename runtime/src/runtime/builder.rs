@@ -217,8 +217,8 @@ impl Builder {
     /// one, and keep the old one until no record sealed with it is left. A record sealed
     /// with a key this instance does not have goes `dead` naming the key (add the key and
     /// retry it). The id (1 to 64 ASCII letters, digits, `-`, `_`) is stored with each
-    /// sealed value; a bad id is an [`Error::Config`] at [`start`](Builder::start). Keys
-    /// never appear in `Debug` output, only their ids.
+    /// sealed value; a bad id is an [`Error::Config`](crate::Error::Config) at
+    /// [`start`](Builder::start). Keys never appear in `Debug` output, only their ids.
     ///
     /// ```no_run
     /// # async fn demo(key_2026: [u8; 32], key_2025: [u8; 32]) -> async_exec::Result<()> {
@@ -240,8 +240,8 @@ impl Builder {
 
     /// [`secret_key`](Builder::secret_key) with the key given as base64 text (as
     /// `openssl rand -base64 32` prints it), e.g. from an environment variable. Text that
-    /// is not the base64 of 32 bytes is an [`Error::Config`] at [`start`](Builder::start)
-    /// naming the key id (not the text).
+    /// is not the base64 of 32 bytes is an [`Error::Config`](crate::Error::Config) at
+    /// [`start`](Builder::start) naming the key id (not the text).
     ///
     /// ```no_run
     /// # async fn demo() -> async_exec::Result<()> {
@@ -259,7 +259,7 @@ impl Builder {
 
     /// Names the key (added with [`secret_key`](Builder::secret_key)) that seals new
     /// `#[secret]` arguments; by default the first added. A name without a key is an
-    /// [`Error::Config`] at [`start`](Builder::start).
+    /// [`Error::Config`](crate::Error::Config) at [`start`](Builder::start).
     ///
     /// ```no_run
     /// # async fn demo(old: [u8; 32], new: [u8; 32]) -> async_exec::Result<()> {
