@@ -7,7 +7,7 @@
 //! can share one database.
 //!
 //! ```no_run
-//! use async_exec::{async_exec, Data, Runtime, Tx};
+//! use async_exec::{async_exec, Data, Runtime, Sqlite, Tx};
 //!
 //! struct Mailer;
 //! impl Mailer { async fn send(&self, _to: &str) -> anyhow::Result<()> { Ok(()) } }
@@ -19,7 +19,7 @@
 //!
 //! # async fn demo() -> anyhow::Result<()> {
 //! let rt = Runtime::builder().data(Mailer).start().await?;
-//! let mut tx: Tx = rt.begin().await?;
+//! let mut tx: Tx<Sqlite> = rt.begin().await?;
 //! sqlx::query("create table if not exists users (id integer)").execute(tx.conn()).await?;
 //! send_welcome(42, "a@b.c".into()).within(&mut tx).await?; // written in the same tx
 //! tx.commit().await?;                                        // then run at once

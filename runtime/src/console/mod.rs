@@ -2,7 +2,8 @@
 //! server-rendered pages (overview with charts, requests, request detail, executors,
 //! instances, audit trail), actions on one request or every request matching a filter,
 //! and a JSON API with its OpenAPI document at `api/openapi.json`; and `health`, the
-//! unauthenticated health report ([`health_router`] serves it alone).
+//! unauthenticated health report ([`health_router`], also [`crate::http::health_router`],
+//! serves it alone).
 //!
 //! Mount it under any path; every link and form follows it:
 //!
@@ -120,30 +121,10 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .with_state(state))
 }
 
-/// The `/health` route alone, without the console, to merge into an application's router
-/// at its root: `GET /health` answers [`Runtime::health`] as JSON, `200 OK` when the
-/// runtime is ready and `503 Service Unavailable` when not. Unauthenticated, as is
-/// `health` under the console's own path: a load balancer or an orchestrator's probe
-/// calls it. The report names the application, the instance and its parts, never
-/// records or secrets.
-///
-/// ```no_run
-/// # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
-/// let app = axum::Router::new().merge(async_exec::console::health_router(&rt));
-/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
-/// axum::serve(listener, app).await?;
-/// # Ok(()) }
-/// ```
-pub fn health_router(rt: &Runtime) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .with_state(rt.clone())
-}
-
-/// The health report as JSON: 200 when ready, 503 when not.
-async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Response {
-    health_response(&rt).await
-}
+/// The `/health` route alone, without the console: the same as
+/// [`http::health_router`](crate::http::health_router) (feature `http`, which `console`
+/// implies), kept here for code written before it.
+pub use crate::http::health_router;
 
 /// The console's `health`: the whole report for a logged-in caller (session or token),
 /// only `{"ready": ...}` for others (the report names the instance and its parts).
@@ -152,7 +133,7 @@ async fn health_of_state(
     parts: axum::http::request::Parts,
 ) -> Response {
     if auth::caller(&parts, &state).is_some() || !state.login_required {
-        return health_response(&state.rt).await;
+        return crate::http::health_response(&state.rt).await;
     }
     let ready = state.rt.health().await.is_ready();
     let status = if ready {
@@ -164,21 +145,6 @@ async fn health_of_state(
         status,
         [(header::CACHE_CONTROL, "no-store")],
         axum::Json(serde_json::json!({ "ready": ready })),
-    )
-        .into_response()
-}
-
-async fn health_response(rt: &Runtime) -> Response {
-    let health = rt.health().await;
-    let status = if health.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        [(header::CACHE_CONTROL, "no-store")],
-        axum::Json(health),
     )
         .into_response()
 }
