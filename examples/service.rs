@@ -119,7 +119,7 @@ pub async fn main() -> anyhow::Result<()> {
         .route("/invoices", post(create_invoice))
         .route("/invoices/{id}", get(get_invoice))
         .with_state(AppState { db, rt: rt.clone() })
-        .nest("/console", console)
+        .merge(console::mount("/console", console)) // and /console/ redirects there
         .merge(http::health_router(&rt)) // GET /health: 200 when ready, 503 when not
         .merge(metrics); // GET /metrics: Prometheus text
 

@@ -69,13 +69,15 @@ async fn check(addr: SocketAddr) -> anyhow::Result<()> {
     );
     let (status, body) = call(addr, "GET", "/metrics", None).await?;
     ensure!(status == 200, "GET /metrics answered {status}");
-    let finished = body
+    let mailed_ok = body
         .lines()
-        .find(|l| l.starts_with("async_exec_finished_total{") && l.contains("mail_invoice"))
-        .with_context(|| {
-            format!("GET /metrics has no async_exec_finished_total of mail_invoice:\n{body}")
-        })?;
-    ensure!(finished.contains("outcome=\"success\""), "{finished}");
+        .find(|l| {
+            l.starts_with("async_exec_finished_total{")
+                && l.contains("mail_invoice")
+                && l.contains("outcome=\"success\"")
+        })
+        .with_context(|| format!("GET /metrics has no success of mail_invoice:\n{body}"))?;
+    ensure!(mailed_ok.ends_with(" 1"), "{mailed_ok}");
     let (status, _) = call(addr, "GET", "/console/login", None).await?;
     ensure!(status == 200, "GET /console/login answered {status}");
     println!("self-check: /health, /metrics and /console answer");

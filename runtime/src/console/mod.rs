@@ -13,7 +13,7 @@
 //! let config = ConsoleConfig::new()
 //!     .user("alice", Role::Operator, &console::hash_password("a long passphrase")?)
 //!     .from_env(); // and ASYNC_EXEC_CONSOLE_USERS / _TOKENS
-//! let app = axum::Router::new().nest("/console", console::router(&rt, config)?);
+//! let app = axum::Router::new().merge(console::mount("/console", console::router(&rt, config)?));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
 //!     .await?;
@@ -74,7 +74,8 @@ pub(crate) struct State {
 const CSS: &str = include_str!("assets/console.css");
 
 /// The console for `rt`'s database, to mount under a path of the application's choosing
-/// (`Router::new().nest("/console", router)`).
+/// (`Router::new().merge(console::mount("/console", router))`, which also redirects
+/// `/console/`; or `Router::new().nest("/console", router)`).
 ///
 /// Refuses (with a message saying what to change) a configuration with errors, and one
 /// without users or tokens unless [`ConsoleConfig::listen`] names a loopback address.
@@ -119,6 +120,44 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
             guard::check_host,
         ))
         .with_state(state))
+}
+
+/// `console` nested under `path` (such as `/console`), with `path/` redirected to `path`
+/// (`308`, the query string kept): merge it into the application's router. axum's
+/// `Router::nest(path, console)` alone serves `path` and what is under it, and answers
+/// `404` for `path/`, which people type.
+///
+/// ```no_run
+/// # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
+/// use async_exec::console::{self, ConsoleConfig};
+/// let console = console::router(&rt, ConsoleConfig::new().from_env())?;
+/// let app = axum::Router::new().merge(console::mount("/console", console));
+/// # Ok(()) }
+/// ```
+///
+/// # Panics
+///
+/// As `Router::nest` does: when `path` is empty, `/`, or does not start with `/`.
+pub fn mount(path: &str, console: Router) -> Router {
+    let path = path.trim_end_matches('/');
+    Router::new()
+        .nest(path, console)
+        .route(&format!("{path}/"), get(to_without_slash))
+}
+
+/// `GET path/?query`: `308` to `path?query`, on the path as the client sent it (the
+/// application's router may be nested itself).
+async fn to_without_slash(axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> Response {
+    let path = uri.path().trim_end_matches('/');
+    let location = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_string(),
+    };
+    (
+        StatusCode::PERMANENT_REDIRECT,
+        [(header::LOCATION, location)],
+    )
+        .into_response()
 }
 
 /// The `/health` route alone, without the console: the same as
