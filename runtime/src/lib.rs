@@ -37,6 +37,7 @@ compile_error!(
     "async-exec needs a database backend: enable one of the features `sqlite`, `postgres`, `mysql`"
 );
 
+mod applications;
 mod assemble;
 mod backoff;
 mod builder;
