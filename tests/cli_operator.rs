@@ -126,7 +126,7 @@ async fn actions_are_audited_as_the_os_user<DB: Backend>(db: TestDb) {
     let actor = format!("cli:{USER}");
     // As the console writes an action on one request: the query that names it.
     let on = |n: i64| serde_json::to_string(&async_exec::RequestQuery::default().id(n)).unwrap();
-    let expected = vec![
+    let expected: [(String, String, String, i64); 7] = [
         (actor.clone(), "retry".into(), on(dead), 1),
         (actor.clone(), "replay".into(), on(success), 1),
         (actor.clone(), "cancel".into(), on(waiting[0]), 1),
