@@ -9,7 +9,7 @@
 //!         -d '{"email":"ada@example.com","cents":4200}'
 //!
 //! With `--self-check` it serves on a free port, calls itself over HTTP, waits until the
-//! invoice was mailed, checks `/health` and `/metrics`, sends itself SIGTERM, and exits 0
+//! invoice was mailed, checks `/health`, `/metrics` and the console, sends itself SIGTERM, and exits 0
 //! after a clean shutdown (CI runs it so: `tests/service.rs`).
 
 use std::net::SocketAddr;
@@ -84,9 +84,9 @@ async fn get_invoice(
     ))
 }
 
+/// The service (public: `tests/service.rs` runs it in self-check mode).
 #[tokio::main]
 pub async fn main() -> anyhow::Result<()> {
-    // pub: tests/service.rs runs it too
     let self_check = self_check::asked();
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
