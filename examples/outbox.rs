@@ -34,7 +34,7 @@ async fn confirm_order(order: Order, mailer: Data<Mailer>) -> anyhow::Result<()>
 }
 
 async fn place_order(rt: &Runtime, order: Order) -> anyhow::Result<()> {
-    let mut tx: Tx = rt.begin().await?;
+    let mut tx: Tx<Sqlite> = rt.begin().await?;
     sqlx::query("INSERT INTO orders (id, email, total_cents) VALUES (?, ?, ?)")
         .bind(order.id)
         .bind(&order.email)
@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .start()
         .await?;
-    let mut tx: Tx = rt.begin().await?;
+    let mut tx: Tx<Sqlite> = rt.begin().await?;
     sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, email TEXT NOT NULL, total_cents INTEGER NOT NULL)")
         .execute(tx.conn())
         .await?;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use async_exec::{async_exec, Context, Runtime, Status, Tx};
+use async_exec::{async_exec, Context, Runtime, Sqlite, Status, Tx};
 
 /// Sends the welcome mail. Runs once, after the commit.
 #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
@@ -52,7 +52,7 @@ async fn main() -> anyhow::Result<()> {
     println!("async-exec quickstart: records in {}\n", path.display());
 
     // 1. A business write and two calls in one transaction: nothing runs before the commit.
-    let mut tx: Tx = rt.begin().await?;
+    let mut tx: Tx<Sqlite> = rt.begin().await?;
     sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)")
         .execute(tx.conn())
         .await?;
@@ -76,7 +76,7 @@ async fn main() -> anyhow::Result<()> {
     rt.wait_idle().await;
 
     // 2. A transaction that rolls back: its call is discarded with it.
-    let mut tx: Tx = rt.begin().await?;
+    let mut tx: Tx<Sqlite> = rt.begin().await?;
     sqlx::query("INSERT INTO users VALUES (2, 'bob@example.com')")
         .execute(tx.conn())
         .await?;
@@ -106,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
     rt.wait_idle().await;
 
     println!("\nwhat happened:");
-    let mut tx: Tx = rt.begin().await?;
+    let mut tx: Tx<Sqlite> = rt.begin().await?;
     let users: Vec<(i64,)> = sqlx::query_as("SELECT id FROM users")
         .fetch_all(tx.conn())
         .await?;

@@ -231,7 +231,7 @@ async fn migrate_stats_list_show<DB: Backend>(db: TestDb) {
         shown.contains("arguments\n  {\n    \"message\": "),
         "{shown}"
     );
-    assert!(shown.contains("attempts\n#"), "{shown}");
+    assert!(shown.contains("attempts\nRUN  ATTEMPT"), "{shown}");
     assert!(shown.contains("final"), "{shown}");
     assert!(!shown.contains('\u{202e}'), "{shown}");
     let shown = tool(&db, &["--json", "show", &f.failed.to_string()])

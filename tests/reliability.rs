@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use async_exec::{async_exec, Backend, Context, Data, Error, PageSpec, RequestQuery, Status, Tx};
+use async_exec::{
+    async_exec, Backend, Context, Data, Error, PageSpec, RequestQuery, Sqlite, Status, Tx,
+};
 use common::{now_ms, wait_for, Probe, StartOrder, TestDb};
 
 #[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
@@ -395,7 +397,7 @@ async fn sqlite_lock_held_by_the_caller_is_an_error_that_names_the_fix() {
         .start()
         .await
         .unwrap();
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<Sqlite> = rt.begin().await.unwrap();
     plain("inside".into()).within(&mut tx).await.unwrap();
     let forgot = plain("forgot".into()).on(&rt).independent().await;
     match &forgot {
@@ -414,7 +416,7 @@ async fn sqlite_lock_held_by_the_caller_is_an_error_that_names_the_fix() {
 async fn sqlite_commits_durably_by_default() {
     let db = TestDb::new(common::Kind::Sqlite).await;
     let rt = db.builder().start().await.unwrap();
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<Sqlite> = rt.begin().await.unwrap();
     let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
         .fetch_one(tx.conn())
         .await
@@ -429,7 +431,7 @@ async fn sqlite_commits_durably_by_default() {
         .start()
         .await
         .unwrap();
-    let mut tx: Tx = rt.begin().await.unwrap();
+    let mut tx: Tx<Sqlite> = rt.begin().await.unwrap();
     let (level,): (i64,) = sqlx::query_as("PRAGMA synchronous")
         .fetch_one(tx.conn())
         .await

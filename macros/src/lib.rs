@@ -16,7 +16,7 @@ mod validate;
 /// Turns an `async fn` into a persisted, retried executor.
 ///
 /// ```no_run
-/// use async_exec::{async_exec, Data, Runtime, Tx};
+/// use async_exec::{async_exec, Data, Runtime, Sqlite, Tx};
 /// # pub struct Mailer;
 /// # impl Mailer { async fn send(&self, _to: &str, _template: &str) -> anyhow::Result<()> { Ok(()) } }
 ///
@@ -27,7 +27,7 @@ mod validate;
 /// }
 ///
 /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-/// let mut tx: Tx = rt.begin().await?;
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
 /// send_welcome(42, "a@b.c".into()).within(&mut tx).await?; // request row written in `tx`
 /// tx.commit().await?;                                       // dispatched after the commit
 /// # Ok(()) }
@@ -107,7 +107,7 @@ mod validate;
 /// again after a crash does not charge twice either.
 ///
 /// ```no_run
-/// use async_exec::{async_exec, Data, Runtime, Tx};
+/// use async_exec::{async_exec, Data, Runtime, Sqlite, Tx};
 /// # struct Psp;
 /// # impl Psp { async fn charge(&self, _key: &str, _order: i64, _cents: i64) -> anyhow::Result<()> { Ok(()) } }
 ///
@@ -117,7 +117,7 @@ mod validate;
 /// }
 ///
 /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-/// let mut tx: Tx = rt.begin().await?;
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
 /// // ... insert the order in `tx` ...
 /// charge(17, 4_999).key("charge-order-17").within(&mut tx).await?;
 /// tx.commit().await?; // charged after this, once

@@ -53,6 +53,8 @@ mod work;
 pub use base::query;
 #[cfg(feature = "console")]
 pub use operate::console;
+#[cfg(feature = "http")]
+pub use operate::http;
 
 pub use base::context::Context;
 pub use base::data::Data;
@@ -88,6 +90,7 @@ pub use operate::operator::ExecutorInfo;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;
 pub use runtime::{global, Runtime, ShutdownReport};
+pub use operate::signal::shutdown_signal;
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
 pub use sweeps::compensator::{CompensateReport, Compensator};

@@ -73,6 +73,11 @@ pub enum Error {
     #[error("unsupported database URL `{0}`: expected {1}")]
     UnsupportedUrl(String, String),
 
+    /// `http::metrics_router()` could not install its Prometheus recorder; the message
+    /// says why and what to do.
+    #[error("could not install the Prometheus recorder for /metrics: {0}")]
+    MetricsRecorder(String),
+
     /// A setting is out of range.
     #[error("invalid setting `{setting}`: {reason}")]
     Config {

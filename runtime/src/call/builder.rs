@@ -20,11 +20,11 @@ use crate::store::Backend;
 ///
 /// ```no_run
 /// # use std::time::Duration;
-/// # use async_exec::{async_exec, Runtime, Tx};
+/// # use async_exec::{async_exec, Runtime, Sqlite, Tx};
 /// # #[async_exec(type = SaveAsync)]
 /// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
 /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-/// let mut tx: Tx = rt.begin().await?;
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
 /// send_welcome(42, "a@b.c".into())
 ///     .key("welcome-42")              // a second call with this key returns the first
 ///     .delay(Duration::from_secs(60))
@@ -126,12 +126,12 @@ impl Call {
     /// [`Runtime::transaction`](crate::Runtime::transaction) joins that transaction.
     ///
     /// ```no_run
-    /// # use async_exec::{async_exec, Runtime, Tx};
+    /// # use async_exec::{async_exec, Runtime, Sqlite, Tx};
     /// #[async_exec(type = SaveAsync)]
     /// async fn audit(event: String) {}
     ///
     /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-    /// let tx: Tx = rt.begin().await?;
+    /// let tx: Tx<Sqlite> = rt.begin().await?;
     /// audit("login attempted".into()).independent().await?; // kept even if `tx` rolls back
     /// tx.rollback().await?;
     /// # Ok(()) }
@@ -261,11 +261,11 @@ impl<'t, DB: Backend> IntoFuture for CallIn<'t, DB> {
 /// `.await` returns one [`Receipt`] per call, in order.
 ///
 /// ```no_run
-/// # use async_exec::{async_exec, Runtime, Tx};
+/// # use async_exec::{async_exec, Runtime, Sqlite, Tx};
 /// # #[async_exec(type = SaveAsync)]
 /// # async fn index_page(n: i64) -> anyhow::Result<()> { Ok(()) }
 /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-/// let mut tx: Tx = rt.begin().await?;
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
 /// let receipts = async_exec::batch((0..1000).map(index_page)).within(&mut tx).await?;
 /// assert_eq!(receipts.len(), 1000);
 /// tx.commit().await?;

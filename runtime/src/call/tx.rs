@@ -9,47 +9,74 @@ use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
 use crate::work::executor::Job;
 
-/// A database transaction that carries calls: records written in it become visible, and
-/// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
-///
-/// While it is open, a call awaited without `.within(&mut tx)` from the task that began it
-/// is refused ([`Error::BareCallInTransaction`]) unless it says
-/// [`.independent()`](crate::Call::independent); inside
-/// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
-///
-/// ```no_run
-/// # use async_exec::{async_exec, Runtime, Tx};
-/// # #[async_exec(type = SaveAsync)]
-/// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
-/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
-/// let mut tx: Tx = rt.begin().await?;
-/// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
-/// send_welcome(1, "a@b.c".into()).within(&mut tx).await?;
-/// tx.commit().await?; // then dispatched at once
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-pub struct Tx<DB: Backend = crate::store::DefaultBackend> {
-    tx: sqlx::Transaction<'static, DB>,
-    pub(crate) inner: Arc<Inner>,
-    /// Jobs to hand to the workers once committed.
-    pub(crate) pending: Vec<Job>,
-    /// Delayed records written here, with the time each was written (unix ms): their
-    /// delay is moved to count from the commit.
-    pub(crate) delayed: Vec<(RequestId, i64)>,
-    /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
-    /// aborted it, and its commit is checked like one that carries calls.
-    pub(crate) write_failed: bool,
-    /// Whether the transaction is known to be open: the runtime's own statements in it
-    /// succeeded (on MySQL/MariaDB, after a check) and the caller has not had its
-    /// connection since. Only then are the checks before a write and before the COMMIT
-    /// left out: every statement of the caller's goes through [`Tx::conn`] or
-    /// [`Tx::transaction`], which clear it.
-    proven_open: bool,
-    /// Counts this transaction as open in the task that began it, until it ends: a call
-    /// made there without `.within(&mut tx)` is refused.
-    open: OpenTx,
+macro_rules! define_tx {
+    ($($default:tt)*) => {
+        /// A database transaction that carries calls: records written in it become visible, and
+        /// run, only if it commits. Dropping it without `commit()` rolls back and runs nothing.
+        ///
+        /// While it is open, a call awaited without `.within(&mut tx)` from the task that began it
+        /// is refused ([`Error::BareCallInTransaction`]) unless it says
+        /// [`.independent()`](crate::Call::independent); inside
+        /// [`Runtime::transaction`](crate::Runtime::transaction) such calls join the transaction.
+        ///
+        /// `Tx` without a type parameter means `Tx<Sqlite>`, and exists only when SQLite is the
+        /// one backend compiled in: with `postgres` or `mysql` enabled, name the backend
+        /// (`Tx<Postgres>`, `Tx<MySql>`, `Tx<Sqlite>`), so that a bare `Tx` cannot mean SQLite
+        /// on a runtime that stores its records elsewhere (which [`Runtime::begin`] could only
+        /// refuse when it runs, with [`Error::WrongBackend`]).
+        ///
+        /// ```no_run
+        /// # use async_exec::{async_exec, Runtime, Sqlite, Tx};
+        /// # #[async_exec(type = SaveAsync)]
+        /// # async fn send_welcome(user_id: i64, email: String) -> anyhow::Result<()> { Ok(()) }
+        /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+        /// let mut tx: Tx<Sqlite> = rt.begin().await?;
+        /// sqlx::query("insert into users (id) values (1)").execute(tx.conn()).await?;
+        /// send_welcome(1, "a@b.c".into()).within(&mut tx).await?;
+        /// tx.commit().await?; // then dispatched at once
+        /// # Ok(()) }
+        /// ```
+        ///
+        /// With more than one backend compiled in, a bare `Tx` does not compile
+        /// (``missing generics for struct `Tx` ``):
+        ///
+        #[cfg_attr(any(feature = "postgres", feature = "mysql"), doc = "```compile_fail,E0107")]
+        #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), doc = "```no_run")]
+        /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+        /// let tx: async_exec::Tx = rt.begin().await?;
+        /// # Ok(()) }
+        /// ```
+        #[derive(Debug)]
+        pub struct Tx<DB: Backend $($default)*> {
+            tx: sqlx::Transaction<'static, DB>,
+            pub(crate) inner: Arc<Inner>,
+            /// Jobs to hand to the workers once committed.
+            pub(crate) pending: Vec<Job>,
+            /// Delayed records written here, with the time each was written (unix ms): their
+            /// delay is moved to count from the commit.
+            pub(crate) delayed: Vec<(RequestId, i64)>,
+            /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
+            /// aborted it, and its commit is checked like one that carries calls.
+            pub(crate) write_failed: bool,
+            /// Whether the transaction is known to be open: the runtime's own statements in it
+            /// succeeded (on MySQL/MariaDB, after a check) and the caller has not had its
+            /// connection since. Only then are the checks before a write and before the COMMIT
+            /// left out: every statement of the caller's goes through [`Tx::conn`] or
+            /// [`Tx::transaction`], which clear it.
+            proven_open: bool,
+            /// Counts this transaction as open in the task that began it, until it ends: a call
+            /// made there without `.within(&mut tx)` is refused.
+            open: OpenTx,
+        }
+
+    };
 }
+
+// A bare `Tx` is `Tx<Sqlite>` only where it cannot mean the wrong backend.
+#[cfg(all(feature = "sqlite", not(any(feature = "postgres", feature = "mysql"))))]
+define_tx!(= sqlx::Sqlite);
+#[cfg(not(all(feature = "sqlite", not(any(feature = "postgres", feature = "mysql")))))]
+define_tx!();
 
 impl<DB: Backend> Tx<DB> {
     /// The connection, for the caller's own queries in this transaction: `&mut` the

@@ -1,14 +1,20 @@
 //! Operations: what an operator reads and does. Requests from code (`requests`: get,
 //! list, counts, retry, cancel, delete, purge; which ones: `base/query.rs`), pauses, the
 //! audit trail and statistics (`operator`), the `console`, `health` (from each part's
-//! `pulse`), `metrics` and the queue `gauges`, and the outcome `listeners`.
+//! `pulse`), `metrics` and the queue `gauges`, the outcome `listeners`, the HTTP routes
+//! for load balancers and Prometheus (`http`, feature `http`), the applications that have
+//! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
 
 #[cfg(feature = "console")]
 pub mod console;
+pub(crate) mod applications;
 pub(crate) mod gauges;
 pub(crate) mod health;
+#[cfg(feature = "http")]
+pub mod http;
 pub(crate) mod listeners;
 pub(crate) mod metrics;
 pub(crate) mod operator;
 pub(crate) mod pulse;
 pub(crate) mod requests;
+pub(crate) mod signal;

@@ -18,7 +18,8 @@ pub(crate) struct Cli {
     )]
     pub(crate) url: Option<String>,
 
-    /// The application whose requests to look at (its `application_name`).
+    /// The application whose requests to look at (its `application_name`); empty, `stats`
+    /// and `list` show the applications that have requests.
     #[arg(long, default_value = "default", global = true)]
     pub(crate) application: String,
 
@@ -65,6 +66,17 @@ pub(crate) enum Command {
         /// The requests' ids.
         #[arg(required = true)]
         ids: Vec<RequestId>,
+    },
+    /// Pause the claims of an executor on every instance of the application (running
+    /// bodies finish).
+    Pause {
+        /// The executor's full name, as `list` shows it.
+        executor: String,
+    },
+    /// Resume the claims of a paused executor.
+    Resume {
+        /// The executor's full name, as `list` shows it.
+        executor: String,
     },
     /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
     /// logs of requests that are gone, older than --older-than, in batches.

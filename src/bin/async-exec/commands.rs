@@ -50,14 +50,38 @@ pub(crate) async fn stats(rt: &Runtime) -> Result<Printed, Failure> {
         .map(|(status, n)| vec![status.to_string(), n.to_string()])
         .collect();
     rows.push(vec!["total".into(), total.to_string()]);
+    let mut json = json!({ "application": rt.settings().application_name, "counts": by_status, "total": total });
+    let mut human = format!(
+        "application {}\n{}",
+        safe(&rt.settings().application_name),
+        table(&["STATUS", "COUNT"], &rows)
+    );
+    if total == 0 {
+        elsewhere(rt, &mut json, &mut human).await?;
+    }
+    Ok(Printed::ok(json, human))
+}
+
+/// `stats` and `list` without an application: the applications that have requests.
+pub(crate) async fn applications_only(rt: &Runtime) -> Result<Printed, Failure> {
+    let (applications, human) = crate::operator::applications(rt).await?;
     Ok(Printed::ok(
-        json!({ "application": rt.settings().application_name, "counts": by_status, "total": total }),
-        format!(
-            "application {}\n{}",
-            safe(&rt.settings().application_name),
-            table(&["STATUS", "COUNT"], &rows)
-        ),
+        json!({ "applications": applications }),
+        format!("no application given; applications with requests:\n{human}"),
     ))
+}
+
+/// For an application without any request: says so, and which applications have some
+/// (`applications` in the JSON), so that a wrong `--application` does not look like an
+/// empty queue.
+async fn elsewhere(rt: &Runtime, json: &mut Value, human: &mut String) -> Result<(), Failure> {
+    let (applications, listed) = crate::operator::applications(rt).await?;
+    human.push_str(&format!(
+        "application `{}` has no requests; applications with requests:\n{listed}",
+        safe(&rt.settings().application_name)
+    ));
+    json["applications"] = applications;
+    Ok(())
 }
 
 /// `list`: one page of requests, and how to ask for the next one.
@@ -110,14 +134,15 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
         let oldest = if a.oldest { "--oldest " } else { "" };
         human.push_str(&format!("next page: {oldest}--after {next}\n"));
     }
-    Ok(Printed::ok(
-        json!({
-            "requests": requests,
-            "next": next.map(|cursor| cursor.to_text()),
-            "searched": searched,
-        }),
-        human,
-    ))
+    let mut json = json!({
+        "requests": requests,
+        "next": next.map(|cursor| cursor.to_text()),
+        "searched": searched,
+    });
+    if requests.is_empty() && rt.count_by_status().await?.iter().all(|(_, n)| *n == 0) {
+        elsewhere(rt, &mut json, &mut human).await?;
+    }
+    Ok(Printed::ok(json, human))
 }
 
 fn list_row(r: &Request) -> Vec<String> {
@@ -144,8 +169,19 @@ pub(crate) async fn show(rt: &Runtime, id: RequestId) -> Result<Printed, Failure
     };
     let attempts = rt.attempts(id).await?;
     let human = show_human(&request, &attempts);
+    // Each attempt numbered by its run: a replay's attempts count from 1 again, the runs
+    // go on.
+    let numbered: Vec<Value> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mut value = serde_json::to_value(a).expect("an attempt serializes");
+            value["run"] = json!(i + 1);
+            value
+        })
+        .collect();
     Ok(Printed::ok(
-        json!({ "request": request, "attempts": attempts }),
+        json!({ "request": request, "attempts": numbered }),
         human,
     ))
 }
@@ -204,8 +240,10 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
     } else {
         let rows: Vec<Vec<String>> = attempts
             .iter()
-            .map(|a| {
+            .enumerate()
+            .map(|(i, a)| {
                 vec![
+                    (i + 1).to_string(),
                     a.attempt.to_string(),
                     safe(&a.outcome),
                     format_ms(a.started),
@@ -217,7 +255,9 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
             .collect();
         out.push_str("attempts\n");
         out.push_str(&table(
-            &["#", "OUTCOME", "STARTED", "TOOK", "WORKER", "ERROR"],
+            &[
+                "RUN", "ATTEMPT", "OUTCOME", "STARTED", "TOOK", "WORKER", "ERROR",
+            ],
             &rows,
         ));
     }
@@ -252,7 +292,8 @@ impl Action {
 
     fn name(self) -> &'static str {
         match self {
-            Action::Retry | Action::Replay => "retry",
+            Action::Retry => "retry",
+            Action::Replay => "replay",
             Action::Cancel => "cancel",
             Action::Delete => "delete",
         }
@@ -269,16 +310,23 @@ impl Action {
 }
 
 /// `retry`, `cancel`, `delete` on each id in turn; one that fails does not stop the rest.
+/// Each is written to the audit trail (as the console's action on one request is: the
+/// query naming it, 1 or 0 requests changed), as done by `cli:<os user>`.
 pub(crate) async fn act(
     rt: &Runtime,
     action: Action,
     ids: &[RequestId],
 ) -> Result<Printed, Failure> {
+    let actor = crate::operator::actor();
     let mut results = Vec::with_capacity(ids.len());
     let mut human = String::new();
     let mut failures = 0;
     for &id in ids {
-        match action.on(rt, id).await {
+        let done = action.on(rt, id).await;
+        let target = crate::operator::target_of(id);
+        rt.audit_action(&actor, action.name(), &target, u64::from(done.is_ok()))
+            .await?;
+        match done {
             Ok(()) => {
                 human.push_str(&format!("{id}: {}\n", action.past()));
                 results.push(json!({ "id": id, "ok": true }));
@@ -330,11 +378,43 @@ fn counted(n: u64, noun: &str) -> String {
     }
 }
 
+/// `pause EXECUTOR` (`pause` true) and `resume EXECUTOR`, audited as `cli:<os user>`.
+pub(crate) async fn pause(rt: &Runtime, executor: &str, pause: bool) -> Result<Printed, Failure> {
+    let actor = crate::operator::actor();
+    let (json, human) = if pause {
+        rt.pause_executor(executor, &actor).await?;
+        (
+            json!({ "action": "pause", "executor": executor, "paused": true }),
+            format!("{}: paused on every instance\n", safe(executor)),
+        )
+    } else {
+        let was = rt.resume_executor(executor, &actor).await?;
+        let human = if was {
+            format!("{}: resumed\n", safe(executor))
+        } else {
+            format!("{}: was not paused\n", safe(executor))
+        };
+        (
+            json!({ "action": "resume", "executor": executor, "was_paused": was }),
+            human,
+        )
+    };
+    Ok(Printed::ok(json, human))
+}
+
 /// `purge`: finished records and orphaned attempt logs, in batches.
 pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure> {
     let report = rt
         .purge(Purge::older_than(a.older_than).dead(a.dead).batch(a.batch))
         .await?;
+    let target = json!({ "older_than_ms": a.older_than.as_millis() as u64, "dead": a.dead });
+    rt.audit_action(
+        &crate::operator::actor(),
+        "purge",
+        &target.to_string(),
+        report.requests,
+    )
+    .await?;
     let statuses: Vec<&str> = Purge::older_than(a.older_than)
         .dead(a.dead)
         .statuses()

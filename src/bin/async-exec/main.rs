@@ -1,7 +1,8 @@
 //! `async-exec`: the operators' command-line tool. Looks at and acts on the requests of
 //! an application through the runtime's public API, on any backend, without running
 //! anything itself: `migrate`, `stats`, `list`, `show`, `retry`, `cancel`, `delete`,
-//! `purge`. Human tables by default, one JSON document with `--json`.
+//! `pause`, `resume`, `purge`. Its actions are written to the audit trail that the
+//! console shows, as done by `cli:<os user>`. Human tables by default, one JSON document with `--json`.
 //!
 //! Exit status: 0 done, 1 failed (the reason on stderr, with what to do), 2 usage.
 
@@ -14,6 +15,7 @@ mod args;
 mod commands;
 mod connect;
 mod failure;
+mod operator;
 mod redact;
 mod render;
 mod time;
@@ -73,9 +75,31 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
     let migrate = matches!(cli.command, Command::Migrate);
-    let rt = connect::open(url, &cli.application, migrate).await?;
+    // No application named: `stats` and `list` answer with the applications that have
+    // records; the rest cannot act without one.
+    let unnamed = cli.application.trim().is_empty();
+    if unnamed
+        && !matches!(
+            cli.command,
+            Command::Stats | Command::List(_) | Command::Migrate
+        )
+    {
+        return Err(Failure::Failed(
+            "no application given: pass --application NAME (`async-exec --application '' \
+             stats` lists the applications that have requests)"
+                .into(),
+        ));
+    }
+    let application = if unnamed {
+        // A name to open the runtime with; nothing is read or written under it.
+        "async-exec-cli"
+    } else {
+        cli.application.as_str()
+    };
+    let rt = connect::open(url, application, migrate).await?;
     let printed = match cli.command {
         Command::Migrate => Ok(commands::migrate(&redact::url(url))),
+        Command::Stats | Command::List(_) if unnamed => commands::applications_only(&rt).await,
         Command::Stats => commands::stats(&rt).await,
         Command::List(list) => commands::list(&rt, list).await,
         Command::Show { id } => commands::show(&rt, id).await,
@@ -89,6 +113,8 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         }
         Command::Cancel { ids } => commands::act(&rt, Action::Cancel, &ids).await,
         Command::Delete { ids } => commands::act(&rt, Action::Delete, &ids).await,
+        Command::Pause { executor } => commands::pause(&rt, &executor, true).await,
+        Command::Resume { executor } => commands::pause(&rt, &executor, false).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
     };
     let stopped = rt.shutdown().await;

@@ -2,7 +2,8 @@
 //! server-rendered pages (overview with charts, requests, request detail, executors,
 //! instances, audit trail), actions on one request or every request matching a filter,
 //! and a JSON API with its OpenAPI document at `api/openapi.json`; and `health`, the
-//! unauthenticated health report ([`health_router`] serves it alone).
+//! unauthenticated health report ([`health_router`], also [`crate::operate::http::health_router`],
+//! serves it alone).
 //!
 //! Mount it under any path; every link and form follows it:
 //!
@@ -12,7 +13,7 @@
 //! let config = ConsoleConfig::new()
 //!     .user("alice", Role::Operator, &console::hash_password("a long passphrase")?)
 //!     .from_env(); // and ASYNC_EXEC_CONSOLE_USERS / _TOKENS
-//! let app = axum::Router::new().nest("/console", console::router(&rt, config)?);
+//! let app = axum::Router::new().merge(console::mount("/console", console::router(&rt, config)?));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
 //!     .await?;
@@ -73,7 +74,8 @@ pub(crate) struct State {
 const CSS: &str = include_str!("assets/console.css");
 
 /// The console for `rt`'s database, to mount under a path of the application's choosing
-/// (`Router::new().nest("/console", router)`).
+/// (`Router::new().merge(console::mount("/console", router))`, which also redirects
+/// `/console/`; or `Router::new().nest("/console", router)`).
 ///
 /// Refuses (with a message saying what to change) a configuration with errors, and one
 /// without users or tokens unless [`ConsoleConfig::listen`] names a loopback address.
@@ -120,30 +122,48 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .with_state(state))
 }
 
-/// The `/health` route alone, without the console, to merge into an application's router
-/// at its root: `GET /health` answers [`Runtime::health`] as JSON, `200 OK` when the
-/// runtime is ready and `503 Service Unavailable` when not. Unauthenticated, as is
-/// `health` under the console's own path: a load balancer or an orchestrator's probe
-/// calls it. The report names the application, the instance and its parts, never
-/// records or secrets.
+/// `console` nested under `path` (such as `/console`), with `path/` redirected to `path`
+/// (`308`, the query string kept): merge it into the application's router. axum's
+/// `Router::nest(path, console)` alone serves `path` and what is under it, and answers
+/// `404` for `path/`, which people type.
 ///
 /// ```no_run
 /// # async fn demo(rt: async_exec::Runtime) -> anyhow::Result<()> {
-/// let app = axum::Router::new().merge(async_exec::console::health_router(&rt));
-/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
-/// axum::serve(listener, app).await?;
+/// use async_exec::console::{self, ConsoleConfig};
+/// let console = console::router(&rt, ConsoleConfig::new().from_env())?;
+/// let app = axum::Router::new().merge(console::mount("/console", console));
 /// # Ok(()) }
 /// ```
-pub fn health_router(rt: &Runtime) -> Router {
+///
+/// # Panics
+///
+/// As `Router::nest` does: when `path` is empty, `/`, or does not start with `/`.
+pub fn mount(path: &str, console: Router) -> Router {
+    let path = path.trim_end_matches('/');
     Router::new()
-        .route("/health", get(health))
-        .with_state(rt.clone())
+        .nest(path, console)
+        .route(&format!("{path}/"), get(to_without_slash))
 }
 
-/// The health report as JSON: 200 when ready, 503 when not.
-async fn health(axum::extract::State(rt): axum::extract::State<Runtime>) -> Response {
-    health_response(&rt).await
+/// `GET path/?query`: `308` to `path?query`, on the path as the client sent it (the
+/// application's router may be nested itself).
+async fn to_without_slash(axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> Response {
+    let path = uri.path().trim_end_matches('/');
+    let location = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_string(),
+    };
+    (
+        StatusCode::PERMANENT_REDIRECT,
+        [(header::LOCATION, location)],
+    )
+        .into_response()
 }
+
+/// The `/health` route alone, without the console: the same as
+/// [`http::health_router`](crate::operate::http::health_router) (feature `http`, which `console`
+/// implies), kept here for code written before it.
+pub use crate::operate::http::health_router;
 
 /// The console's `health`: the whole report for a logged-in caller (session or token),
 /// only `{"ready": ...}` for others (the report names the instance and its parts).
@@ -152,7 +172,7 @@ async fn health_of_state(
     parts: axum::http::request::Parts,
 ) -> Response {
     if auth::caller(&parts, &state).is_some() || !state.login_required {
-        return health_response(&state.rt).await;
+        return crate::operate::http::health_response(&state.rt).await;
     }
     let ready = state.rt.health().await.is_ready();
     let status = if ready {
@@ -164,21 +184,6 @@ async fn health_of_state(
         status,
         [(header::CACHE_CONTROL, "no-store")],
         axum::Json(serde_json::json!({ "ready": ready })),
-    )
-        .into_response()
-}
-
-async fn health_response(rt: &Runtime) -> Response {
-    let health = rt.health().await;
-    let status = if health.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        [(header::CACHE_CONTROL, "no-store")],
-        axum::Json(health),
     )
         .into_response()
 }

@@ -1,0 +1,249 @@
+//! Issue 19: the `async-exec` tool as an operator's: its actions in the audit trail that
+//! the console shows (as `cli:<os user>`), the applications that have records when it is
+//! given none or one without any, and `show` numbering the runs of a replayed request;
+//! run as a process against each backend.
+#![cfg(feature = "cli")]
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use async_exec::{async_exec, Backend, Final};
+use common::TestDb;
+use serde_json::Value;
+
+/// The binary under test, built by Cargo for this test.
+const BINARY: &str = env!("CARGO_BIN_EXE_async-exec");
+
+/// The OS user the tool runs as here.
+const USER: &str = "ann-ops";
+
+#[async_exec(type = SaveAsync, name = "cliop::ok")]
+async fn ok_job(n: i64) {
+    let _ = n;
+}
+
+#[async_exec(type = SaveAsync, name = "cliop::dead", max_attempts = 1)]
+async fn dead_job(message: String) -> Result<(), Final> {
+    Err(Final::new(message))
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", self.stdout))
+    }
+
+    #[track_caller]
+    fn ok(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// Runs the tool on the test's database for `application`, as the OS user [`USER`].
+async fn tool(db: &TestDb, application: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--url", &db.url, "--application", application];
+    all.extend_from_slice(args);
+    let out = tokio::process::Command::new(BINARY)
+        .args(&all)
+        .env_remove("ASYNC_EXEC_DATABASE_URL")
+        .env("USER", USER)
+        .output()
+        .await
+        .expect("run async-exec");
+    Run {
+        code: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// One kept success, one dead, two waiting; the runtime that made them shut down.
+async fn fixture(db: &TestDb) -> (i64, i64, Vec<i64>) {
+    let rt = db.builder().delete_on_success(false).start().await.unwrap();
+    let success = ok_job(1).on(&rt).await.unwrap().id.unwrap();
+    let dead = dead_job("no".into()).on(&rt).await.unwrap().id.unwrap();
+    rt.wait_idle().await;
+    rt.shutdown().await.unwrap();
+    let submit_only = db.builder().run_workers(false).start().await.unwrap();
+    let mut waiting = Vec::new();
+    for n in 2..4 {
+        waiting.push(ok_job(n).on(&submit_only).await.unwrap().id.unwrap());
+    }
+    submit_only.shutdown().await.unwrap();
+    (success, dead, waiting)
+}
+
+async fn actions_are_audited_as_the_os_user<DB: Backend>(db: TestDb) {
+    let (success, dead, waiting) = fixture(&db).await;
+    let id = |n: i64| n.to_string();
+    tool(&db, "tests", &["retry", &id(dead)]).await.ok();
+    tool(&db, "tests", &["retry", "--replay", &id(success)])
+        .await
+        .ok();
+    tool(&db, "tests", &["cancel", &id(waiting[0])]).await.ok();
+    // Refused (cancelled already), and not found: audited as changing nothing.
+    assert_eq!(
+        tool(&db, "tests", &["cancel", &id(waiting[0])]).await.code,
+        1
+    );
+    tool(&db, "tests", &["delete", &id(waiting[1])]).await.ok();
+    let paused = tool(&db, "tests", &["--json", "pause", "cliop::ok"])
+        .await
+        .ok();
+    assert_eq!(paused.json()["paused"], true);
+    let resumed = tool(&db, "tests", &["resume", "cliop::ok"]).await.ok();
+    assert!(resumed.stdout.contains("resumed"), "{}", resumed.stdout);
+    tool(&db, "tests", &["purge", "--older-than", "0s"])
+        .await
+        .ok();
+
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let mut trail = rt.audit_trail(100).await.unwrap();
+    trail.reverse(); // oldest first
+    let seen: Vec<(String, String, String, i64)> = trail
+        .iter()
+        .map(|e| {
+            (
+                e.actor.clone(),
+                e.action.clone(),
+                e.target.clone(),
+                e.affected,
+            )
+        })
+        .collect();
+    let actor = format!("cli:{USER}");
+    // As the console writes an action on one request: the query that names it.
+    let on = |n: i64| serde_json::to_string(&async_exec::RequestQuery::default().id(n)).unwrap();
+    let expected: [(String, String, String, i64); 7] = [
+        (actor.clone(), "retry".into(), on(dead), 1),
+        (actor.clone(), "replay".into(), on(success), 1),
+        (actor.clone(), "cancel".into(), on(waiting[0]), 1),
+        (actor.clone(), "cancel".into(), on(waiting[0]), 0),
+        (actor.clone(), "delete".into(), on(waiting[1]), 1),
+        (
+            actor.clone(),
+            "pause".into(),
+            r#"{"executor":"cliop::ok"}"#.into(),
+            0,
+        ),
+        (
+            actor.clone(),
+            "resume".into(),
+            r#"{"executor":"cliop::ok"}"#.into(),
+            0,
+        ),
+    ];
+    assert_eq!(seen[..expected.len()], expected[..], "{seen:#?}");
+    let purge = &seen[expected.len()];
+    assert_eq!((&purge.0, purge.1.as_str()), (&actor, "purge"), "{seen:#?}");
+    assert_eq!(seen.len(), expected.len() + 1, "{seen:#?}");
+    rt.shutdown().await.unwrap();
+}
+
+async fn no_application_lists_those_with_records<DB: Backend>(db: TestDb) {
+    fixture(&db).await;
+    let other = db.builder().application_name("other").run_workers(false);
+    let other = other.start().await.unwrap();
+    ok_job(9).on(&other).await.unwrap();
+    other.shutdown().await.unwrap();
+    let expected = serde_json::json!([
+        { "application": "other", "requests": 1 },
+        { "application": "tests", "requests": 4 },
+    ]);
+
+    for command in ["stats", "list"] {
+        let unnamed = tool(&db, "", &["--json", command]).await.ok().json();
+        assert_eq!(unnamed["applications"], expected, "{command}: {unnamed}");
+        let human = tool(&db, "", &[command]).await.ok().stdout;
+        assert!(human.contains("APPLICATION"), "{human}");
+        let tests_row = human.lines().find(|l| l.starts_with("tests")).unwrap();
+        assert_eq!(tests_row.split_whitespace().last(), Some("4"), "{human}");
+        // An application without records says so and names the others.
+        let typo = tool(&db, "testz", &["--json", command]).await.ok().json();
+        assert_eq!(typo["applications"], expected, "{command}: {typo}");
+        let typo = tool(&db, "testz", &[command]).await.ok().stdout;
+        assert!(
+            typo.contains("application `testz` has no requests") && typo.contains("other"),
+            "{typo}"
+        );
+        // One with records shows them alone.
+        let named = tool(&db, "tests", &["--json", command]).await.ok().json();
+        assert!(named.get("applications").is_none(), "{command}: {named}");
+    }
+    // A filter that matches nothing in an application with records: no list of others.
+    let filtered = tool(&db, "tests", &["--json", "list", "--executor", "nope"])
+        .await
+        .ok()
+        .json();
+    assert!(filtered.get("applications").is_none(), "{filtered}");
+    // Other commands need a name.
+    let refused = tool(&db, "", &["retry", "1"]).await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused
+            .stderr
+            .contains("no application given: pass --application NAME"),
+        "{}",
+        refused.stderr
+    );
+    // The runtime the tool opened for an empty name left no instance behind.
+    assert_eq!(db.count("async_instance").await, 0);
+}
+
+async fn show_numbers_the_runs<DB: Backend>(db: TestDb) {
+    let (_, dead, _) = fixture(&db).await;
+    // Replayed after it died: its second run's attempt counts from 1 again.
+    tool(&db, "tests", &["retry", &dead.to_string()]).await.ok();
+    let rt = db
+        .builder()
+        .retry_interval(std::time::Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    common::wait_for(|| async { db.count("async_log").await == 2 }).await;
+    rt.wait_idle().await;
+    rt.shutdown().await.unwrap();
+
+    let shown = tool(&db, "tests", &["--json", "show", &dead.to_string()])
+        .await
+        .ok()
+        .json();
+    let runs: Vec<(i64, i64)> = shown["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["run"].as_i64().unwrap(), a["attempt"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(runs, vec![(1, 1), (2, 1)], "{shown}");
+    let human = tool(&db, "tests", &["show", &dead.to_string()])
+        .await
+        .ok()
+        .stdout;
+    let table: Vec<Vec<&str>> = human
+        .lines()
+        .skip_while(|l| *l != "attempts")
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(table[0][..2], ["RUN", "ATTEMPT"], "{human}");
+    assert_eq!(table[1][..3], ["1", "1", "final"], "{human}");
+    assert_eq!(table[2][..3], ["2", "1", "final"], "{human}");
+}
+
+backend_suite!(
+    actions_are_audited_as_the_os_user,
+    no_application_lists_those_with_records,
+    show_numbers_the_runs,
+);
