@@ -58,7 +58,7 @@ pub mod __private {
 /// | [`performance`](guide::performance) | today's benchmark table and how to reproduce it |
 /// | [`benchmarks`](guide::benchmarks) | the benchmark's history, commit by commit |
 /// | [`internals`](guide::internals) | the chaos test, the indexes and what they cost, where the code lives |
-// The examples use every backend and the console: they are compiled (and the SQLite
+// The examples use every backend, the console and Prometheus: they are compiled (and the SQLite
 // ones run) when all of these are on, as `cargo test --workspace --all-features` does.
 #[cfg(any(
     doc,
@@ -66,7 +66,8 @@ pub mod __private {
         feature = "sqlite",
         feature = "postgres",
         feature = "mysql",
-        feature = "console"
+        feature = "console",
+        feature = "prometheus"
     )
 ))]
 pub mod guide {
