@@ -32,8 +32,12 @@ use axum::Router;
 use clap::Parser;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use sqlx::Connection;
 use tower::ServiceExt;
+
+#[path = "common/database.rs"]
+mod database;
+
+use database::{Database, Kind};
 
 /// The application the console shows (80 % of the rows).
 const APP: &str = "bench";
@@ -75,22 +79,7 @@ struct Args {
     bench: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
-
 impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Sqlite => "sqlite",
-            Kind::Postgres => "postgres",
-            Kind::Mysql => "mysql",
-        }
-    }
-
     fn parse_list(text: &str) -> Result<Vec<Kind>> {
         match text {
             "all" => Ok(vec![Kind::Sqlite, Kind::Postgres, Kind::Mysql]),
@@ -108,73 +97,6 @@ impl Kind {
             _ => format!("(({a}) || ({b}))"),
         }
     }
-}
-
-/// The benchmark's database: a temporary SQLite file or `ae_console_<pid>` on a server.
-struct Database {
-    kind: Kind,
-    url: String,
-    /// The admin URL and database name, for `DROP DATABASE`.
-    server: Option<(String, String)>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Database {
-    async fn create(kind: Kind, args: &Args) -> Result<Database> {
-        let name = format!("ae_console_{}", std::process::id());
-        let admin = match kind {
-            Kind::Sqlite => {
-                let dir = tempfile::tempdir()?;
-                let url = format!("sqlite:{}", dir.path().join("console.db").display());
-                return Ok(Database {
-                    kind,
-                    url,
-                    server: None,
-                    _dir: Some(dir),
-                });
-            }
-            Kind::Postgres => &args.postgres_url,
-            Kind::Mysql => &args.mysql_url,
-        };
-        admin_execute(kind, admin, &format!("CREATE DATABASE {name}")).await?;
-        let (base, _) = admin
-            .rsplit_once('/')
-            .ok_or_else(|| anyhow!("no database name in `{admin}`"))?;
-        Ok(Database {
-            kind,
-            url: format!("{base}/{name}"),
-            server: Some((admin.clone(), name)),
-            _dir: None,
-        })
-    }
-
-    async fn drop_database(self) -> Result<()> {
-        if let Some((admin, name)) = &self.server {
-            let sql = match self.kind {
-                Kind::Postgres => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-                _ => format!("DROP DATABASE IF EXISTS {name}"),
-            };
-            admin_execute(self.kind, admin, &sql).await?;
-        }
-        Ok(())
-    }
-}
-
-async fn admin_execute(kind: Kind, url: &str, sql: &str) -> Result<()> {
-    match kind {
-        Kind::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(url).await?;
-            sqlx::query(sql).execute(&mut conn).await?;
-            conn.close().await?;
-        }
-        Kind::Mysql => {
-            let mut conn = sqlx::MySqlConnection::connect(url).await?;
-            sqlx::query(sql).execute(&mut conn).await?;
-            conn.close().await?;
-        }
-        Kind::Sqlite => unreachable!("a SQLite database is a file"),
-    }
-    Ok(())
 }
 
 /// Runs statements on the benchmark's database (the fill, ANALYZE, the cursors).
@@ -462,7 +384,7 @@ impl Measured {
 }
 
 async fn run_backend(kind: Kind, args: &Args, hash: &str) -> Result<Vec<Measured>> {
-    let database = Database::create(kind, args).await?;
+    let database = Database::create(kind, "console", &args.postgres_url, &args.mysql_url).await?;
     let result = measure(kind, &database, args, hash).await;
     if args.keep_database {
         eprintln!("[{}] kept the database: {}", kind.name(), database.url);

@@ -87,10 +87,10 @@ pub use operate::health::{
 };
 pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use operate::operator::ExecutorInfo;
+pub use operate::signal::shutdown_signal;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;
 pub use runtime::{global, Runtime, ShutdownReport};
-pub use operate::signal::shutdown_signal;
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
 pub use sweeps::compensator::{CompensateReport, Compensator};

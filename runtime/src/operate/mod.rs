@@ -5,9 +5,9 @@
 //! for load balancers and Prometheus (`http`, feature `http`), the applications that have
 //! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
 
+pub(crate) mod applications;
 #[cfg(feature = "console")]
 pub mod console;
-pub(crate) mod applications;
 pub(crate) mod gauges;
 pub(crate) mod health;
 #[cfg(feature = "http")]

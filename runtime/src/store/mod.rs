@@ -1,8 +1,16 @@
-//! Where records live: one store per backend (`sqlite`, `postgres`, `mysql`, each
-//! behind its feature), implementing the crate's internal `Store` trait; all SQL lives in
-//! those modules and nowhere else. Also the [`Backend`] trait, which makes `Tx<DB>` work
-//! for each backend's sqlx type. Which requests a listing or an action means is built
-//! into SQL once, for every backend, in `ops.rs`.
+//! Where records live: one store per backend ([`sqlite`], [`postgres`], [`mysql`], each
+//! behind its feature, each a folder of the same file names: `claims`, `complete`,
+//! `insert`, `keys`, `instances`, `purge`, `ops`, ...), implementing the crate's internal
+//! `Store` trait; all SQL lives under this folder and nowhere else.
+//!
+//! What the backends write alike is written once: `sql.rs` (a `Dialect` renders
+//! placeholders, upserts, locks; `Sql` and `Statement` carry the text; `SqlRunner` is what
+//! a backend does with it), `ops.rs` and `page.rs` (the operators' statements and pages),
+//! `records.rs` (an operator's look at and change of one record), `shared.rs` (key reads
+//! and log writes inside a transaction, generic over the sqlx database type). What the
+//! store's callers pass and get back: `claim.rs`, `key.rs`, `lease.rs`, `sweeps.rs`, and
+//! the completions below. `backend.rs` holds the [`Backend`] trait, which makes `Tx<DB>`
+//! work for each backend's sqlx type.
 
 use std::any::Any;
 
@@ -12,118 +20,49 @@ use crate::base::error::Result;
 use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
-use crate::base::registry::BoxFuture;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod alive;
+mod backend;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
 pub(crate) mod bounded;
+mod claim;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
 #[cfg(test)]
 pub(crate) mod fixture;
+mod key;
+mod lease;
 mod migrations;
 #[cfg(feature = "mysql")]
 pub mod mysql;
-#[cfg(feature = "mysql")]
-mod mysql_leases;
 pub(crate) mod ops;
 mod page;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_leases;
 mod reach;
+mod records;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
+mod shared;
+pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod sweeps;
+
+pub(crate) use backend::sealed;
+pub use backend::{Backend, DefaultBackend, Value};
+pub(crate) use claim::{ClaimDue, ClaimIds, DueKind};
+pub(crate) use key::{KeyClaim, StoredKey, KEY_PENDING, KEY_SWEEP_BATCH};
+pub(crate) use lease::{Held, LeaseKeeper, Renewal};
+pub(crate) use sweeps::{orphan_worker_prefix, PurgeBatch, Purged, RescueBatch, Rescued};
 
 /// The columns of a [`Request`], in the order every backend's row reader expects.
 pub(crate) const REQUEST_COLUMNS: &str =
     "id, application_name, executor, sign, strategy, status, exec_count, \
     max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
     last_error, trace_json, create_time, update_time";
-
-/// A record this instance claimed: its id and the attempt the claim counted. Renewals and
-/// hand-backs touch a record only while `owner` holds it at that attempt, as outcome
-/// writes do: an instance whose name a twin shares (or a stale renewal or hand-back of an
-/// earlier attempt) never renews or hands back a later claim of it.
-pub(crate) type Held = (RequestId, i32);
-
-/// Renews leases: the heartbeat's one statement, on a connection of its own.
-#[async_trait]
-pub(crate) trait LeaseKeeper: Send + Sync + std::fmt::Debug {
-    /// Extends by `lease_ms` from the database's clock the leases of those of `held` that
-    /// `owner` still holds as running at their attempt; returns the ids renewed, and those
-    /// still held but not renewed this time (locked by another statement at that moment).
-    /// Gives up after `patience` (connecting included).
-    async fn renew(
-        &self,
-        owner: &str,
-        held: &[Held],
-        lease_ms: i64,
-        patience: std::time::Duration,
-    ) -> Result<Renewal>;
-}
-
-/// What a lease renewal found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Renewal {
-    /// Leases extended.
-    pub(crate) renewed: Vec<RequestId>,
-    /// Still held by the owner, but not extended: the row was locked by another statement
-    /// (PostgreSQL's renewal skips locked rows). Neither renewed nor lost.
-    pub(crate) held: Vec<RequestId>,
-}
-
-impl Renewal {
-    /// Every id renewed; none merely held.
-    pub(crate) fn all(renewed: Vec<RequestId>) -> Self {
-        Renewal {
-            renewed,
-            held: Vec::new(),
-        }
-    }
-}
-
-/// An idempotency key as `async_key` holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StoredKey {
-    /// The request it names; `None` for a `SyncSave` call whose body ran at once.
-    pub(crate) request_id: Option<RequestId>,
-    /// First used (unix ms).
-    pub(crate) create_time: i64,
-    /// Protects until then (unix ms).
-    pub(crate) expire_time: i64,
-}
-
-/// The `request_id` of a key whose transaction has claimed it and not yet written its
-/// request. It is replaced before the transaction commits.
-pub(crate) const KEY_PENDING: RequestId = -1;
-
-/// Expired keys deleted per pass of the compensation sweep.
-pub(crate) const KEY_SWEEP_BATCH: i64 = 1000;
-
-/// What claiming a key found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyClaim {
-    /// The key was free (or expired): this transaction holds it, with [`KEY_PENDING`].
-    Ours,
-    /// The key is in use and has not expired: the request it names.
-    Taken(Option<RequestId>),
-}
-
-impl KeyClaim {
-    /// Reads the `request_id` that a key holds after this transaction's claim statement.
-    pub(crate) fn from_request_id(request_id: Option<RequestId>) -> Self {
-        match request_id {
-            Some(KEY_PENDING) => KeyClaim::Ours,
-            other => KeyClaim::Taken(other),
-        }
-    }
-}
 
 /// What an instance announces of itself.
 #[derive(Debug, Clone)]
@@ -171,48 +110,6 @@ impl Announce<'_> {
             list_within_ms: self.list_within_ms,
         }
     }
-}
-
-/// Which records a sweep claims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DueKind {
-    /// `failed` records whose `run_at` has come, and `init` records that were delayed
-    /// (or released) and whose `run_at` has come.
-    Scheduled,
-    /// `init` records that should have been dispatched at least `older_than` ms ago:
-    /// committed but never dispatched (a crash between commit and dispatch, a full channel).
-    Stale {
-        /// Only records with `run_at <= now - older_than`.
-        older_than: i64,
-    },
-}
-
-/// Parameters of [`Store::request_claim_due`].
-#[derive(Debug, Clone)]
-pub(crate) struct ClaimDue<'a> {
-    pub(crate) application: &'a str,
-    pub(crate) executors: &'a [&'static str],
-    pub(crate) kind: DueKind,
-    pub(crate) owner: &'a str,
-    /// For `update_time`.
-    pub(crate) now: i64,
-    /// The lease, from the database's clock in the claiming statement.
-    pub(crate) lease_ms: i64,
-    pub(crate) limit: i64,
-    /// Records to leave for other instances, as `sign:executor` (a rolling deploy: they
-    /// have the record's signature and this binary does not).
-    pub(crate) skip: &'a [String],
-}
-
-/// Parameters of [`Store::request_claim_ids`].
-#[derive(Debug, Clone)]
-pub(crate) struct ClaimIds<'a> {
-    pub(crate) ids: &'a [RequestId],
-    pub(crate) owner: &'a str,
-    /// For `update_time`.
-    pub(crate) now: i64,
-    /// The lease, from the database's clock in the claiming statement.
-    pub(crate) lease_ms: i64,
 }
 
 /// The outcome of one attempt, to be written by the completer.
@@ -352,65 +249,6 @@ impl CompletionResult {
             CompletionResult::Dead { error } => Some(("dead", Some(error), None)),
         }
     }
-}
-
-/// What a rescue of expired leases did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Rescued {
-    /// Put back to `failed`, to run again.
-    pub(crate) retried: Vec<RequestId>,
-    /// Out of attempts: `dead`.
-    pub(crate) dead: Vec<RequestId>,
-}
-
-/// The prefix of the `worker` of `application`'s log rows, and its length in characters:
-/// instance names are `<application>@<host>:<pid>:<hex>` (before 2026-12-04,
-/// `<application>@<pid>:<hex>`), and nothing after the application's `@` has one, so a
-/// worker is the application's when it starts with the prefix and has no `@` after it
-/// (an application may have `@` in its name: `a` and `a@b` are told apart).
-pub(crate) fn orphan_worker_prefix(application: &str) -> (String, i64) {
-    let prefix = format!("{application}@");
-    let chars = prefix.chars().count() as i64;
-    (prefix, chars)
-}
-
-/// What one round of [`Store::request_rescue`] looks for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RescueBatch<'a> {
-    /// The application whose records are rescued.
-    pub(crate) application: &'a str,
-    /// The executors this binary knows: records of others are left to an instance that
-    /// knows them.
-    pub(crate) executors: &'a [&'static str],
-    /// Now (unix ms), written as the rescued records' `run_at` and `update_time`.
-    pub(crate) now: i64,
-    /// How long past its end, by the database's clock, a lease must be to be rescued (a
-    /// heartbeat interval: a lease is taken from a holder only after it missed more than
-    /// one renewal, so that a renewal late by less than that wins).
-    pub(crate) grace_ms: i64,
-    /// The most records rescued.
-    pub(crate) limit: i64,
-}
-
-/// Which finished records [`Store::request_purge`] deletes.
-#[derive(Debug, Clone)]
-pub(crate) struct PurgeBatch<'a> {
-    pub(crate) application: &'a str,
-    /// Only records last changed before this time (unix ms).
-    pub(crate) before: i64,
-    /// The statuses to delete (terminal ones).
-    pub(crate) statuses: &'a [Status],
-    /// At most this many records.
-    pub(crate) limit: i64,
-}
-
-/// What one batch of a purge deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Purged {
-    /// `async_req` rows.
-    pub(crate) requests: u64,
-    /// `async_log` rows.
-    pub(crate) logs: u64,
 }
 
 /// The storage of one backend. All methods are scoped to records of one application.
@@ -592,159 +430,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         application: &str,
         executors: &[&'static str],
     ) -> Result<Vec<(String, i64)>>;
-}
-
-/// The backend `Tx` means without a type parameter: SQLite when compiled in, else
-/// PostgreSQL, else MySQL.
-#[cfg(feature = "sqlite")]
-pub type DefaultBackend = sqlx::Sqlite;
-/// The backend `Tx` means without a type parameter.
-#[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
-pub type DefaultBackend = sqlx::Postgres;
-/// The backend `Tx` means without a type parameter.
-#[cfg(all(not(feature = "sqlite"), not(feature = "postgres"), feature = "mysql"))]
-pub type DefaultBackend = sqlx::MySql;
-
-/// A database kind whose transactions can carry requests: `Tx<DB>` works for each.
-/// Implemented for the sqlx database types of the compiled backends (`Sqlite`,
-/// `Postgres`, `MySql`).
-///
-/// It packs in what code generic over the backend needs to run its own statements, so
-/// that one handler serves every backend with no higher-ranked bounds written by hand:
-/// [`Tx::conn`](crate::Tx::conn) is an [`sqlx::Executor`] (`DB::Conn<'_>`), and
-/// `sqlx::query(..)` runs on it. To bind values, ask for them with [`Value`]:
-///
-/// ```no_run
-/// use async_exec::{async_exec, Backend, Tx, Value};
-///
-/// #[async_exec(type = SaveAsync)]
-/// async fn send_receipt(order_id: i64) -> anyhow::Result<()> {
-///     Ok(())
-/// }
-///
-/// /// Runs on SQLite, PostgreSQL and MySQL alike.
-/// async fn place_order<DB: Backend>(tx: &mut Tx<DB>, order_id: i64) -> anyhow::Result<()>
-/// where
-///     i64: Value<DB>,
-/// {
-///     sqlx::query("update orders set placed = 1 where id = 7")
-///         .execute(tx.conn())
-///         .await?;
-///     // Placeholders differ by backend: `?` (SQLite, MySQL), `$1` (PostgreSQL).
-///     let sql = if DB::NAME == "PostgreSQL" { "delete from carts where order_id = $1" }
-///               else { "delete from carts where order_id = ?" };
-///     sqlx::query(sql).bind(order_id).execute(tx.conn()).await?;
-///     send_receipt(order_id).within(tx).await?;
-///     Ok(())
-/// }
-/// ```
-pub trait Backend:
-    sqlx::Database
-    + sqlx::database::HasStatementCache
-    + for<'q> sqlx::Database<Arguments<'q>: sqlx::IntoArguments<'q, Self>>
-    + sealed::BackendOps
-{
-    /// The connection of a transaction, as a statement executor: `&'c mut
-    /// Self::Connection`, which every backend's statements run on.
-    type Conn<'c>: sqlx::Executor<'c, Database = Self>;
-
-    /// The connection as an executor.
-    #[doc(hidden)]
-    fn executor(conn: &mut Self::Connection) -> Self::Conn<'_>;
-}
-
-/// A value that binds as a statement parameter on `DB` (`sqlx::Encode` for every
-/// lifetime, and `sqlx::Type`): `where i64: Value<DB>` in a handler generic over the
-/// backend, instead of the higher-ranked bound it stands for. See [`Backend`].
-pub trait Value<DB: sqlx::Database>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send {}
-
-impl<T, DB> Value<DB> for T
-where
-    DB: sqlx::Database,
-    T: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send,
-{
-}
-
-#[allow(private_interfaces)]
-pub(crate) mod sealed {
-    use super::*;
-
-    /// What the runtime needs of a backend's own connection type. Sealed: implemented
-    /// only by this crate, next to the backend's store.
-    pub trait BackendOps: sqlx::Database {
-        /// Begins a transaction on the store, if the store is of this backend.
-        fn begin_on(
-            store: &dyn Any,
-        ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
-
-        /// Inserts a request inside the caller's transaction.
-        fn insert_in<'c>(
-            conn: &'c mut Self::Connection,
-            request: &'c NewRequest,
-        ) -> BoxFuture<'c, Result<Inserted>>;
-
-        /// The idempotency key `key` of `application`, unless it expired by `now`, as the
-        /// caller's transaction sees it.
-        fn key_find_in<'c>(
-            conn: &'c mut Self::Connection,
-            application: &'c str,
-            key: &'c str,
-            now: i64,
-        ) -> BoxFuture<'c, Result<Option<StoredKey>>>;
-
-        /// Records the key of a `SyncSave` call whose body ran, inside the caller's
-        /// transaction, unless the key is in use and has not expired.
-        fn key_record_in<'c>(
-            conn: &'c mut Self::Connection,
-            request: &'c NewRequest,
-        ) -> BoxFuture<'c, Result<()>>;
-
-        /// Fails with [`Error::TransactionRolledBack`](crate::Error::TransactionRolledBack)
-        /// when the server no longer holds the transaction on `conn` open (it rolled it
-        /// back on its own; see `store::alive`): one round trip on PostgreSQL and
-        /// MySQL/MariaDB, none on SQLite (whose COMMIT fails when no transaction is active).
-        fn check_open_in(conn: &mut Self::Connection) -> BoxFuture<'_, Result<()>> {
-            let _ = conn;
-            Box::pin(async { Ok(()) })
-        }
-
-        /// Whether a statement that succeeded in a transaction shows that the transaction
-        /// is open: on PostgreSQL every statement of an aborted transaction fails (and
-        /// SQLite's COMMIT fails when none is active); MySQL/MariaDB run it in autocommit
-        /// after the server rolled the transaction back.
-        const A_STATEMENT_PROVES_OPEN: bool = true;
-
-        /// Checked before the runtime writes in the caller's transaction, so that nothing
-        /// is written outside it: MySQL/MariaDB, whose session goes on in autocommit after
-        /// the server rolled the transaction back, checks (one round trip); PostgreSQL
-        /// refuses the statements themselves ([`explain`](Self::explain) says why).
-        fn check_before_write(conn: &mut Self::Connection) -> BoxFuture<'_, Result<()>> {
-            let _ = conn;
-            Box::pin(async { Ok(()) })
-        }
-
-        /// An error of a statement in the caller's transaction, as
-        /// [`Error::TransactionRolledBack`](crate::Error::TransactionRolledBack) when it
-        /// says that the server had rolled the transaction back.
-        fn explain(error: crate::Error) -> crate::Error {
-            error
-        }
-
-        /// Inserts many requests inside the caller's transaction; the result is in the
-        /// order of `requests`. Backends override it with multi-row statements.
-        fn insert_many_in<'c>(
-            conn: &'c mut Self::Connection,
-            requests: &'c [NewRequest],
-        ) -> BoxFuture<'c, Result<Vec<Inserted>>> {
-            Box::pin(async move {
-                let mut inserted = Vec::with_capacity(requests.len());
-                for request in requests {
-                    inserted.push(Self::insert_in(&mut *conn, request).await?);
-                }
-                Ok(inserted)
-            })
-        }
-    }
 }
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]

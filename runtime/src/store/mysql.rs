@@ -33,6 +33,7 @@ mod complete;
 mod insert;
 mod instances;
 mod keys;
+mod leases;
 mod ops;
 #[cfg(test)]
 mod plan_fixture;
@@ -40,8 +41,8 @@ mod purge;
 mod rescue;
 mod rows;
 
-use insert::{insert_log, insert_many, insert_request};
-use rows::{claimed_from_row, log_from_row, request_from_row, status_from, text};
+use insert::{insert_many, insert_request};
+use rows::{claimed_from_row, text};
 
 /// Records in a MySQL or MariaDB database (InnoDB).
 #[derive(Debug, Clone)]
@@ -112,8 +113,6 @@ impl MySqlStore {
         .await
     }
 }
-
-pub(crate) use super::REQUEST_COLUMNS;
 
 const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
@@ -238,7 +237,13 @@ impl BackendOps for MySql {
         key: &'c str,
         now: i64,
     ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
-        Box::pin(keys::find_locked(conn, application, key, now))
+        Box::pin(crate::store::shared::key_find::<sqlx::MySql>(
+            conn,
+            crate::store::shared::Lock::ForUpdate,
+            application,
+            key,
+            now,
+        ))
     }
 
     fn key_record_in<'c>(
@@ -279,74 +284,6 @@ impl MySqlStore {
     /// Running records whose lease expired: back to `failed`, or `dead`.
     async fn rescue_once(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
         rescue::rescue_once(self, batch).await
-    }
-
-    async fn retry_now_once(
-        &self,
-        application: &str,
-        id: RequestId,
-        now: i64,
-        replay_success: bool,
-    ) -> Result<Option<Status>> {
-        let mut tx = self.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if status.is_some_and(|s| s.may_retry(replay_success)) {
-            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
-            // MySQL assigns left to right: `exec_count` reads the old status, so it goes first.
-            sqlx::query(
-                "UPDATE async_req SET exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END, \
-                 status = 'failed', run_at = ?, update_time = ? \
-                 WHERE application_name = ? AND id = ?",
-            )
-            .bind(now)
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
-    }
-
-    async fn cancel_once(
-        &self,
-        application: &str,
-        id: RequestId,
-        now: i64,
-    ) -> Result<Option<Status>> {
-        let mut tx = self.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Init | Status::Failed) = status {
-            sqlx::query(
-                "UPDATE async_req SET status = 'cancelled', update_time = ? WHERE application_name = ? AND id = ?",
-            )
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
-    }
-
-    async fn delete_once(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
-        let mut tx = self.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if matches!(status, Some(s) if s != Status::Running) {
-            sqlx::query("DELETE FROM async_req WHERE application_name = ? AND id = ?")
-                .bind(application)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM async_log WHERE req_id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
     }
 }
 
@@ -457,7 +394,7 @@ impl Store for MySqlStore {
     }
 
     fn lease_keeper(&self) -> std::sync::Arc<dyn super::LeaseKeeper> {
-        std::sync::Arc::new(super::mysql_leases::MySqlLeases::new(&self.pool))
+        std::sync::Arc::new(leases::MySqlLeases::new(&self.pool))
     }
 
     async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
@@ -521,33 +458,11 @@ impl Store for MySqlStore {
     }
 
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? AND id = ?"
-        );
-        let row = sqlx::query(&sql)
-            .bind(application)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(request_from_row).transpose()
+        super::records::get(self, application, id).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
-        let rows = sqlx::query(
-            "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut counts = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let status: String = row.try_get_unchecked(0)?;
-            let n: i64 = row.try_get(1)?;
-            if let Ok(status) = Status::from_str(&status) {
-                counts.push((status, n));
-            }
-        }
-        Ok(counts)
+        super::records::count_by_status(self, application).await
     }
 
     async fn request_retry_now(
@@ -557,7 +472,7 @@ impl Store for MySqlStore {
         now: i64,
         replay_success: bool,
     ) -> Result<Option<Status>> {
-        with_retry(|| self.retry_now_once(application, id, now, replay_success)).await
+        super::records::retry_now(self, application, id, now, replay_success).await
     }
 
     async fn request_cancel(
@@ -566,7 +481,7 @@ impl Store for MySqlStore {
         id: RequestId,
         now: i64,
     ) -> Result<Option<Status>> {
-        with_retry(|| self.cancel_once(application, id, now)).await
+        super::records::cancel(self, application, id, now).await
     }
 
     async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
@@ -578,25 +493,22 @@ impl Store for MySqlStore {
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
-        with_retry(|| self.delete_once(application, id)).await
+        super::records::delete(self, application, id).await
     }
 
     async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
-        let rows = sqlx::query(
-            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = ? AND NOT EXISTS (SELECT 1 FROM async_req r \
-               WHERE r.id = async_log.req_id AND r.application_name <> ?) \
-             ORDER BY id",
-        )
-        .bind(id)
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(log_from_row).collect()
+        super::records::logs(self, application, id).await
     }
 
     async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
-        keys::find(&mut *self.pool.acquire().await?, application, key, now).await
+        crate::store::shared::key_find::<sqlx::MySql>(
+            &mut *self.pool.acquire().await?,
+            crate::store::shared::Lock::No,
+            application,
+            key,
+            now,
+        )
+        .await
     }
 
     async fn key_record(&self, request: &NewRequest) -> Result<()> {
@@ -668,24 +580,5 @@ impl Store for MySqlStore {
         rows.iter()
             .map(|row| Ok((text(row, "application_name")?, row.try_get("n")?)))
             .collect()
-    }
-}
-
-/// The record's status, its row locked until the transaction ends.
-async fn current_status(
-    conn: &mut MySqlConnection,
-    application: &str,
-    id: RequestId,
-) -> Result<Option<Status>> {
-    let row = sqlx::query(
-        "SELECT status FROM async_req WHERE application_name = ? AND id = ? FOR UPDATE",
-    )
-    .bind(application)
-    .bind(id)
-    .fetch_optional(conn)
-    .await?;
-    match row {
-        Some(row) => Ok(Status::from_str(&text(&row, "status")?).ok()),
-        None => Ok(None),
     }
 }

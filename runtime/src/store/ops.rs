@@ -1,33 +1,24 @@
 //! The statements about many requests: filtered pages, counts and actions on every
 //! request matching a [`RequestQuery`], statistics, pauses and the audit trail.
-//! [`OpsStore`] is implemented once per backend (`sqlite/ops.rs`, `postgres/ops.rs`,
-//! `mysql/ops.rs`), which runs what is built here: the SQL of a query and of a page,
-//! written once, with the same meaning on every backend ([`Sql::filter`]).
+//! Written once, for every backend, over the backend's [`SqlRunner`] (`sqlite/ops.rs`,
+//! `postgres/ops.rs`, `mysql/ops.rs` run the SQL): the filter of a query and a page mean
+//! the same on every backend ([`Sql::filter`]); what the dialects write differently
+//! (placeholders, upserts, integer casts) the [`Dialect`] renders.
 
 use async_trait::async_trait;
 
+use super::sql::{Bind, Cells, Col, Dialect, Sql, SqlRunner, Txn};
 use crate::base::error::Result;
 use crate::base::query::{
     Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
     RequestQuery, StatDelta,
 };
-use crate::base::record::{Request, Status};
-use crate::base::text::sanitized;
+use crate::base::record::Status;
 
-/// The operators' statements of one backend.
+/// The operators' statements, written once over a backend's [`SqlRunner`]: every
+/// backend implements `OpsStore` with nothing but its runner.
 #[async_trait]
-pub(crate) trait OpsStore: Send + Sync {
-    /// The SQL dialect of this backend.
-    fn dialect(&self) -> Dialect;
-
-    /// The requests that `sql` selects (every column of [`super::REQUEST_COLUMNS`]), in
-    /// its order.
-    async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>>;
-
-    /// The integers of the first row that `sql` selects (empty when it selects none);
-    /// NULL is `None`.
-    async fn fetch_ints(&self, sql: &Sql) -> Result<Vec<Option<i64>>>;
-
+pub(crate) trait OpsStore: SqlRunner {
     /// A page of the requests of `application` that match `query` (see
     /// [`super::page`]: finished and live records read apart, a time range turned into
     /// ids, a text search bounded by its window).
@@ -47,7 +38,12 @@ pub(crate) trait OpsStore: Send + Sync {
         application: &str,
         query: &RequestQuery,
         statuses: &[Status],
-    ) -> Result<i64>;
+    ) -> Result<i64> {
+        let mut s = self.sql("SELECT COUNT(*) FROM async_req WHERE");
+        s.filter(application, query).statuses(statuses);
+        let counted = self.fetch_ints(&s).await?;
+        Ok(counted.first().copied().flatten().unwrap_or(0))
+    }
 
     /// Applies `action` to every request of `application` that matches `query` and that
     /// the action applies to, [`ACT_BATCH`] requests to a transaction in id order;
@@ -63,22 +59,29 @@ pub(crate) trait OpsStore: Send + Sync {
         let (mut changed, mut after) = (0, 0);
         loop {
             let ids = act_batch_ids(dialect, application, query, action, after);
-            let change = |ids: &[i64]| {
+            let change = |rows: &[Cells]| {
+                let ids: Vec<i64> = rows.iter().filter_map(Cells::first_int).collect();
+                if ids.is_empty() {
+                    return Vec::new();
+                }
                 let mut statements = vec![act_batch_change(
                     dialect,
                     application,
                     query,
                     action,
                     now,
-                    ids,
+                    &ids,
                 )];
                 if action_set(action).is_none() {
-                    statements.push(act_batch_logs(dialect, ids));
+                    statements.push(act_batch_logs(dialect, &ids));
                 }
                 statements
             };
-            let (ids, rows) = self.act_batch(&ids, &change).await?;
-            changed += rows;
+            let (rows, written) = self
+                .read_then_write(Txn::Batch, Some((&ids, &[Col::Int])), &change)
+                .await?;
+            changed += written;
+            let ids: Vec<i64> = rows.iter().filter_map(Cells::first_int).collect();
             match ids.last() {
                 Some(&last) if ids.len() == ACT_BATCH => after = last,
                 _ => return Ok(changed),
@@ -86,24 +89,49 @@ pub(crate) trait OpsStore: Send + Sync {
         }
     }
 
-    /// One batch of an action, in a transaction of its own: reads the ids `ids` selects,
-    /// then (when there are any) runs the statements `change` makes of them. Returns the
-    /// ids and the rows the first statement changed.
-    async fn act_batch(
-        &self,
-        ids: &Sql,
-        change: &(dyn for<'a> Fn(&'a [i64]) -> Vec<Sql> + Sync),
-    ) -> Result<(Vec<i64>, u64)>;
-
     /// Requests of `application` by executor and status.
-    async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>>;
+    async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>> {
+        let mut s =
+            self.sql("SELECT executor, status, COUNT(*) FROM async_req WHERE application_name = ");
+        s.bind_text(application)
+            .push(" GROUP BY executor, status ORDER BY executor, status");
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Text, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(ExecutorCount {
+                    executor: row.text()?,
+                    status: row.status()?,
+                    count: row.int()?,
+                })
+            })
+            .collect()
+    }
 
     /// Running requests of `application` by the instance holding them.
-    async fn request_count_running_by_owner(&self, application: &str)
-        -> Result<Vec<(String, i64)>>;
+    async fn request_count_running_by_owner(
+        &self,
+        application: &str,
+    ) -> Result<Vec<(String, i64)>> {
+        let mut s =
+            self.sql("SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner");
+        let rows = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
+        rows.into_iter()
+            .map(|mut row| Ok((row.text()?, row.int()?)))
+            .collect()
+    }
 
     /// The due time of the longest-waiting due record (`init` or `failed`, due by `now`).
-    async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>>;
+    async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>> {
+        let mut s = self.sql("SELECT MIN(run_at) FROM async_req WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND status IN ('init', 'failed') AND run_at <= ")
+            .bind_int(now);
+        Ok(self.fetch_ints(&s).await?.first().copied().flatten())
+    }
 
     /// The durations (ms) of the last `limit` logged attempts of `executor` whose request
     /// is still kept.
@@ -112,236 +140,273 @@ pub(crate) trait OpsStore: Send + Sync {
         application: &str,
         executor: &str,
         limit: i64,
-    ) -> Result<Vec<i64>>;
+    ) -> Result<Vec<i64>> {
+        let mut s = self.sql(
+            "SELECT l.finished - l.started FROM async_log l JOIN async_req r ON r.id = l.req_id \
+             WHERE r.application_name = ",
+        );
+        s.bind_text(application)
+            .push(" AND r.executor = ")
+            .bind_text(executor)
+            .push(" ORDER BY l.id DESC LIMIT ")
+            .bind_int(limit);
+        let rows = self.fetch_rows(&s, &[Col::Int]).await?;
+        rows.into_iter().map(|mut row| row.int()).collect()
+    }
 
     /// Adds finished counts to `async_stat`.
-    async fn stat_add(&self, application: &str, deltas: &[StatDelta]) -> Result<()>;
+    async fn stat_add(&self, application: &str, deltas: &[StatDelta]) -> Result<()> {
+        let dialect = self.dialect();
+        let upsert = dialect.upsert(
+            "async_stat",
+            "application_name, minute, executor",
+            &["succeeded", "failed", "retried"],
+            &[],
+        );
+        let statements = |_: &[Cells]| {
+            deltas
+                .iter()
+                .map(|d| {
+                    let mut s = Sql::new(
+                        dialect,
+                        "INSERT INTO async_stat (application_name, executor, minute, succeeded, \
+                         failed, retried) VALUES (",
+                    );
+                    s.bind_text(application).push(", ").bind_text(d.executor);
+                    for n in [d.minute, d.succeeded, d.failed, d.retried] {
+                        s.push(", ").bind_int(n);
+                    }
+                    s.push(")").push(&upsert);
+                    s
+                })
+                .collect()
+        };
+        self.read_then_write(Txn::Batch, None, &statements).await?;
+        Ok(())
+    }
 
     /// Finished counts per minute from `since_minute` (unix ms), all executors summed.
-    async fn stat_series(&self, application: &str, since_minute: i64) -> Result<Vec<MinuteStat>>;
+    async fn stat_series(&self, application: &str, since_minute: i64) -> Result<Vec<MinuteStat>> {
+        let d = self.dialect();
+        let mut s = self.sql(&format!(
+            "SELECT minute, {}, {}, {} FROM async_stat WHERE application_name = ",
+            d.int64("SUM(succeeded)"),
+            d.int64("SUM(failed)"),
+            d.int64("SUM(retried)"),
+        ));
+        s.bind_text(application)
+            .push(" AND minute >= ")
+            .bind_int(since_minute)
+            .push(" GROUP BY minute ORDER BY minute");
+        let rows = self.fetch_rows(&s, &[Col::Int; 4]).await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(MinuteStat {
+                    minute: row.int()?,
+                    succeeded: row.int()?,
+                    failed: row.int()?,
+                    retried: row.int()?,
+                })
+            })
+            .collect()
+    }
 
     /// Samples the queue depth of `application` into `async_depth` for `minute`.
-    async fn depth_sample(&self, application: &str, minute: i64) -> Result<()>;
+    async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
+        // `COUNT` of a `CASE`: a `BIGINT` on every backend (PostgreSQL sums no booleans).
+        let mut s = self.sql(
+            "SELECT COUNT(CASE WHEN status IN ('init', 'failed') THEN 1 END), \
+             COUNT(CASE WHEN status = 'running' THEN 1 END) FROM async_req \
+             WHERE application_name = ",
+        );
+        s.bind_text(application)
+            .push(" AND status IN ('init', 'failed', 'running')");
+        let counts = self.fetch_ints(&s).await?;
+        let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0);
+        let mut s = self
+            .sql("INSERT INTO async_depth (application_name, minute, waiting, running) VALUES (");
+        s.bind_text(application)
+            .push(", ")
+            .bind_int(minute)
+            .push(", ")
+            .bind_int(count(0))
+            .push(", ")
+            .bind_int(count(1))
+            .push(")");
+        let upsert = self.dialect().upsert(
+            "async_depth",
+            "application_name, minute",
+            &[],
+            &["waiting", "running"],
+        );
+        s.push(&upsert);
+        self.execute(&s).await?;
+        Ok(())
+    }
 
     /// Records of `application` that may still run (`init`, `running`, `failed`), by
     /// executor and status, with the earliest due time of those due by `now`: one
     /// statement, for the queue gauges.
-    async fn queue_depth(&self, application: &str, now: i64) -> Result<Vec<QueueCount>>;
+    async fn queue_depth(&self, application: &str, now: i64) -> Result<Vec<QueueCount>> {
+        let mut s = self.sql(
+            "SELECT executor, status, COUNT(*), \
+             MIN(CASE WHEN status <> 'running' AND run_at <= ",
+        );
+        s.bind_int(now)
+            .push(" THEN run_at END) FROM async_req WHERE application_name = ")
+            .bind_text(application)
+            .push(" AND status IN ('init', 'failed', 'running') GROUP BY executor, status");
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Text, Col::Int, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(QueueCount {
+                    executor: row.text()?,
+                    status: row.status()?,
+                    count: row.int()?,
+                    oldest_due: row.opt_int()?,
+                })
+            })
+            .collect()
+    }
 
     /// Queue depth samples from `since_minute` (unix ms).
-    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>>;
+    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
+        let mut s =
+            self.sql("SELECT minute, waiting, running FROM async_depth WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND minute >= ")
+            .bind_int(since_minute)
+            .push(" ORDER BY minute");
+        let rows = self.fetch_rows(&s, &[Col::Int; 3]).await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(DepthSample {
+                    minute: row.int()?,
+                    waiting: row.int()?,
+                    running: row.int()?,
+                })
+            })
+            .collect()
+    }
 
     /// Removes statistics of minutes before `before_minute` (unix ms).
-    async fn stat_prune(&self, before_minute: i64) -> Result<()>;
+    async fn stat_prune(&self, before_minute: i64) -> Result<()> {
+        for table in ["async_stat", "async_depth"] {
+            let mut s = self.sql(&format!("DELETE FROM {table} WHERE minute < "));
+            s.bind_int(before_minute);
+            self.execute(&s).await?;
+        }
+        Ok(())
+    }
 
     /// Pauses claims of `executor` (again: keeps the first pause).
-    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()>;
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_pause (application_name, executor, paused_by, paused_at) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(executor)
+            .push(", ")
+            .bind_text(by)
+            .push(", ")
+            .bind_int(now)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
 
     /// Resumes claims of `executor`; whether it was paused.
-    async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool>;
+    async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool> {
+        let mut s = self.sql("DELETE FROM async_pause WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND executor = ")
+            .bind_text(executor);
+        Ok(self.execute(&s).await? > 0)
+    }
 
     /// The paused executors of `application`.
-    async fn pause_list(&self, application: &str) -> Result<Vec<Pause>>;
+    async fn pause_list(&self, application: &str) -> Result<Vec<Pause>> {
+        let mut s = self.sql(
+            "SELECT executor, paused_by, paused_at FROM async_pause WHERE application_name = ",
+        );
+        s.bind_text(application).push(" ORDER BY executor");
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Text, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(Pause {
+                    executor: row.text()?,
+                    paused_by: row.text()?,
+                    paused_at: row.int()?,
+                })
+            })
+            .collect()
+    }
 
     /// Writes an audit entry.
-    async fn audit_add(&self, entry: &AuditEntry) -> Result<()>;
+    async fn audit_add(&self, e: &AuditEntry) -> Result<()> {
+        let mut s = self.sql(
+            "INSERT INTO async_audit (application_name, actor, action, target, affected, \
+             create_time) VALUES (",
+        );
+        s.bind_text(&e.application)
+            .push(", ")
+            .bind_text(&e.actor)
+            .push(", ")
+            .bind_text(&e.action)
+            .push(", ")
+            .bind_text(&e.target)
+            .push(", ")
+            .bind_int(e.affected)
+            .push(", ")
+            .bind_int(e.create_time)
+            .push(")");
+        self.execute(&s).await?;
+        Ok(())
+    }
 
     /// The last `limit` audit entries of `application`, newest first.
-    async fn audit_list(&self, application: &str, limit: i64) -> Result<Vec<AuditEntry>>;
-}
-
-/// The SQL dialect of a backend: its placeholders, and how it finds a substring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-// A build with some of the backends leaves the others' dialects unused.
-#[cfg_attr(
-    not(all(feature = "sqlite", feature = "postgres", feature = "mysql")),
-    allow(dead_code)
-)]
-pub(crate) enum Dialect {
-    /// `?`; `instr`.
-    Sqlite,
-    /// `$1`, `$2`, ...; `strpos`.
-    Postgres,
-    /// `?`; `LOCATE`.
-    MySql,
-}
-
-/// A value to bind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Bind {
-    Int(i64),
-    Text(String),
-}
-
-/// SQL text with its binds, in order.
-#[derive(Debug, Clone)]
-pub(crate) struct Sql {
-    pub(crate) text: String,
-    pub(crate) binds: Vec<Bind>,
-    dialect: Dialect,
-}
-
-impl Sql {
-    /// This statement behind `prefix` (`EXPLAIN`, for the tests of query plans), binds kept.
-    #[cfg(test)]
-    pub(crate) fn prefixed(&self, prefix: &str) -> Sql {
-        Sql {
-            text: format!("{prefix} {}", self.text),
-            ..self.clone()
-        }
-    }
-
-    pub(crate) fn new(dialect: Dialect, text: &str) -> Sql {
-        Sql {
-            text: text.to_string(),
-            binds: Vec::new(),
-            dialect,
-        }
-    }
-
-    /// Appends SQL text.
-    pub(crate) fn push(&mut self, text: &str) -> &mut Self {
-        self.text.push_str(text);
-        self
-    }
-
-    /// Appends a placeholder for `value`.
-    pub(crate) fn bind(&mut self, value: Bind) -> &mut Self {
-        self.binds.push(value);
-        match self.dialect {
-            Dialect::Sqlite | Dialect::MySql => self.text.push('?'),
-            Dialect::Postgres => {
-                let n = self.binds.len();
-                self.text.push_str(&format!("${n}"));
-            }
-        }
-        self
-    }
-
-    /// Appends the condition that a request of `application` matches `query`, the same
-    /// on every backend: exact text is equal byte for byte (MySQL's `_bin` collations pad
-    /// with spaces, so the length is compared too); substrings are found by `instr`,
-    /// `strpos` or `LOCATE`, which are case-sensitive here (SQLite's `LIKE` is not, for
-    /// ASCII) and have no wildcards; text is bound, never spliced. A NUL in a filter is
-    /// replaced as it is in stored text ([`sanitized`]), so that it finds what was stored.
-    pub(crate) fn filter(&mut self, application: &str, query: &RequestQuery) -> &mut Self {
-        self.push(" ").exact("application_name", application);
-        if let Some(status) = query.status {
-            // A literal (a status name is one of a few constants), and for a finished
-            // status also the predicate of the partial indexes word for word: SQLite uses
-            // a partial index only when the query names its predicate, PostgreSQL only
-            // when it can prove it at planning, which a bound value does not let it.
-            if self.dialect == Dialect::MySql && !is_hot(status) {
-                // The indexed virtual column (migration 20261202000002), NULL for the
-                // statuses the list indexes leave out. Alone: beside `status = ...` the
-                // optimizer took the lease index and sorted.
-                self.push(&format!(" AND done_status = '{}'", status.as_str()));
-            } else {
-                self.push(&format!(" AND status = '{}'", status.as_str()));
-                if !is_hot(status) {
-                    let predicate = finished(self.dialect);
-                    self.push(" AND ").push(predicate);
-                }
-            }
-        }
-        if let Some(executor) = &query.executor {
-            self.push(" AND ").exact("executor", executor);
-        }
-        if let Some(key) = &query.key {
-            // `IS NOT NULL` lets SQLite use the partial index of keyed records; MySQL's
-            // key is `VARBINARY`, compared without padding.
-            self.push(" AND idempotency_key IS NOT NULL AND idempotency_key = ")
-                .bind(Bind::Text(sanitized(key).into_owned()));
-        }
-        if let Some(id) = query.id {
-            self.push(" AND id = ").bind(Bind::Int(id));
-        }
-        if let Some(remark) = &query.remark {
-            self.push(" AND ").contains("remark", remark);
-        }
-        if let Some(error) = &query.error {
-            self.push(" AND last_error IS NOT NULL AND ")
-                .contains("last_error", error);
-        }
-        if let Some(from) = query.created_from {
-            self.push(" AND create_time >= ").bind(Bind::Int(from));
-        }
-        if let Some(to) = query.created_to {
-            self.push(" AND create_time < ").bind(Bind::Int(to));
-        }
-        self
-    }
-
-    /// `column = value`, byte for byte.
-    fn exact(&mut self, column: &str, value: &str) -> &mut Self {
-        let value = sanitized(value).into_owned();
-        let bytes = value.len() as i64;
-        self.push(column).push(" = ").bind(Bind::Text(value));
-        if self.dialect == Dialect::MySql {
-            // `'a' = 'a '` holds in a PAD SPACE collation (`utf8mb4_bin`).
-            self.push(&format!(" AND OCTET_LENGTH({column}) = "))
-                .bind(Bind::Int(bytes));
-        }
-        self
-    }
-
-    /// `column` contains `needle`, case and every character as given.
-    fn contains(&mut self, column: &str, needle: &str) -> &mut Self {
-        let needle = Bind::Text(sanitized(needle).into_owned());
-        match self.dialect {
-            Dialect::Sqlite => self
-                .push(&format!("instr({column}, "))
-                .bind(needle)
-                .push(") > 0"),
-            Dialect::Postgres => self
-                .push(&format!("strpos({column}, "))
-                .bind(needle)
-                .push(") > 0"),
-            Dialect::MySql => self
-                .push("LOCATE(")
-                .bind(needle)
-                .push(&format!(", {column}) > 0")),
-        }
-    }
-
-    /// Appends ` AND status IN (...)` (nothing when `statuses` is empty).
-    pub(crate) fn statuses(&mut self, statuses: &[Status]) -> &mut Self {
-        if statuses.is_empty() {
-            return self;
-        }
-        self.push(" AND status IN (");
-        for (i, status) in statuses.iter().enumerate() {
-            if i > 0 {
-                self.push(", ");
-            }
-            self.bind(Bind::Text(status.as_str().into()));
-        }
-        self.push(")")
+    async fn audit_list(&self, application: &str, limit: i64) -> Result<Vec<AuditEntry>> {
+        let mut s = self.sql(
+            "SELECT id, application_name, actor, action, target, affected, create_time \
+             FROM async_audit WHERE application_name = ",
+        );
+        s.bind_text(application)
+            .push(" ORDER BY id DESC LIMIT ")
+            .bind_int(limit);
+        let columns = [
+            Col::Int,
+            Col::Text,
+            Col::Text,
+            Col::Text,
+            Col::Text,
+            Col::Int,
+            Col::Int,
+        ];
+        let rows = self.fetch_rows(&s, &columns).await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(AuditEntry {
+                    id: row.int()?,
+                    application: row.text()?,
+                    actor: row.text()?,
+                    action: row.text()?,
+                    target: row.text()?,
+                    affected: row.int()?,
+                    create_time: row.int()?,
+                })
+            })
+            .collect()
     }
 }
 
-/// The predicate of the list indexes (`async_req_done_*`, migration
-/// `20261202000001_async_exec_list_indexes`), word for word as `dialect`'s migrations
-/// write it: records neither waiting for their first run nor running. A request is
-/// written `init`, claimed `running` and (by default) deleted on success, so on that path
-/// nothing enters the indexes the list needs. SQLite's says it as two comparisons
-/// (migration `20261203000002`): its `NOT IN` converts the status to a number on every
-/// row written.
-pub(crate) fn finished(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Sqlite => "status <> 'running' AND status <> 'init'",
-        Dialect::Postgres | Dialect::MySql => "status NOT IN ('init', 'running')",
-    }
-}
-
-/// The records [`finished`] leaves out: waiting for their first run, or running.
-pub(crate) const LIVE: &str = "status IN ('init', 'running')";
-
-/// Whether `status` is one of the submit-claim-complete path's, which the list indexes
-/// leave out.
-pub(crate) fn is_hot(status: Status) -> bool {
-    matches!(status, Status::Init | Status::Running)
-}
+impl<S: SqlRunner> OpsStore for S {}
 
 /// The `SET` clause of an action's `UPDATE` (none for `Delete`), with `now` bound where
 /// the text says `{now}`: written for `Sql::push` and one bind.
@@ -445,50 +510,4 @@ fn push_ids(s: &mut Sql, column: &str, ids: &[i64]) {
 /// The minute (its start, unix ms) that `ms` falls in.
 pub(crate) fn minute_of(ms: i64) -> i64 {
     ms.div_euclid(60_000) * 60_000
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbered_marks_count_up() {
-        let mut sql = Sql::new(Dialect::Postgres, "SELECT 1 FROM t WHERE");
-        sql.filter("app", &RequestQuery::default().status(Status::Dead).id(4));
-        assert_eq!(
-            sql.text,
-            "SELECT 1 FROM t WHERE application_name = $1 AND status = 'dead' \
-             AND status NOT IN ('init', 'running') AND id = $2"
-        );
-        assert_eq!(sql.binds.len(), 2);
-    }
-
-    #[test]
-    fn a_nul_in_a_filter_is_replaced_as_in_stored_text() {
-        let mut sql = Sql::new(Dialect::Sqlite, "WHERE");
-        sql.filter("a\0pp", &RequestQuery::default().remark_contains("a\0b"));
-        assert_eq!(
-            sql.text,
-            "WHERE application_name = ? AND instr(remark, ?) > 0"
-        );
-        assert_eq!(
-            sql.binds,
-            [
-                Bind::Text("a\u{FFFD}pp".into()),
-                Bind::Text("a\u{FFFD}b".into())
-            ]
-        );
-    }
-
-    #[test]
-    fn mysql_compares_exact_text_with_its_length() {
-        let mut sql = Sql::new(Dialect::MySql, "WHERE");
-        sql.filter("app", &RequestQuery::default().executor("é "));
-        assert_eq!(
-            sql.text,
-            "WHERE application_name = ? AND OCTET_LENGTH(application_name) = ? \
-             AND executor = ? AND OCTET_LENGTH(executor) = ?"
-        );
-        assert_eq!(sql.binds[3], Bind::Int(3));
-    }
 }

@@ -1,5 +1,5 @@
 //! A page of requests, on every backend: the SQL is built here, the backend only runs it
-//! ([`OpsStore::fetch_ints`], [`OpsStore::fetch_requests`]).
+//! ([`SqlRunner::fetch_ints`], [`SqlRunner::fetch_requests`]).
 //!
 //! Pages are in id order. Without a status, id or key to narrow it, a page is read in
 //! two parts, each from indexes that hold it in id order, merged by id: the finished
@@ -24,7 +24,7 @@
 //! fields, in page order: first the window's last id is found (from the same indexes,
 //! with the same parts), then the page is read up to it.
 
-use super::ops::{finished, Bind, Dialect, OpsStore, Sql, LIVE};
+use super::sql::{finished, Bind, Dialect, Sql, SqlRunner, LIVE};
 use super::REQUEST_COLUMNS;
 use crate::base::error::Result;
 use crate::base::query::{Cursor, Order, Page, PageSpec, RequestQuery};
@@ -327,8 +327,8 @@ impl<'a> PageSql<'a> {
     }
 }
 
-/// See [`OpsStore::request_page`] and the module doc.
-pub(crate) async fn request_page<S: OpsStore + ?Sized>(
+/// See [`super::ops::OpsStore::request_page`] and the module doc.
+pub(crate) async fn request_page<S: SqlRunner + ?Sized>(
     store: &S,
     application: &str,
     query: &RequestQuery,

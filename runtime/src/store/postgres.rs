@@ -10,9 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::mpsc;
 
-use super::rows::{
-    claimed_from_row, log_from_row, request_from_row, CLAIMED_COLUMNS, REQUEST_COLUMNS,
-};
+use super::rows::{claimed_from_row, CLAIMED_COLUMNS};
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, DueKind, PurgeBatch, Purged, Rescued, Store,
@@ -28,11 +26,12 @@ mod complete;
 mod insert;
 mod instances;
 mod keys;
+mod leases;
 mod listen;
 mod ops;
 mod purge;
 
-use insert::{insert_log, insert_many, insert_request};
+use insert::{insert_many, insert_request};
 use listen::{forward_wakes, Listening};
 
 /// The database's clock in unix ms, as SQL: leases are set and compared with it in the
@@ -138,7 +137,13 @@ impl BackendOps for Postgres {
         key: &'c str,
         now: i64,
     ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
-        Box::pin(keys::find_locked(conn, application, key, now))
+        Box::pin(crate::store::shared::key_find::<sqlx::Postgres>(
+            conn,
+            crate::store::shared::Lock::ForUpdate,
+            application,
+            key,
+            now,
+        ))
     }
 
     fn key_record_in<'c>(
@@ -301,7 +306,7 @@ impl Store for PostgresStore {
     }
 
     fn lease_keeper(&self) -> std::sync::Arc<dyn super::LeaseKeeper> {
-        std::sync::Arc::new(super::postgres_leases::PostgresLeases::new(&self.pool))
+        std::sync::Arc::new(leases::PostgresLeases::new(&self.pool))
     }
 
     async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
@@ -390,7 +395,7 @@ impl Store for PostgresStore {
                 outcome: "lease_expired".into(),
                 error: Some(error),
             };
-            insert_log(&mut tx, &log).await?;
+            crate::store::shared::log_insert::<sqlx::Postgres>(&mut tx, &log).await?;
             if dead {
                 rescued.dead.push(id);
             } else {
@@ -427,28 +432,11 @@ impl Store for PostgresStore {
     }
 
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = $1 AND id = $2"
-        );
-        let row = sqlx::query(&sql)
-            .bind(application)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(request_from_row).transpose()
+        super::records::get(self, application, id).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT status, COUNT(*) FROM async_req WHERE application_name = $1 GROUP BY status",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(status, n)| Status::from_str(&status).ok().map(|s| (s, n)))
-            .collect())
+        super::records::count_by_status(self, application).await
     }
 
     async fn request_retry_now(
@@ -458,23 +446,7 @@ impl Store for PostgresStore {
         now: i64,
         replay_success: bool,
     ) -> Result<Option<Status>> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if status.is_some_and(|s| s.may_retry(replay_success)) {
-            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
-            sqlx::query(
-                "UPDATE async_req SET status = 'failed', run_at = $1, update_time = $1, \
-                 exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END \
-                 WHERE application_name = $2 AND id = $3",
-            )
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::retry_now(self, application, id, now, replay_success).await
     }
 
     async fn request_cancel(
@@ -483,21 +455,7 @@ impl Store for PostgresStore {
         id: RequestId,
         now: i64,
     ) -> Result<Option<Status>> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Init | Status::Failed) = status {
-            sqlx::query(
-                "UPDATE async_req SET status = 'cancelled', update_time = $1 \
-                 WHERE application_name = $2 AND id = $3",
-            )
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::cancel(self, application, id, now).await
     }
 
     async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
@@ -509,35 +467,11 @@ impl Store for PostgresStore {
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if matches!(status, Some(s) if s != Status::Running) {
-            sqlx::query("DELETE FROM async_req WHERE application_name = $1 AND id = $2")
-                .bind(application)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM async_log WHERE req_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::delete(self, application, id).await
     }
 
     async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
-        let rows = sqlx::query(
-            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = $1 AND NOT EXISTS (SELECT 1 FROM async_req r \
-               WHERE r.id = async_log.req_id AND r.application_name <> $2) \
-             ORDER BY id",
-        )
-        .bind(id)
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(log_from_row).collect()
+        super::records::logs(self, application, id).await
     }
 
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
@@ -570,7 +504,14 @@ impl Store for PostgresStore {
 
     async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
         let mut conn = self.pool.acquire().await?;
-        keys::find(&mut conn, application, key, now).await
+        crate::store::shared::key_find::<sqlx::Postgres>(
+            &mut conn,
+            crate::store::shared::Lock::No,
+            application,
+            key,
+            now,
+        )
+        .await
     }
 
     async fn key_record(&self, request: &NewRequest) -> Result<()> {
@@ -637,21 +578,4 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?)
     }
-}
-
-/// The status of a record, locked until the end of the transaction: an operator's change
-/// decided on it cannot race with a claim or a completion.
-async fn current_status(
-    conn: &mut PgConnection,
-    application: &str,
-    id: RequestId,
-) -> Result<Option<Status>> {
-    let status: Option<(String,)> = sqlx::query_as(
-        "SELECT status FROM async_req WHERE application_name = $1 AND id = $2 FOR UPDATE",
-    )
-    .bind(application)
-    .bind(id)
-    .fetch_optional(conn)
-    .await?;
-    Ok(status.and_then(|(s,)| Status::from_str(&s).ok()))
 }

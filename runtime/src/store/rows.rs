@@ -7,8 +7,6 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::base::error::{Error, Result};
 use crate::base::record::{AttemptLog, Claimed, Request, Status};
 
-pub(crate) use super::REQUEST_COLUMNS;
-
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \

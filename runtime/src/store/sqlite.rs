@@ -1,14 +1,13 @@
 //! The SQLite store: the embedded default, for one process.
 
 use std::any::Any;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
-use super::rows::{claimed_from_json, log_from_row, request_from_row, REQUEST_COLUMNS};
+use super::rows::claimed_from_json;
 use super::sealed::BackendOps;
 use super::{
     Backend, ClaimDue, ClaimIds, Completion, KeyClaim, PurgeBatch, Purged, Rescued, Store,
@@ -147,23 +146,6 @@ fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     serde_json::to_string(items).expect("a list of ids or names serializes")
 }
 
-async fn insert_log(conn: &mut SqliteConnection, log: &AttemptLog) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(log.request_id)
-    .bind(log.attempt)
-    .bind(&log.worker)
-    .bind(log.started)
-    .bind(log.finished)
-    .bind(&log.outcome)
-    .bind(&log.error)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
     // A key is claimed first, in the same transaction.
     if r.idempotency_key.is_some() {
@@ -207,14 +189,14 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     .await?;
     let id = done.last_insert_rowid();
     if r.idempotency_key.is_some() {
-        keys::assign(&mut *conn, r, Some(id)).await?;
+        crate::store::shared::key_assign::<sqlx::Sqlite>(&mut *conn, r, Some(id)).await?;
     }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
             ..log.clone()
         };
-        insert_log(conn, &log).await?;
+        crate::store::shared::log_insert::<sqlx::Sqlite>(conn, &log).await?;
     }
     Ok(Inserted::New(id))
 }
@@ -291,7 +273,13 @@ impl BackendOps for Sqlite {
         key: &'c str,
         now: i64,
     ) -> BoxFuture<'c, Result<Option<StoredKey>>> {
-        Box::pin(keys::find(conn, application, key, now))
+        Box::pin(crate::store::shared::key_find::<sqlx::Sqlite>(
+            conn,
+            crate::store::shared::Lock::No,
+            application,
+            key,
+            now,
+        ))
     }
 
     fn key_record_in<'c>(
@@ -458,28 +446,11 @@ impl Store for SqliteStore {
     }
 
     async fn request_get(&self, application: &str, id: RequestId) -> Result<Option<Request>> {
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = ? AND id = ?"
-        );
-        let row = sqlx::query(&sql)
-            .bind(application)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(request_from_row).transpose()
+        super::records::get(self, application, id).await
     }
 
     async fn request_count_by_status(&self, application: &str) -> Result<Vec<(Status, i64)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT status, COUNT(*) FROM async_req WHERE application_name = ? GROUP BY status",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(status, n)| Status::from_str(&status).ok().map(|s| (s, n)))
-            .collect())
+        super::records::count_by_status(self, application).await
     }
 
     async fn request_retry_now(
@@ -489,24 +460,7 @@ impl Store for SqliteStore {
         now: i64,
         replay_success: bool,
     ) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if status.is_some_and(|s| s.may_retry(replay_success)) {
-            // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
-            sqlx::query(
-                "UPDATE async_req SET status = 'failed', run_at = ?, update_time = ?, \
-                 exec_count = CASE WHEN status = 'failed' THEN exec_count ELSE 0 END \
-                 WHERE application_name = ? AND id = ?",
-            )
-            .bind(now)
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::retry_now(self, application, id, now, replay_success).await
     }
 
     async fn request_cancel(
@@ -515,20 +469,7 @@ impl Store for SqliteStore {
         id: RequestId,
         now: i64,
     ) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if let Some(Status::Init | Status::Failed) = status {
-            sqlx::query(
-                "UPDATE async_req SET status = 'cancelled', update_time = ? WHERE application_name = ? AND id = ?",
-            )
-            .bind(now)
-            .bind(application)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::cancel(self, application, id, now).await
     }
 
     async fn request_purge(&self, batch: &PurgeBatch<'_>) -> Result<Purged> {
@@ -540,40 +481,23 @@ impl Store for SqliteStore {
     }
 
     async fn request_delete(&self, application: &str, id: RequestId) -> Result<Option<Status>> {
-        let mut tx = self.pool.begin().await?;
-        let status = current_status(&mut tx, application, id).await?;
-        if matches!(status, Some(s) if s != Status::Running) {
-            sqlx::query("DELETE FROM async_req WHERE application_name = ? AND id = ?")
-                .bind(application)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM async_log WHERE req_id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(status)
+        super::records::delete(self, application, id).await
     }
 
     async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>> {
-        let rows = sqlx::query(
-            "SELECT req_id, attempt, worker, started, finished, outcome, error FROM async_log \
-             WHERE req_id = ? AND NOT EXISTS (SELECT 1 FROM async_req r \
-               WHERE r.id = async_log.req_id AND r.application_name <> ?) \
-             ORDER BY id",
-        )
-        .bind(id)
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(log_from_row).collect()
+        super::records::logs(self, application, id).await
     }
 
     async fn key_find(&self, application: &str, key: &str, now: i64) -> Result<Option<StoredKey>> {
         let mut conn = self.pool.acquire().await?;
-        keys::find(&mut conn, application, key, now).await
+        crate::store::shared::key_find::<sqlx::Sqlite>(
+            &mut conn,
+            crate::store::shared::Lock::No,
+            application,
+            key,
+            now,
+        )
+        .await
     }
 
     async fn key_record(&self, request: &NewRequest) -> Result<()> {
@@ -661,17 +585,3 @@ async fn postpone(conn: &mut SqliteConnection, moves: &[(RequestId, i64)]) -> Re
 /// is exact (truncated, half the readings were a millisecond short).
 pub(super) const DB_NOW: &str =
     "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
-
-async fn current_status(
-    conn: &mut SqliteConnection,
-    application: &str,
-    id: RequestId,
-) -> Result<Option<Status>> {
-    let status: Option<(String,)> =
-        sqlx::query_as("SELECT status FROM async_req WHERE application_name = ? AND id = ?")
-            .bind(application)
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
-    Ok(status.and_then(|(s,)| Status::from_str(&s).ok()))
-}

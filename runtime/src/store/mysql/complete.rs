@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use sqlx::{MySql, MySqlConnection, Row};
 
-use super::{bind_list, insert_log, marks, with_retry, MySqlStore, MAX_IN};
+use super::{bind_list, marks, with_retry, MySqlStore, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::RequestId;
 use crate::store::{fence_groups, Completion, Fence, Positioned, Wrote};
@@ -112,7 +112,7 @@ async fn complete_once<'a>(
         }
         rows += 1;
         if let Some(log) = &c.log {
-            insert_log(&mut tx, log).await?;
+            crate::store::shared::log_insert::<sqlx::MySql>(&mut tx, log).await?;
         }
     }
     tx.commit().await?;

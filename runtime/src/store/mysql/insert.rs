@@ -9,23 +9,6 @@ use crate::base::error::Result;
 use crate::base::record::{AttemptLog, Inserted, NewRequest};
 use crate::store::KeyClaim;
 
-pub(super) async fn insert_log(conn: &mut MySqlConnection, log: &AttemptLog) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(log.request_id)
-    .bind(log.attempt)
-    .bind(&log.worker)
-    .bind(log.started)
-    .bind(log.finished)
-    .bind(&log.outcome)
-    .bind(&log.error)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// Inserts a request on `conn`, in its transaction if it is in one; a request with a key
 /// needs one (its key is claimed first, then the request is written).
 pub(super) async fn insert_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Inserted> {
@@ -70,14 +53,14 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     .await?;
     let id = done.last_insert_id() as i64;
     if r.idempotency_key.is_some() {
-        keys::assign(&mut *conn, r, Some(id)).await?;
+        crate::store::shared::key_assign::<sqlx::MySql>(&mut *conn, r, Some(id)).await?;
     }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
             ..log.clone()
         };
-        insert_log(conn, &log).await?;
+        crate::store::shared::log_insert::<sqlx::MySql>(conn, &log).await?;
     }
     Ok(Inserted::New(id))
 }

@@ -4,8 +4,9 @@ use sqlx::MySqlConnection;
 
 use super::MySqlStore;
 use crate::base::error::Result;
-use crate::base::record::{NewRequest, RequestId};
-use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
+use crate::base::record::NewRequest;
+use crate::store::shared::{self, Lock};
+use crate::store::{KeyClaim, KEY_PENDING};
 
 /// Claims the request's key in the current transaction: inserts it, or takes over an
 /// expired one. A transaction that holds the key uncommitted makes the insert wait for its
@@ -31,90 +32,16 @@ pub(super) async fn claim(conn: &mut MySqlConnection, r: &NewRequest) -> Result<
     .await?;
     // A locking read: in a REPEATABLE READ transaction it reads the latest committed row,
     // not the snapshot (this transaction holds its lock already).
-    let (request_id,): (Option<RequestId>,) = sqlx::query_as(
-        "SELECT request_id FROM async_key WHERE application_name = ? AND idempotency_key = ? \
-         FOR UPDATE",
-    )
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .fetch_one(conn)
-    .await?;
+    let request_id = shared::key_holder::<sqlx::MySql>(conn, Lock::ForUpdate, r).await?;
     Ok(KeyClaim::from_request_id(request_id))
-}
-
-/// Names the request that a claimed key protects (`None`: a `SyncSave` call that ran).
-pub(super) async fn assign(
-    conn: &mut MySqlConnection,
-    r: &NewRequest,
-    request_id: Option<RequestId>,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE async_key SET request_id = ? WHERE application_name = ? AND idempotency_key = ?",
-    )
-    .bind(request_id)
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Records the key of a `SyncSave` call that ran, unless it is taken.
 pub(super) async fn record(conn: &mut MySqlConnection, r: &NewRequest) -> Result<()> {
     if claim(&mut *conn, r).await? == KeyClaim::Ours {
-        assign(conn, r, None).await?;
+        shared::key_assign::<sqlx::MySql>(conn, r, None).await?;
     }
     Ok(())
-}
-
-/// The key, unless it expired by `now` (a plain read: no lock).
-pub(super) async fn find(
-    conn: &mut MySqlConnection,
-    application: &str,
-    key: &str,
-    now: i64,
-) -> Result<Option<StoredKey>> {
-    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
-        "SELECT request_id, create_time, expire_time FROM async_key \
-         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ?",
-    )
-    .bind(application)
-    .bind(key)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
-        request_id: request_id.filter(|&id| id != KEY_PENDING),
-        create_time,
-        expire_time,
-    }))
-}
-
-/// The key, unless it expired by `now`, read in the caller's transaction with a lock:
-/// a locking read sees the latest committed row, not the transaction's snapshot
-/// (MariaDB's REPEATABLE READ takes it at the first read; a key committed since
-/// would be missed and a `SyncSave` body run again), and holds it until the end.
-pub(super) async fn find_locked(
-    conn: &mut MySqlConnection,
-    application: &str,
-    key: &str,
-    now: i64,
-) -> Result<Option<StoredKey>> {
-    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
-        "SELECT request_id, create_time, expire_time FROM async_key \
-         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ? \
-         FOR UPDATE",
-    )
-    .bind(application)
-    .bind(key)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
-        request_id: request_id.filter(|&id| id != KEY_PENDING),
-        create_time,
-        expire_time,
-    }))
 }
 
 /// Deletes up to `limit` expired keys (run it in a READ COMMITTED transaction: no gap

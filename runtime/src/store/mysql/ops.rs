@@ -1,19 +1,19 @@
-//! The MySQL/MariaDB SQL of the operators' statements ([`OpsStore`]).
+//! The MySQL/MariaDB runner of the SQL written once for every backend ([`SqlRunner`]):
+//! the operators' statements ([`crate::store::ops::OpsStore`]) run on it. Text columns
+//! are binary here (`VARBINARY`, `_bin`): they decode unchecked.
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, Row};
 
-use super::{request_from_row, status_from, MySqlStore};
+use super::rows::{log_from_row, request_from_row};
+use super::MySqlStore;
 use crate::base::error::Result;
-use crate::base::query::{
-    AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause, QueueCount, RequestQuery, StatDelta,
-};
-use crate::base::record::{Request, Status};
-use crate::store::ops::{Bind, Dialect, OpsStore, Sql};
+use crate::base::record::{AttemptLog, Request};
+use crate::store::sql::{Bind, Cell, Cells, Change, Col, Dialect, Sql, SqlRunner, Txn};
 
-fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
+pub(super) fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
     let mut query = sqlx::query(&sql.text);
     for bind in &sql.binds {
         query = match bind {
@@ -24,12 +24,23 @@ fn bound(sql: &Sql) -> Query<'_, MySql, MySqlArguments> {
     query
 }
 
-fn sql(text: &str) -> Sql {
-    Sql::new(Dialect::MySql, text)
+/// `row`'s columns as `columns` say.
+fn cells(row: &MySqlRow, columns: &[Col]) -> Result<Cells> {
+    let cells = columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            Ok(match column {
+                Col::Int => Cell::Int(row.try_get(i)?),
+                Col::Text => Cell::Text(row.try_get_unchecked(i)?),
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Cells::new(cells))
 }
 
 #[async_trait]
-impl OpsStore for MySqlStore {
+impl SqlRunner for MySqlStore {
     fn dialect(&self) -> Dialect {
         Dialect::MySql
     }
@@ -37,6 +48,11 @@ impl OpsStore for MySqlStore {
     async fn fetch_requests(&self, sql: &Sql) -> Result<Vec<Request>> {
         let rows = bound(sql).fetch_all(&self.pool).await?;
         rows.iter().map(request_from_row).collect()
+    }
+
+    async fn fetch_logs(&self, sql: &Sql) -> Result<Vec<AttemptLog>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
+        rows.iter().map(log_from_row).collect()
     }
 
     async fn fetch_ints(&self, sql: &Sql) -> Result<Vec<Option<i64>>> {
@@ -49,311 +65,64 @@ impl OpsStore for MySqlStore {
             .collect()
     }
 
-    async fn request_count_matching(
-        &self,
-        application: &str,
-        query: &RequestQuery,
-        statuses: &[Status],
-    ) -> Result<i64> {
-        let mut s = sql("SELECT COUNT(*) FROM async_req WHERE");
-        s.filter(application, query).statuses(statuses);
-        Ok(bound(&s).fetch_one(&self.pool).await?.try_get(0)?)
+    async fn fetch_rows(&self, sql: &Sql, columns: &[Col]) -> Result<Vec<Cells>> {
+        let rows = bound(sql).fetch_all(&self.pool).await?;
+        rows.iter().map(|row| cells(row, columns)).collect()
     }
 
-    async fn act_batch(
+    async fn execute(&self, sql: &Sql) -> Result<u64> {
+        Ok(bound(sql).execute(&self.pool).await?.rows_affected())
+    }
+
+    async fn read_then_write(
         &self,
-        ids: &Sql,
-        change: &(dyn for<'a> Fn(&'a [i64]) -> Vec<Sql> + Sync),
-    ) -> Result<(Vec<i64>, u64)> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        let ids: Vec<i64> = bound(ids)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<std::result::Result<_, _>>()?;
-        let mut changed = None;
-        if !ids.is_empty() {
-            for statement in change(&ids) {
-                let rows = bound(&statement).execute(&mut *tx).await?.rows_affected();
-                changed.get_or_insert(rows);
-            }
+        txn: Txn,
+        read: Option<(&Sql, &[Col])>,
+        change: &Change<'_>,
+    ) -> Result<(Vec<Cells>, u64)> {
+        match txn {
+            Txn::Batch => self.read_then_write_once(txn, read, change).await,
+            // A change of one record runs again when it deadlocks.
+            Txn::Record => super::with_retry(|| self.read_then_write_once(txn, read, change)).await,
         }
-        tx.commit().await?;
-        Ok((ids, changed.unwrap_or(0)))
-    }
-
-    async fn request_count_by_executor(&self, application: &str) -> Result<Vec<ExecutorCount>> {
-        let rows = sqlx::query(
-            "SELECT executor, status, COUNT(*) FROM async_req WHERE application_name = ? \
-             GROUP BY executor, status ORDER BY executor, status",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let status_text: String = row.try_get_unchecked(1)?;
-                Ok(ExecutorCount {
-                    executor: row.try_get_unchecked(0)?,
-                    status: status_from(&status_text)?,
-                    count: row.try_get(2)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn request_count_running_by_owner(
-        &self,
-        application: &str,
-    ) -> Result<Vec<(String, i64)>> {
-        let rows = sqlx::query(
-            "SELECT lease_owner, COUNT(*) FROM async_req WHERE application_name = ? \
-             AND status = 'running' AND lease_owner IS NOT NULL GROUP BY lease_owner",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get_unchecked(0)?, row.try_get(1)?)))
-            .collect()
-    }
-
-    async fn request_oldest_waiting(&self, application: &str, now: i64) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT MIN(run_at) FROM async_req WHERE application_name = ? \
-             AND status IN ('init', 'failed') AND run_at <= ?",
-        )
-        .bind(application)
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    async fn log_durations(
-        &self,
-        application: &str,
-        executor: &str,
-        limit: i64,
-    ) -> Result<Vec<i64>> {
-        Ok(sqlx::query_scalar(
-            "SELECT l.finished - l.started FROM async_log l JOIN async_req r ON r.id = l.req_id \
-             WHERE r.application_name = ? AND r.executor = ? ORDER BY l.id DESC LIMIT ?",
-        )
-        .bind(application)
-        .bind(executor)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn stat_add(&self, application: &str, deltas: &[StatDelta]) -> Result<()> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
-        for d in deltas {
-            sqlx::query(
-                "INSERT INTO async_stat (application_name, executor, minute, succeeded, failed, retried) \
-                 VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE succeeded = succeeded + VALUES(succeeded), \
-                   failed = failed + VALUES(failed), retried = retried + VALUES(retried)",
-            )
-            .bind(application)
-            .bind(d.executor)
-            .bind(d.minute)
-            .bind(d.succeeded)
-            .bind(d.failed)
-            .bind(d.retried)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn stat_series(&self, application: &str, since_minute: i64) -> Result<Vec<MinuteStat>> {
-        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT minute, CAST(SUM(succeeded) AS SIGNED), CAST(SUM(failed) AS SIGNED), CAST(SUM(retried) AS SIGNED) FROM async_stat \
-             WHERE application_name = ? AND minute >= ? GROUP BY minute ORDER BY minute",
-        )
-        .bind(application)
-        .bind(since_minute)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(minute, succeeded, failed, retried)| MinuteStat {
-                minute,
-                succeeded,
-                failed,
-                retried,
-            })
-            .collect())
-    }
-
-    async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
-        let (waiting, running): (i64, i64) = sqlx::query_as(
-            "SELECT CAST(COALESCE(SUM(status IN ('init', 'failed')), 0) AS SIGNED), \
-             CAST(COALESCE(SUM(status = 'running'), 0) AS SIGNED) FROM async_req \
-             WHERE application_name = ? AND status IN ('init', 'failed', 'running')",
-        )
-        .bind(application)
-        .fetch_one(&self.pool)
-        .await?;
-        sqlx::query(
-            "INSERT INTO async_depth (application_name, minute, waiting, running) VALUES (?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE waiting = VALUES(waiting), running = VALUES(running)",
-        )
-        .bind(application)
-        .bind(minute)
-        .bind(waiting)
-        .bind(running)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn queue_depth(&self, application: &str, now: i64) -> Result<Vec<QueueCount>> {
-        let rows = sqlx::query(
-            "SELECT executor, status, COUNT(*), \
-             MIN(CASE WHEN status <> 'running' AND run_at <= ? THEN run_at END) FROM async_req \
-             WHERE application_name = ? AND status IN ('init', 'failed', 'running') \
-             GROUP BY executor, status",
-        )
-        .bind(now)
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let status_text: String = row.try_get_unchecked(1)?;
-                Ok(QueueCount {
-                    executor: row.try_get_unchecked(0)?,
-                    status: status_from(&status_text)?,
-                    count: row.try_get(2)?,
-                    oldest_due: row.try_get(3)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn depth_series(&self, application: &str, since_minute: i64) -> Result<Vec<DepthSample>> {
-        let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
-            "SELECT minute, waiting, running FROM async_depth \
-             WHERE application_name = ? AND minute >= ? ORDER BY minute",
-        )
-        .bind(application)
-        .bind(since_minute)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(minute, waiting, running)| DepthSample {
-                minute,
-                waiting,
-                running,
-            })
-            .collect())
-    }
-
-    async fn stat_prune(&self, before_minute: i64) -> Result<()> {
-        sqlx::query("DELETE FROM async_stat WHERE minute < ?")
-            .bind(before_minute)
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("DELETE FROM async_depth WHERE minute < ?")
-            .bind(before_minute)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT IGNORE INTO async_pause (application_name, executor, paused_by, paused_at) \
-             VALUES (?, ?, ?, ?)",
-        )
-        .bind(application)
-        .bind(executor)
-        .bind(by)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool> {
-        let done =
-            sqlx::query("DELETE FROM async_pause WHERE application_name = ? AND executor = ?")
-                .bind(application)
-                .bind(executor)
-                .execute(&self.pool)
-                .await?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    async fn pause_list(&self, application: &str) -> Result<Vec<Pause>> {
-        let rows = sqlx::query(
-            "SELECT executor, paused_by, paused_at FROM async_pause \
-             WHERE application_name = ? ORDER BY executor",
-        )
-        .bind(application)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row: &MySqlRow| {
-                Ok(Pause {
-                    executor: row.try_get_unchecked(0)?,
-                    paused_by: row.try_get_unchecked(1)?,
-                    paused_at: row.try_get(2)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn audit_add(&self, e: &AuditEntry) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO async_audit (application_name, actor, action, target, affected, create_time) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&e.application)
-        .bind(&e.actor)
-        .bind(&e.action)
-        .bind(&e.target)
-        .bind(e.affected)
-        .bind(e.create_time)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn audit_list(&self, application: &str, limit: i64) -> Result<Vec<AuditEntry>> {
-        let rows = sqlx::query(
-            "SELECT id, application_name, actor, action, target, affected, create_time \
-             FROM async_audit WHERE application_name = ? ORDER BY id DESC LIMIT ?",
-        )
-        .bind(application)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(audit_from).collect()
     }
 }
 
-/// An audit row, in `SELECT` order.
-fn audit_from(row: &MySqlRow) -> Result<AuditEntry> {
-    Ok(AuditEntry {
-        id: row.try_get(0)?,
-        application: row.try_get_unchecked(1)?,
-        actor: row.try_get_unchecked(2)?,
-        action: row.try_get_unchecked(3)?,
-        target: row.try_get_unchecked(4)?,
-        affected: row.try_get(5)?,
-        create_time: row.try_get(6)?,
-    })
+impl MySqlStore {
+    async fn read_then_write_once(
+        &self,
+        txn: Txn,
+        read: Option<(&Sql, &[Col])>,
+        change: &Change<'_>,
+    ) -> Result<(Vec<Cells>, u64)> {
+        let mut tx = match txn {
+            Txn::Batch => crate::store::begin::begin_whole(&self.pool, None).await?,
+            Txn::Record => self.begin().await?,
+        };
+        let rows = match read {
+            Some((sql, columns)) => bound(sql)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| cells(row, columns))
+                .collect::<Result<Vec<_>>>()?,
+            None => Vec::new(),
+        };
+        let mut changed = None;
+        for statement in change(&rows) {
+            let done = bound(&statement).execute(&mut *tx).await?.rows_affected();
+            changed.get_or_insert(done);
+        }
+        tx.commit().await?;
+        Ok((rows, changed.unwrap_or(0)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::base::query::{PageSpec, RequestQuery};
+    use crate::base::record::Status;
     use crate::store::mysql::plan_fixture;
     use crate::store::page::PageSql;
 

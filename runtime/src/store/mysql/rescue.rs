@@ -4,7 +4,7 @@
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
-use super::{bind_list, insert_log, marks, MySqlStore, DB_NOW};
+use super::{bind_list, marks, MySqlStore, DB_NOW};
 use crate::base::error::Result;
 use crate::base::record::AttemptLog;
 use crate::store::{ExpiredLease, RescueBatch, Rescued};
@@ -73,7 +73,7 @@ pub(super) async fn rescue_once(store: &MySqlStore, batch: RescueBatch<'_>) -> R
             outcome: "lease_expired".into(),
             error: Some(error),
         };
-        insert_log(&mut tx, &log).await?;
+        crate::store::shared::log_insert::<sqlx::MySql>(&mut tx, &log).await?;
         if dead {
             rescued.dead.push(id);
         } else {

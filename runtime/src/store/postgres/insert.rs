@@ -9,23 +9,6 @@ use crate::base::error::Result;
 use crate::base::record::{AttemptLog, Inserted, NewRequest};
 use crate::store::KeyClaim;
 
-pub(super) async fn insert_log(conn: &mut PgConnection, log: &AttemptLog) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(log.request_id)
-    .bind(log.attempt)
-    .bind(&log.worker)
-    .bind(log.started)
-    .bind(log.finished)
-    .bind(&log.outcome)
-    .bind(&log.error)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
     // A key is claimed first, in the same transaction: a concurrent transaction holding
     // the same key makes the claim wait for its outcome (see `keys::claim`).
@@ -76,14 +59,14 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     }
     let (id,) = query.fetch_one(&mut *conn).await?;
     if r.idempotency_key.is_some() {
-        keys::assign(&mut *conn, r, Some(id)).await?;
+        crate::store::shared::key_assign::<sqlx::Postgres>(&mut *conn, r, Some(id)).await?;
     }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
             ..log.clone()
         };
-        insert_log(conn, &log).await?;
+        crate::store::shared::log_insert::<sqlx::Postgres>(conn, &log).await?;
     }
     Ok(Inserted::New(id))
 }

@@ -3,8 +3,9 @@
 use sqlx::PgConnection;
 
 use crate::base::error::Result;
-use crate::base::record::{NewRequest, RequestId};
-use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
+use crate::base::record::NewRequest;
+use crate::store::shared::{self, Lock};
+use crate::store::{KeyClaim, KEY_PENDING};
 
 /// Claims the request's key in the current transaction: inserts it, or takes over an
 /// expired one. A transaction that holds the key uncommitted makes this statement wait
@@ -31,89 +32,16 @@ pub(super) async fn claim(conn: &mut PgConnection, r: &NewRequest) -> Result<Key
         return Ok(KeyClaim::Ours);
     }
     // A new statement: in READ COMMITTED it sees the row the other transaction committed.
-    let (request_id,): (Option<RequestId>,) = sqlx::query_as(
-        "SELECT request_id FROM async_key WHERE application_name = $1 AND idempotency_key = $2",
-    )
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .fetch_one(conn)
-    .await?;
+    let request_id = shared::key_holder::<sqlx::Postgres>(conn, Lock::No, r).await?;
     Ok(KeyClaim::from_request_id(request_id))
-}
-
-/// Names the request that a claimed key protects (`None`: a `SyncSave` call that ran).
-pub(super) async fn assign(
-    conn: &mut PgConnection,
-    r: &NewRequest,
-    request_id: Option<RequestId>,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE async_key SET request_id = $3 WHERE application_name = $1 AND idempotency_key = $2",
-    )
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .bind(request_id)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Records the key of a `SyncSave` call that ran, unless it is taken.
 pub(super) async fn record(conn: &mut PgConnection, r: &NewRequest) -> Result<()> {
     if claim(&mut *conn, r).await? == KeyClaim::Ours {
-        assign(conn, r, None).await?;
+        shared::key_assign::<sqlx::Postgres>(conn, r, None).await?;
     }
     Ok(())
-}
-
-/// The key, unless it expired by `now`.
-pub(super) async fn find(
-    conn: &mut PgConnection,
-    application: &str,
-    key: &str,
-    now: i64,
-) -> Result<Option<StoredKey>> {
-    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
-        "SELECT request_id, create_time, expire_time FROM async_key \
-         WHERE application_name = $1 AND idempotency_key = $2 AND expire_time > $3",
-    )
-    .bind(application)
-    .bind(key)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
-        request_id: request_id.filter(|&id| id != KEY_PENDING),
-        create_time,
-        expire_time,
-    }))
-}
-
-/// The key, unless it expired by `now`, read in the caller's transaction with a lock
-/// held until its end. (In the default READ COMMITTED each statement sees the latest
-/// commits; a key changed since a REPEATABLE READ snapshot is an error rather than a
-/// `SyncSave` body run again, but one inserted since is not seen there.)
-pub(super) async fn find_locked(
-    conn: &mut PgConnection,
-    application: &str,
-    key: &str,
-    now: i64,
-) -> Result<Option<StoredKey>> {
-    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
-        "SELECT request_id, create_time, expire_time FROM async_key \
-         WHERE application_name = $1 AND idempotency_key = $2 AND expire_time > $3 \
-         FOR UPDATE",
-    )
-    .bind(application)
-    .bind(key)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
-        request_id: request_id.filter(|&id| id != KEY_PENDING),
-        create_time,
-        expire_time,
-    }))
 }
 
 /// Deletes up to `limit` expired keys. Keys locked by a transaction (one taking over an

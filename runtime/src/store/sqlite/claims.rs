@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::SqliteConnection;
 
-use super::{insert_log, json_list, SqliteStore, DB_NOW};
+use super::{json_list, SqliteStore, DB_NOW};
 use crate::base::error::Result;
 use crate::base::record::{AttemptLog, ClaimedId, RequestId};
 use crate::store::rows::CLAIMED_COLUMNS;
@@ -251,7 +251,7 @@ pub(super) async fn rescue(conn: &mut SqliteConnection, batch: RescueBatch<'_>) 
             outcome: "lease_expired".into(),
             error: Some(error),
         };
-        insert_log(&mut tx, &log).await?;
+        crate::store::shared::log_insert::<sqlx::Sqlite>(&mut tx, &log).await?;
         if dead {
             rescued.dead.push(id);
         } else {

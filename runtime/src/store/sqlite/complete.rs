@@ -19,7 +19,7 @@ use std::collections::HashSet;
 
 use sqlx::{Sqlite, SqliteConnection};
 
-use super::{insert_log, json_list};
+use super::json_list;
 use crate::base::error::Result;
 use crate::base::record::RequestId;
 use crate::store::{fence_groups, Completion, Fence, Positioned, Wrote};
@@ -132,7 +132,7 @@ async fn write_all<'a>(
         }
         rows += 1;
         if let Some(log) = &c.log {
-            insert_log(&mut tx, log).await?;
+            crate::store::shared::log_insert::<sqlx::Sqlite>(&mut tx, log).await?;
         }
     }
     tx.commit().await?;

@@ -3,8 +3,9 @@
 use sqlx::SqliteConnection;
 
 use crate::base::error::Result;
-use crate::base::record::{NewRequest, RequestId};
-use crate::store::{KeyClaim, StoredKey, KEY_PENDING};
+use crate::base::record::NewRequest;
+use crate::store::shared::{self, Lock};
+use crate::store::{KeyClaim, KEY_PENDING};
 
 /// Claims the request's key in the current transaction: inserts it, or takes over an
 /// expired one (SQLite has one writer at a time: no other transaction holds it meanwhile).
@@ -24,62 +25,16 @@ pub(super) async fn claim(conn: &mut SqliteConnection, r: &NewRequest) -> Result
     .bind(r.key_expire_time())
     .execute(&mut *conn)
     .await?;
-    let (request_id,): (Option<RequestId>,) = sqlx::query_as(
-        "SELECT request_id FROM async_key WHERE application_name = ? AND idempotency_key = ?",
-    )
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .fetch_one(conn)
-    .await?;
+    let request_id = shared::key_holder::<sqlx::Sqlite>(conn, Lock::No, r).await?;
     Ok(KeyClaim::from_request_id(request_id))
-}
-
-/// Names the request that a claimed key protects (`None`: a `SyncSave` call that ran).
-pub(super) async fn assign(
-    conn: &mut SqliteConnection,
-    r: &NewRequest,
-    request_id: Option<RequestId>,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE async_key SET request_id = ? WHERE application_name = ? AND idempotency_key = ?",
-    )
-    .bind(request_id)
-    .bind(&*r.application_name)
-    .bind(&r.idempotency_key)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Records the key of a `SyncSave` call that ran, unless it is taken.
 pub(super) async fn record(conn: &mut SqliteConnection, r: &NewRequest) -> Result<()> {
     if claim(&mut *conn, r).await? == KeyClaim::Ours {
-        assign(conn, r, None).await?;
+        shared::key_assign::<sqlx::Sqlite>(conn, r, None).await?;
     }
     Ok(())
-}
-
-/// The key, unless it expired by `now`.
-pub(super) async fn find(
-    conn: &mut SqliteConnection,
-    application: &str,
-    key: &str,
-    now: i64,
-) -> Result<Option<StoredKey>> {
-    let row: Option<(Option<RequestId>, i64, i64)> = sqlx::query_as(
-        "SELECT request_id, create_time, expire_time FROM async_key \
-         WHERE application_name = ? AND idempotency_key = ? AND expire_time > ?",
-    )
-    .bind(application)
-    .bind(key)
-    .bind(now)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(request_id, create_time, expire_time)| StoredKey {
-        request_id: request_id.filter(|&id| id != KEY_PENDING),
-        create_time,
-        expire_time,
-    }))
 }
 
 /// Deletes up to `limit` expired keys.

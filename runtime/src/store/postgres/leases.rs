@@ -5,10 +5,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{PgConnection, Postgres};
 
-use super::dedicated::DedicatedConnection;
-use super::{Held, LeaseKeeper, Renewal};
 use crate::base::error::Result;
 use crate::base::record::RequestId;
+use crate::store::dedicated::DedicatedConnection;
+use crate::store::{Held, LeaseKeeper, Renewal};
 
 /// Renews leases on its own connection to the store's database.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ impl LeaseKeeper for PostgresLeases {
                            WHERE r.status = 'running' AND r.lease_owner = $2 \
                            ORDER BY r.id FOR UPDATE OF r SKIP LOCKED) \
                          RETURNING id",
-                        super::postgres::DB_NOW
+                        super::DB_NOW
                     );
                     let renewed: Vec<RequestId> = sqlx::query_scalar(&sql)
                         .bind(lease_ms)

@@ -5,10 +5,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{MySql, MySqlConnection};
 
-use super::dedicated::DedicatedConnection;
-use super::{Held, LeaseKeeper, Renewal};
 use crate::base::error::Result;
 use crate::base::record::RequestId;
+use crate::store::dedicated::DedicatedConnection;
+use crate::store::{Held, LeaseKeeper, Renewal};
 
 /// Ids per statement (the `IN` lists stay well under the placeholder limit).
 const CHUNK: usize = 1000;
@@ -75,7 +75,7 @@ async fn renew_all(
     let update = format!(
         "UPDATE async_req SET lease_until = {} + ? \
          WHERE status = 'running' AND lease_owner = ? AND {}",
-        super::mysql::DB_NOW,
+        super::DB_NOW,
         held_at(len)
     );
     let mut query = sqlx::query(&update).bind(lease_ms).bind(owner);
@@ -100,7 +100,7 @@ async fn renew_noting(
     held: &[Held],
     lease_ms: i64,
 ) -> Result<Vec<RequestId>> {
-    let until: i64 = sqlx::query_scalar(&format!("SELECT {} + ?", super::mysql::DB_NOW))
+    let until: i64 = sqlx::query_scalar(&format!("SELECT {} + ?", super::DB_NOW))
         .bind(lease_ms)
         .fetch_one(&mut *conn)
         .await?;
