@@ -15,13 +15,26 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(max_attempts);
     syn::custom_keyword!(timeout);
+    syn::custom_keyword!(queue);
 }
 
 /// Every key, in the order error messages list them.
-pub(crate) const KEYS: &[&str] = &["type", "remark", "name", "max_attempts", "timeout", "crate"];
+pub(crate) const KEYS: &[&str] = &[
+    "type",
+    "remark",
+    "name",
+    "max_attempts",
+    "timeout",
+    "queue",
+    "crate",
+];
 
 /// The strategies `type = ...` accepts, safest first.
 pub(crate) const STRATEGIES: &[&str] = &["SaveAsync", "SyncSave", "AsyncSave", "Async", "Thread"];
+
+/// The strategies whose requests a worker claims from the store, and so can be held to
+/// a queue's limits (`AsyncSave` runs in memory first, and writes only a failure).
+const QUEUED_STRATEGIES: &[&str] = &["SaveAsync"];
 
 /// The parsed arguments of one `#[async_exec(...)]`.
 #[derive(Debug)]
@@ -36,6 +49,8 @@ pub(crate) struct Args {
     pub(crate) max_attempts: Option<u32>,
     /// `timeout = "30s"` or `timeout = 30`, converted to milliseconds.
     pub(crate) timeout_ms: Option<u64>,
+    /// `queue = "payments"`: the queue whose limits the executor's requests share.
+    pub(crate) queue: Option<LitStr>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
 }
@@ -79,6 +94,7 @@ impl Parse for Args {
         let mut name = None;
         let mut max_attempts = None;
         let mut timeout_ms = None;
+        let mut queue = None;
         let mut crate_path = None;
 
         while !input.is_empty() {
@@ -90,6 +106,7 @@ impl Parse for Args {
                 &mut name,
                 &mut max_attempts,
                 &mut timeout_ms,
+                &mut queue,
                 &mut crate_path,
             ) {
                 return Err(errors.with(e));
@@ -114,6 +131,20 @@ impl Parse for Args {
                 None
             }
         };
+        // A queue's limits hold in the store's claims: only requests that a worker claims
+        // (stored, then run by a worker) can be held to them.
+        if let (Some(strategy), Some(Some(queue))) = (&strategy, &queue) {
+            if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
+                errors.push(syn::Error::new(
+                    queue.span(),
+                    format!(
+                        "`queue` limits the requests that workers claim from the store: \
+                         `{strategy}` does not go through a claim; use type = SaveAsync with \
+                         a queue"
+                    ),
+                ));
+            }
+        }
         match (errors.0, strategy) {
             (Some(errors), _) => Err(errors),
             (None, Some(strategy)) => Ok(Args {
@@ -122,6 +153,7 @@ impl Parse for Args {
                 name: name.flatten(),
                 max_attempts: max_attempts.flatten(),
                 timeout_ms: timeout_ms.flatten(),
+                queue: queue.flatten(),
                 crate_path: crate_path.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
@@ -140,6 +172,7 @@ fn parse_one(
     name: &mut Option<Option<LitStr>>,
     max_attempts: &mut Option<Option<u32>>,
     timeout_ms: &mut Option<Option<u64>>,
+    queue: &mut Option<Option<LitStr>>,
     crate_path: &mut Option<Option<syn::Path>>,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
@@ -228,6 +261,28 @@ fn parse_one(
             }
         };
         set_once(errors, timeout_ms, "timeout", key.span, value);
+    } else if lookahead.peek(kw::queue) {
+        let key: kw::queue = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let text = value.value();
+        let value = if text.trim().is_empty()
+            || text.trim() != text
+            || text.chars().count() > MAX_QUEUE_CHARS
+            || text.chars().any(char::is_control)
+        {
+            errors.push(syn::Error::new(
+                value.span(),
+                format!(
+                    "`queue` must be 1 to {MAX_QUEUE_CHARS} characters, without control \
+                     characters or spaces at either end; write e.g. queue = \"payments\""
+                ),
+            ));
+            None
+        } else {
+            Some(value)
+        };
+        set_once(errors, queue, "queue", key.span, value);
     } else if lookahead.peek(Token![crate]) {
         let key: Token![crate] = input.parse()?;
         input.parse::<Token![=]>()?;
@@ -316,6 +371,9 @@ fn check_strategy(value: &Ident) -> syn::Result<()> {
 /// The longest executor name the tables hold (`VARCHAR(255)` on MySQL/MariaDB).
 const MAX_NAME_CHARS: usize = 255;
 
+/// The longest queue name (the tables hold 255, and a queue is a name people type).
+const MAX_QUEUE_CHARS: usize = 100;
+
 /// The longest remark: a line for people, not a document.
 const MAX_REMARK_CHARS: usize = 1000;
 
@@ -385,6 +443,25 @@ mod tests {
             .into_iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn queue_is_parsed_and_checked() {
+        let args = parse(r#"type = SaveAsync, queue = "payments""#).unwrap();
+        assert_eq!(args.queue.unwrap().value(), "payments");
+        assert!(messages(r#"type = Async, queue = "payments""#)[0]
+            .contains("`Async` does not go through a claim"));
+        assert!(messages(r#"type = SyncSave, queue = "p""#)[0].contains("type = SaveAsync"));
+        assert!(messages(r#"type = AsyncSave, queue = "p""#)[0].contains("`AsyncSave` does not"));
+        for bad in ["", " payments", "a\tb"] {
+            let errs = messages(&format!("type = SaveAsync, queue = {bad:?}"));
+            assert!(
+                errs[0].contains("`queue` must be 1 to 100 characters"),
+                "{errs:?}"
+            );
+        }
+        let long = "q".repeat(101);
+        assert!(messages(&format!("type = SaveAsync, queue = {long:?}"))[0].contains("100"));
     }
 
     #[test]
@@ -473,7 +550,7 @@ mod tests {
     fn unknown_and_case_sensitive_keys() {
         assert_eq!(
             messages("type = Async, foo = 1 + 2, remark = \"x\""),
-            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, crate"]
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, crate"]
         );
         let errs = messages("Type = Async");
         assert_eq!(errs.len(), 2, "{errs:?}");

@@ -235,6 +235,10 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Some(ms) => quote!(::core::option::Option::Some(#ms)),
         None => quote!(::core::option::Option::None),
     };
+    let queue = match &args.queue {
+        Some(lit) => quote!(::core::option::Option::Some(#lit)),
+        None => quote!(::core::option::Option::None),
+    };
 
     quote! {
         #(#attrs)*
@@ -261,6 +265,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
                 strategy: #c::Strategy::#strategy,
                 max_attempts: #max_attempts,
                 timeout_ms: #timeout_ms,
+                queue: #queue,
                 data: &[#(#data_needs),*],
                 secrets: &[#(#secrets),*],
                 run: #run_fn,
@@ -402,6 +407,7 @@ mod tests {
                     strategy: ::async_exec::Strategy::SaveAsync,
                     max_attempts: ::core::option::Option::None,
                     timeout_ms: ::core::option::Option::None,
+                    queue: ::core::option::Option::None,
                     data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                     secrets: &[],
                     run: __async_exec_run,

@@ -176,6 +176,20 @@ mod validate;
 /// async fn export(report_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
 ///
+/// ## `queue = "payments"`
+///
+/// The queue whose limits the executor's requests share with every executor that names
+/// it (`SaveAsync` only: the limits hold in the store's claims, which other strategies do
+/// not go through). The limits are the runtime's:
+/// `Builder::queue("payments", QueueLimits::new().concurrency(4))`. A queue without
+/// limits is unlimited.
+///
+/// ```
+/// # use async_exec::async_exec;
+/// #[async_exec(type = SaveAsync, queue = "payments")]
+/// async fn charge(order_id: i64) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
 /// ## `crate = "path"`
 ///
 /// The path of the `async-exec` crate in the generated code (default:

@@ -66,6 +66,7 @@ pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, RequestQuery,
 };
+pub use base::queue::QueueLimits;
 pub use base::record::{AttemptLog, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.

@@ -5,7 +5,8 @@
 //! executors and their `Data<T>` (`registry`, `data`), the body's `Context`, the
 //! caller's trace (`trace`), text and URL helpers (`text`, `redact`), the instance's
 //! name (`identity`), retry delays (`backoff`), the kinds of write failures (`fault`),
-//! supervised tasks (`supervise`) and `#[secret]` arguments (`secret`).
+//! supervised tasks (`supervise`), `#[secret]` arguments (`secret`) and queues' limits
+//! (`queue`).
 
 pub(crate) mod backoff;
 pub(crate) mod context;
@@ -15,6 +16,7 @@ pub(crate) mod fault;
 pub(crate) mod identity;
 pub(crate) mod outcome;
 pub mod query;
+pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod redact;
 pub(crate) mod registry;

@@ -39,6 +39,9 @@ pub struct ExecutorDef {
     pub max_attempts: Option<u32>,
     /// The attribute's `timeout`, in milliseconds, if given.
     pub timeout_ms: Option<u64>,
+    /// The attribute's `queue`: the queue whose limits its requests share
+    /// ([`Builder::queue`](crate::Builder::queue)); `None`, its own queue, unlimited.
+    pub queue: Option<&'static str>,
     /// The `Data<T>` parameters of the body, checked at start.
     pub data: &'static [crate::base::data::DataNeed],
     /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
@@ -263,6 +266,7 @@ pub(crate) mod tests_support {
             strategy: Strategy::SaveAsync,
             max_attempts: None,
             timeout_ms: None,
+            queue: None,
             data: &[],
             secrets,
             run: never,
@@ -288,6 +292,7 @@ mod tests {
             strategy: Strategy::SaveAsync,
             max_attempts: None,
             timeout_ms: None,
+            queue: None,
             data: &[],
             secrets: &[],
             run: never,
@@ -338,6 +343,7 @@ mod data_tests {
         strategy: Strategy::SaveAsync,
         max_attempts: None,
         timeout_ms: None,
+        queue: None,
         data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
         secrets: &[],
         run: never,

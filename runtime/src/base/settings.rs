@@ -141,6 +141,10 @@ pub struct Settings {
     /// many milliseconds (negative: behind; default 0). The runtime takes its times from
     /// the database's clock, so this changes nothing it promises; tests prove that.
     pub simulated_clock_offset_ms: i64,
+    /// The limits of queues, by name ([`Builder::queue`](crate::Builder::queue)); every
+    /// name must be an executor's `queue`. Empty by default: nothing is limited but by
+    /// `concurrency`.
+    pub queues: std::collections::BTreeMap<String, crate::base::queue::QueueLimits>,
     /// The keys that seal and open `#[secret]` arguments (ids only in `Debug`).
     pub(crate) secrets: crate::base::secret::Keyring,
 }
@@ -182,6 +186,7 @@ impl Default for Settings {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
+            queues: Default::default(),
             secrets: crate::base::secret::Keyring::default(),
         }
     }
@@ -230,6 +235,7 @@ impl std::fmt::Debug for Settings {
             .field("retention", &self.retention)
             .field("health_backlog_threshold", &self.health_backlog_threshold)
             .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
+            .field("queues", &self.queues)
             .field("secrets", &self.secrets)
             .finish()
     }
@@ -258,6 +264,7 @@ impl Settings {
     pub fn validate(&self) -> Result<()> {
         let fail = |setting: &'static str, reason: String| Err(Error::Config { setting, reason });
         self.secrets.validate()?;
+        crate::base::queue::validate(&self.queues)?;
         let name = &self.application_name;
         if name.trim().is_empty() {
             return fail("application_name", "must not be empty".into());

@@ -185,6 +185,25 @@ impl Builder {
         self
     }
 
+    /// Limits how many requests of a queue run at once: the executors whose attribute
+    /// says `queue = "name"` share them. Across instances, the limit holds when every
+    /// instance gives the same one (each claims by its own). See [`QueueLimits`](crate::QueueLimits).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// use async_exec::QueueLimits;
+    /// let rt = async_exec::Runtime::builder()
+    ///     .queue("payments", QueueLimits::new().concurrency(4))
+    ///     .queue("exports", QueueLimits::new().per_instance(1))
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn queue(mut self, name: impl Into<String>, limits: crate::QueueLimits) -> Self {
+        self.settings.queues.insert(name.into(), limits);
+        self
+    }
+
     /// Registers a value that bodies receive as a `Data<T>` parameter.
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.data.insert(Arc::new(value));

@@ -157,6 +157,8 @@ impl Runtime {
     ) -> Result<Runtime> {
         settings.validate()?;
         let registry = Registry::from_inventory()?;
+        let defs: Vec<_> = registry.defs().collect();
+        let queues = crate::base::queue::QueuePlan::new(&defs, &settings.queues)?;
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
             data.check(registry.defs(), |def| {
@@ -192,6 +194,7 @@ impl Runtime {
             data: Arc::new(data),
             skip: Default::default(),
             control: Default::default(),
+            queues: Arc::new(queues),
             shutdown: CancellationToken::new(),
             handed_back: Arc::new(AtomicU64::new(0)),
             listeners: Arc::new(listeners),
@@ -212,6 +215,7 @@ impl Runtime {
             data,
             skip,
             control,
+            queues: _,
             shutdown,
             handed_back,
             listeners,

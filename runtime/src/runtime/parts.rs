@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) skip: SkipList,
     /// Paused executors and finished counts (the console's `async_pause`, `async_stat`).
     pub(crate) control: Arc<Control>,
+    /// Which executors are claimed only within their queue's limits.
+    pub(crate) queues: Arc<crate::base::queue::QueuePlan>,
     /// Stops the producer and the sweeps, and starting bodies.
     pub(crate) shutdown: CancellationToken,
     pub(crate) handed_back: Arc<AtomicU64>,
@@ -89,6 +91,7 @@ impl Core {
                     shared.skip.clone(),
                 ),
                 control: shared.control.clone(),
+                queues: shared.queues.clone(),
                 executor: executor.clone(),
                 shutdown: shared.shutdown.clone(),
                 handed_back: shared.handed_back.clone(),

@@ -14,6 +14,32 @@ pub(crate) enum DueKind {
         /// Only records with `run_at <= now - older_than`.
         older_than: i64,
     },
+    /// `init` and `failed` records whose `run_at` has come: what a queue with limits
+    /// claims (its records are claimed by no other path).
+    Ready,
+}
+
+/// The limits a claim of one queue's records keeps: it takes no more than the slots
+/// left, counting the queue's `running` records of the application (all, and this
+/// instance's), serialized with other claims of the queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueCap<'a> {
+    /// The queue's name (its lock row in `async_queue`).
+    pub(crate) name: &'a str,
+    /// Running at once over every instance.
+    pub(crate) concurrency: Option<i64>,
+    /// Running at once on this instance (`lease_owner = owner`).
+    pub(crate) per_instance: Option<i64>,
+}
+
+impl QueueCap<'_> {
+    /// The slots left given the running records of the queue (`all`) and of this
+    /// instance (`mine`), at most `limit`.
+    pub(crate) fn slots(&self, limit: i64, all: i64, mine: i64) -> i64 {
+        let over_all = self.concurrency.map_or(limit, |c| c - all);
+        let here = self.per_instance.map_or(limit, |c| c - mine);
+        limit.min(over_all).min(here).max(0)
+    }
 }
 
 /// Parameters of [`Store::request_claim_due`].
@@ -31,6 +57,8 @@ pub(crate) struct ClaimDue<'a> {
     /// Records to leave for other instances, as `sign:executor` (a rolling deploy: they
     /// have the record's signature and this binary does not).
     pub(crate) skip: &'a [String],
+    /// A queue's limits: set for (and only for) a claim of one limited queue's executors.
+    pub(crate) cap: Option<QueueCap<'a>>,
 }
 
 /// Parameters of [`Store::request_claim_ids`].

@@ -55,6 +55,7 @@ pub(crate) async fn claim_due(
             lease_ms: 60_000,
             limit: 10,
             skip: &[],
+            cap: None,
         })
         .await
         .unwrap()

@@ -10,11 +10,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::mpsc;
 
-use super::rows::{claimed_from_row, CLAIMED_COLUMNS};
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, DueKind, PurgeBatch, Purged, Rescued, Store,
-    StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, PurgeBatch, Purged, Rescued, Store, StoredKey, Wrote,
 };
 use crate::base::error::{Error, Result};
 use crate::base::record::{
@@ -22,6 +20,7 @@ use crate::base::record::{
 };
 use crate::base::registry::BoxFuture;
 
+mod claims;
 mod complete;
 mod insert;
 mod instances;
@@ -249,56 +248,7 @@ impl Store for PostgresStore {
     }
 
     async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
-        if p.executors.is_empty() || p.limit <= 0 {
-            return Ok(Vec::new());
-        }
-        // Due by the database's clock: `$5` is how long past due (0, or the staleness).
-        let (condition, past_due) = match p.kind {
-            DueKind::Scheduled => (
-                format!(
-                    "status IN ('init', 'failed') AND ((status = 'failed' AND run_at <= {DB_NOW} - $5) \
-                     OR (status = 'init' AND run_at <= {DB_NOW} - $5 AND run_at > create_time))"
-                ),
-                0,
-            ),
-            // One status only: with `status IN (...)` in the index condition the scan is
-            // not in index order, and without statistics (no autovacuum) PostgreSQL sorted
-            // the whole backlog for each claim: 486 ms instead of 6 ms at 850,000 records.
-            DueKind::Stale { older_than } => {
-                (format!("status = 'init' AND run_at <= {DB_NOW} - $5"), older_than)
-            }
-        };
-        let sql = format!(
-            "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = {DB_NOW} + $2, \
-             exec_count = exec_count + 1, update_time = $3 \
-             WHERE id IN (SELECT id FROM async_req WHERE application_name = $4 \
-               AND {condition} \
-               AND executor = ANY($6){skip} \
-               ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED) \
-             RETURNING {CLAIMED_COLUMNS}",
-            // Only during a rolling deploy is there a signature to leave to others: the
-            // usual claim computes no `sign:executor` per row.
-            skip = if p.skip.is_empty() {
-                ""
-            } else {
-                " AND NOT ((sign || ':' || executor) = ANY($8))"
-            }
-        );
-        let query = sqlx::query(&sql)
-            .bind(p.owner)
-            .bind(p.lease_ms)
-            .bind(p.now)
-            .bind(p.application)
-            .bind(past_due)
-            .bind(p.executors)
-            .bind(p.limit);
-        let query = if p.skip.is_empty() {
-            query
-        } else {
-            query.bind(p.skip)
-        };
-        let rows = query.fetch_all(&self.pool).await?;
-        rows.iter().map(claimed_from_row).collect()
+        claims::claim_due(&self.pool, &p).await
     }
 
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote> {

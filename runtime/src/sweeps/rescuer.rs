@@ -221,6 +221,7 @@ mod tests {
         strategy: Strategy::SaveAsync,
         max_attempts: None,
         timeout_ms: None,
+        queue: None,
         data: &[],
         secrets: &[],
         run: |_| Box::pin(async { Ok(()) }),

@@ -7,7 +7,7 @@
 //!
 //! It holds the store, the application and the executors it claims for (the registry),
 //! this instance's name, the database's clock, the skip list of a rolling deploy (kept by
-//! the presence part), the executor that runs what it starts, shutdown's token and the
+//! the presence part), which executors only their queue's limits let it claim, the executor that runs what it starts, shutdown's token and the
 //! count of records handed back, and its [`ClaimerConfig`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,11 +17,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::error::Result;
+use crate::base::queue::{LimitedQueue, QueuePlan};
 use crate::base::record::{Claimed, ClaimedId, RequestId};
 use crate::base::registry::{ExecutorDef, Registry};
 use crate::base::settings::Settings;
 use crate::base::trace::TraceContext;
-use crate::store::{ClaimDue, ClaimIds, DueKind, Held, Store};
+use crate::store::{ClaimDue, ClaimIds, DueKind, Held, QueueCap, Store};
 use crate::sweeps::clock::Clock;
 use crate::sweeps::instances::{skip_key, Roster};
 use crate::work::control::Control;
@@ -54,6 +55,8 @@ pub(crate) struct Claimer {
     roster: Roster,
     /// Paused executors are not claimed.
     control: Arc<Control>,
+    /// Which executors are claimed only within their queue's limits.
+    queues: Arc<QueuePlan>,
     executor: Arc<Executor>,
     /// Cancelled when shutdown begins: nothing more is started.
     shutdown: CancellationToken,
@@ -82,6 +85,7 @@ pub(crate) struct ClaimerParts {
     pub(crate) clock: Arc<Clock>,
     pub(crate) roster: Roster,
     pub(crate) control: Arc<Control>,
+    pub(crate) queues: Arc<QueuePlan>,
     pub(crate) executor: Arc<Executor>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) handed_back: Arc<AtomicU64>,
@@ -97,6 +101,7 @@ impl Claimer {
             clock,
             roster,
             control,
+            queues,
             executor,
             shutdown,
             handed_back,
@@ -109,6 +114,7 @@ impl Claimer {
             clock,
             roster,
             control,
+            queues,
             executor,
             shutdown,
             handed_back,
@@ -136,12 +142,46 @@ impl Claimer {
     }
 
     /// Claims up to `limit` due records of `kind` for this instance and turns them into jobs
-    /// (reserved in the pool until they start).
+    /// (reserved in the pool until they start). Records of queues with limits are left to
+    /// [`claim_queue`](Self::claim_queue).
     pub(crate) async fn claim_due(&self, kind: DueKind, limit: i64) -> Result<Vec<Job>> {
+        let executors = self.control.claimable(self.queues.unlimited());
+        self.claim(kind, limit, &executors, None).await
+    }
+
+    /// Claims up to `limit` due records of `queue` for this instance, within the queue's
+    /// limits (counted in the store, so that they hold across instances).
+    pub(crate) async fn claim_queue(&self, queue: &LimitedQueue, limit: i64) -> Result<Vec<Job>> {
+        let executors = self.control.claimable(&queue.executors);
+        let cap = QueueCap {
+            name: &queue.name,
+            concurrency: queue.limits.concurrency_limit().map(i64::from),
+            per_instance: queue.limits.per_instance_limit().map(i64::from),
+        };
+        self.claim(DueKind::Ready, limit, &executors, Some(cap))
+            .await
+    }
+
+    /// The queues whose records only [`claim_queue`](Self::claim_queue) claims.
+    pub(crate) fn limited_queues(&self) -> &[LimitedQueue] {
+        self.queues.limited()
+    }
+
+    /// Whether `executor`'s records are claimed only through its queue's limits.
+    pub(crate) fn is_limited(&self, executor: &str) -> bool {
+        self.queues.is_limited(executor)
+    }
+
+    async fn claim(
+        &self,
+        kind: DueKind,
+        limit: i64,
+        executors: &[&'static str],
+        cap: Option<QueueCap<'_>>,
+    ) -> Result<Vec<Job>> {
         let now = self.clock.now_ms();
         let lease_until = now + self.lease_ms();
         let skip = self.roster.current();
-        let executors = self.control.claimable(self.registry.names());
         if executors.is_empty() {
             return Ok(Vec::new()); // every executor paused
         }
@@ -149,13 +189,14 @@ impl Claimer {
             .store
             .request_claim_due(ClaimDue {
                 application: &self.application,
-                executors: &executors,
+                executors,
                 kind,
                 owner: &self.owner,
                 now,
                 lease_ms: self.lease_ms(),
                 limit,
                 skip: &skip,
+                cap,
             })
             .await?;
         if claimed.iter().any(|c| self.is_foreign(c)) {

@@ -85,6 +85,13 @@ pub(crate) struct Producer {
     /// Cancelled when shutdown begins.
     shutdown: CancellationToken,
     config: ProducerConfig,
+    /// A queue with limits may have records this instance could claim: set when one was
+    /// dispatched here or a claim of its queue took some; cleared when a claim of every
+    /// limited queue took none. While set, every batch of outcomes written (which may
+    /// free a queue's slots) sends the producer to claim the queues again.
+    queues_waiting: AtomicBool,
+    /// Records of limited queues this instance claimed, until the pool forgets them.
+    limited_held: std::sync::Mutex<Vec<RequestId>>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -198,6 +205,8 @@ impl Producer {
             owner,
             shutdown,
             config,
+            queues_waiting: AtomicBool::new(false),
+            limited_held: Default::default(),
         }
     }
 
@@ -236,6 +245,8 @@ impl Producer {
         let signals = self.inbox.signals.clone();
         loop {
             let mut look_in_store = false;
+            let mut look_in_queues = false;
+            let queues_armed = self.queues_armed();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -253,12 +264,19 @@ impl Producer {
                 _ = signals.wake.notified() => {}
                 Some(()) = next_wakeup(&mut wakeups) => look_in_store = true,
                 _ = poll.tick() => look_in_store = true,
+                // Outcomes written may have freed slots of a queue with limits.
+                _ = self.completer.written().notified(), if queues_armed => look_in_queues = true,
             }
             let overflowed = signals.overflow.swap(false, Ordering::AcqRel);
             if self.inbox.rx.is_empty() && (overflowed || look_in_store) {
                 self.claim_from_store().await;
-            } else if overflowed {
-                signals.overflow.store(true, Ordering::Release);
+            } else {
+                if overflowed {
+                    signals.overflow.store(true, Ordering::Release);
+                }
+                if look_in_queues || self.queues_waiting.load(Ordering::Acquire) {
+                    self.claim_queues().await;
+                }
             }
         }
     }
@@ -290,6 +308,8 @@ impl Producer {
         let ids: Vec<RequestId> = batch
             .iter()
             .filter(|j| !self.claimer.is_paused(j.def.name)) // left `init` until resumed
+            // Left `init` for a claim of their queue, within its limits.
+            .filter(|j| !self.claimer.is_limited(j.def.name))
             .filter_map(|j| j.record.as_ref().map(|r| r.id))
             .collect();
         let claimed = if ids.is_empty() {
@@ -317,6 +337,10 @@ impl Producer {
         for mut job in batch {
             let max_attempts = self.claimer.max_attempts_of(job.def) as i32;
             if let Some(record) = &mut job.record {
+                if self.claimer.is_limited(job.def.name) {
+                    self.queues_waiting.store(true, Ordering::Release);
+                    continue;
+                }
                 match claimed.iter().find(|c| c.id == record.id) {
                     Some(c) => {
                         record.attempt = c.attempt;
@@ -340,6 +364,13 @@ impl Producer {
     /// hands them back). (Two claims in flight on PostgreSQL measured no faster: 1.11x
     /// against 1.02x of the hand-written queue, within its noise.)
     async fn claim_from_store(&self) {
+        self.claim_unlimited().await;
+        self.claim_queues().await;
+    }
+
+    /// Claims due `init` records of executors in no queue with limits, batch after batch
+    /// while workers free up (see [`claim_from_store`](Self::claim_from_store)).
+    async fn claim_unlimited(&self) {
         let batch = self.store.claim_batch();
         let claim = move |claimer: Arc<Claimer>| {
             tokio::spawn(async move {
@@ -393,6 +424,73 @@ impl Producer {
                 }
             }
         }
+    }
+
+    /// Claims the due records of each queue with limits, within its limits (the store
+    /// counts what runs of it everywhere), and starts them: claim after claim until the
+    /// queue gives none (it is empty, or its slots are taken) or no worker is free.
+    async fn claim_queues(&self) {
+        let queues = self.claimer.limited_queues();
+        if queues.is_empty() {
+            return;
+        }
+        let mut took_any = false;
+        for queue in queues {
+            loop {
+                let free = self.claimer.pool().available() as i64;
+                if free == 0 {
+                    took_any = true; // look again when outcomes free workers
+                    break;
+                }
+                let limit = free.min(self.store.claim_batch());
+                let answer = tokio::time::timeout(
+                    self.claim_patience(),
+                    self.claimer.claim_queue(queue, limit),
+                )
+                .await;
+                let jobs = match answer {
+                    Ok(Ok(jobs)) => jobs,
+                    Ok(Err(error)) => {
+                        crate::log::error!(%error, queue = %queue.name, "could not claim a queue's requests; trying again at the next poll");
+                        break;
+                    }
+                    Err(_) => {
+                        crate::log::error!(queue = %queue.name, patience = ?self.claim_patience(), "a claim of a queue's requests got no answer within a lease; given up");
+                        break;
+                    }
+                };
+                if jobs.is_empty() {
+                    break;
+                }
+                took_any = true;
+                {
+                    let mut held = self.limited_held.lock().expect("limited lock");
+                    held.extend(jobs.iter().filter_map(|j| j.record.as_ref().map(|r| r.id)));
+                }
+                for job in jobs {
+                    if !self.claimer.start(job).await {
+                        return; // shutdown: what is not started is handed back
+                    }
+                }
+            }
+        }
+        self.queues_waiting.store(took_any, Ordering::Release);
+    }
+
+    /// Whether outcomes written should send the producer to claim the limited queues: one
+    /// of them may have records waiting, or this instance holds records of them (whose
+    /// outcomes free their slots).
+    fn queues_armed(&self) -> bool {
+        if self.claimer.limited_queues().is_empty() {
+            return false;
+        }
+        if self.queues_waiting.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut held = self.limited_held.lock().expect("limited lock");
+        let pool = self.claimer.pool();
+        held.retain(|&id| pool.holds(id));
+        !held.is_empty()
     }
 
     /// How long a claim may take: a lease (an answer later than that is of no use: the

@@ -259,6 +259,15 @@ impl ExecutorPool {
         lapsed
     }
 
+    /// Whether this instance holds record `id` (waiting, running, or with an outcome not
+    /// yet written).
+    pub(crate) fn holds(&self, id: RequestId) -> bool {
+        self.in_flight
+            .lock()
+            .expect("in-flight lock")
+            .contains_key(&id)
+    }
+
     /// How many claimed records this instance holds (waiting, running, or with an
     /// outcome not yet written).
     pub(crate) fn held(&self) -> usize {

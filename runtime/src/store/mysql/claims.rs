@@ -32,6 +32,31 @@ async fn mark_claimed(
     Ok(())
 }
 
+/// Locks the queue's row (made on first use) until the transaction ends: claims of one
+/// queue wait for each other; nothing else takes the lock.
+async fn lock_queue(conn: &mut MySqlConnection, application: &str, queue: &str) -> Result<()> {
+    const LOCK: &str =
+        "SELECT 1 FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
+    let locked: Option<i32> = sqlx::query_scalar(LOCK)
+        .bind(application)
+        .bind(queue)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if locked.is_none() {
+        sqlx::query("INSERT IGNORE INTO async_queue (application_name, name) VALUES (?, ?)")
+            .bind(application)
+            .bind(queue)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query_scalar::<_, i32>(LOCK)
+            .bind(application)
+            .bind(queue)
+            .fetch_one(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 impl MySqlStore {
     pub(super) async fn claim_ids_once(&self, p: &ClaimIds<'_>) -> Result<Vec<ClaimedId>> {
         // Fresh records, just written by this instance: one autocommit UPDATE through the
@@ -84,35 +109,84 @@ impl MySqlStore {
                 format!("(status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?)"),
                 older_than,
             ),
+            DueKind::Ready => (
+                format!(
+                    "((status = 'init' AND run_at <= {DB_NOW} - ?) \
+                     OR (status = 'failed' AND run_at <= {DB_NOW} - ?))"
+                ),
+                0,
+            ),
         };
         let mut tx = self.begin().await?;
+        let mut limit = p.limit;
+        if let Some(cap) = p.cap {
+            // Claims of one queue take turns on its row; the count that follows (READ
+            // COMMITTED) sees every claim committed before this one got the lock.
+            lock_queue(&mut tx, p.application, cap.name).await?;
+            let sql = format!(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(lease_owner = ?), 0) AS SIGNED) \
+                 FROM async_req WHERE application_name = ? AND status = 'running' \
+                 AND executor IN ({})",
+                marks(p.executors.len())
+            );
+            let query = sqlx::query(&sql).bind(p.owner).bind(p.application);
+            let row = bind_list(query, p.executors).fetch_one(&mut *tx).await?;
+            let (all, mine): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            limit = cap.slots(p.limit, all, mine);
+            if limit <= 0 {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
+        }
         // First the candidates, by a plain read that locks nothing: a locking read of the
         // range would lock, if only for a moment, records that it then filters out, and the
         // dispatcher's claim of a fresh record would skip it.
-        let sql = format!(
-            "SELECT id FROM async_req WHERE application_name = ? AND {condition} \
-             AND executor IN ({}){skip} ORDER BY priority DESC, run_at, id LIMIT ?",
-            marks(p.executors.len()),
-            skip = if p.skip.is_empty() {
-                String::new()
-            } else {
+        let skip = if p.skip.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " AND CONCAT(sign, ':', executor) NOT IN ({})",
+                marks(p.skip.len())
+            )
+        };
+        let executors = marks(p.executors.len());
+        let select = |condition: &str| {
+            format!(
+                "SELECT id, priority, run_at FROM async_req WHERE application_name = ? \
+                 AND {condition} AND executor IN ({executors}){skip} \
+                 ORDER BY priority DESC, run_at, id LIMIT ?"
+            )
+        };
+        // A queue's claim reads each status in index order, then takes the first of both.
+        let (sql, branches) = match p.kind {
+            DueKind::Ready => (
                 format!(
-                    " AND CONCAT(sign, ':', executor) NOT IN ({})",
-                    marks(p.skip.len())
-                )
-            }
-        );
+                    "({}) UNION ALL ({}) ORDER BY priority DESC, run_at, id LIMIT ?",
+                    select(&format!(
+                        "status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
+                    )),
+                    select(&format!(
+                        "status = 'failed' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
+                    )),
+                ),
+                2,
+            ),
+            _ => (select(&condition), 1),
+        };
         let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
-        let query = sqlx::query(&sql)
-            .bind(p.application)
-            .bind(past_due)
-            .bind(past_due);
-        let mut query = bind_list(query, p.executors);
-        if !skip.is_empty() {
-            query = bind_list(query, &skip);
+        let mut query = sqlx::query(&sql);
+        for _ in 0..branches {
+            query = query.bind(p.application).bind(past_due).bind(past_due);
+            query = bind_list(query, p.executors);
+            if !skip.is_empty() {
+                query = bind_list(query, &skip);
+            }
+            query = query.bind(limit);
+        }
+        if branches == 2 {
+            query = query.bind(limit);
         }
         let candidates: Vec<RequestId> = query
-            .bind(p.limit)
             .try_map(|row: MySqlRow| row.try_get(0))
             .fetch_all(&mut *tx)
             .await?;

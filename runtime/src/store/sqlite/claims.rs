@@ -68,6 +68,32 @@ pub(super) async fn claim_due(
             format!("(status = 'init' AND run_at <= {DB_NOW} - ?5)"),
             older_than,
         ),
+        DueKind::Ready => (format!("(run_at <= {DB_NOW} - ?5)"), 0),
+    };
+    // A queue's claim counts its running records in the statement that claims: the
+    // statement holds SQLite's write lock, so no other claim counts in between.
+    let limit = match p.cap {
+        None => "?6".to_string(),
+        Some(cap) => {
+            let running = |mine: &str| {
+                format!(
+                    "(SELECT COUNT(*) FROM async_req WHERE application_name = ?4 \
+                     AND status = 'running' AND executor IN ({executors}){mine})",
+                    executors = executor_marks(p.executors.len()),
+                )
+            };
+            let mut bounds = vec!["?6".to_string()];
+            if let Some(n) = cap.concurrency {
+                bounds.push(format!("{n} - {}", running("")));
+            }
+            if let Some(n) = cap.per_instance {
+                bounds.push(format!("{n} - {}", running(" AND lease_owner = ?1")));
+            }
+            match bounds.len() {
+                1 => "?6".to_string(),
+                _ => format!("MAX(0, MIN({}))", bounds.join(", ")),
+            }
+        }
     };
     let sql = format!(
         "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
@@ -75,7 +101,7 @@ pub(super) async fn claim_due(
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
            AND status IN ('init', 'failed') AND {condition} \
            AND executor IN ({executors}){skip} \
-           ORDER BY priority DESC, run_at, id LIMIT ?6) \
+           ORDER BY priority DESC, run_at, id LIMIT {limit}) \
          RETURNING json_array({CLAIMED_COLUMNS})",
         executors = executor_marks(p.executors.len()),
         skip = if p.skip.is_empty() {

@@ -1,0 +1,164 @@
+//! Claims of due records on PostgreSQL: one `UPDATE` over the rows a sub-select locks
+//! (`FOR UPDATE SKIP LOCKED`: another instance's claim is skipped, not waited for). A
+//! claim of a queue with limits runs in a transaction that first locks the queue's row in
+//! `async_queue`, so that claims of one queue take turns, then counts the queue's running
+//! records and takes no more than the slots left.
+
+use sqlx::{PgConnection, PgPool};
+
+use super::DB_NOW;
+use crate::base::error::Result;
+use crate::base::record::Claimed;
+use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
+use crate::store::{ClaimDue, DueKind};
+
+/// Claims due records: of any executor listed, or, with a queue's cap, within its limits.
+pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
+    if p.executors.is_empty() || p.limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let rows = match p.cap {
+        None => {
+            let sql = claim_sql(p);
+            bind_claim(&sql, p, p.limit).fetch_all(pool).await?
+        }
+        Some(cap) => {
+            let mut tx = crate::store::begin::begin_whole(pool, None).await?;
+            lock_queue(&mut tx, p.application, cap.name).await?;
+            let (all, mine): (i64, i64) = sqlx::query_as(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE lease_owner = $3) FROM async_req \
+                 WHERE application_name = $1 AND status = 'running' AND executor = ANY($2)",
+            )
+            .bind(p.application)
+            .bind(p.executors)
+            .bind(p.owner)
+            .fetch_one(&mut *tx)
+            .await?;
+            let slots = cap.slots(p.limit, all, mine);
+            let rows = if slots > 0 {
+                let sql = claim_sql(p);
+                bind_claim(&sql, p, slots).fetch_all(&mut *tx).await?
+            } else {
+                Vec::new()
+            };
+            tx.commit().await?;
+            rows
+        }
+    };
+    rows.iter().map(claimed_from_row).collect()
+}
+
+/// Locks the queue's row (made on first use) until the transaction ends: claims of one
+/// queue wait for each other; nothing else takes the lock.
+async fn lock_queue(conn: &mut PgConnection, application: &str, queue: &str) -> Result<()> {
+    const LOCK: &str =
+        "SELECT 1 FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
+    let locked: Option<i32> = sqlx::query_scalar(LOCK)
+        .bind(application)
+        .bind(queue)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if locked.is_none() {
+        sqlx::query(
+            "INSERT INTO async_queue (application_name, name) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(application)
+        .bind(queue)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query_scalar::<_, i32>(LOCK)
+            .bind(application)
+            .bind(queue)
+            .fetch_one(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The claim's statement: `$1` owner, `$2` lease, `$3` now, `$4` application, `$5` how
+/// long past due, `$6` executors, `$7` the limit, `$8` the skip list (if any).
+fn claim_sql(p: &ClaimDue<'_>) -> String {
+    // Only during a rolling deploy is there a signature to leave to others: the usual
+    // claim computes no `sign:executor` per row.
+    let skip = if p.skip.is_empty() {
+        ""
+    } else {
+        " AND NOT ((sign || ':' || executor) = ANY($8))"
+    };
+    let candidates = |columns: &str, condition: &str| {
+        format!(
+            "SELECT {columns} FROM async_req WHERE application_name = $4 AND {condition} \
+             AND executor = ANY($6){skip} \
+             ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED"
+        )
+    };
+    // Due by the database's clock: `$5` is how long past due (0, or the staleness).
+    let chosen = match p.kind {
+        DueKind::Scheduled => candidates(
+            "id",
+            &format!(
+            "status IN ('init', 'failed') AND ((status = 'failed' AND run_at <= {DB_NOW} - $5) \
+             OR (status = 'init' AND run_at <= {DB_NOW} - $5 AND run_at > create_time))"
+        ),
+        ),
+        // One status only: with `status IN (...)` in the index condition the scan is not
+        // in index order, and without statistics (no autovacuum) PostgreSQL sorted the
+        // whole backlog for each claim: 486 ms instead of 6 ms at 850,000 records.
+        DueKind::Stale { .. } => candidates(
+            "id",
+            &format!("status = 'init' AND run_at <= {DB_NOW} - $5"),
+        ),
+        // A queue's claim: the first rows of each status, each read in index order, then
+        // the first of both. A locking clause is not allowed in a branch of a UNION, so
+        // each branch reads from a sub-select that locks.
+        DueKind::Ready => {
+            let branch = |status: &str| {
+                format!(
+                    "SELECT * FROM ({}) AS {status}",
+                    candidates(
+                        "id, priority, run_at",
+                        &format!("status = '{status}' AND run_at <= {DB_NOW} - $5")
+                    )
+                )
+            };
+            format!(
+                "SELECT id FROM ({} UNION ALL {}) AS due \
+                 ORDER BY priority DESC, run_at, id LIMIT $7",
+                branch("init"),
+                branch("failed")
+            )
+        }
+    };
+    format!(
+        "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = {DB_NOW} + $2, \
+         exec_count = exec_count + 1, update_time = $3 \
+         WHERE id IN ({chosen}) AND status IN ('init', 'failed') \
+         RETURNING {CLAIMED_COLUMNS}"
+    )
+}
+
+/// The claim's statement with its values, taking at most `limit` records.
+fn bind_claim<'q>(
+    sql: &'q str,
+    p: &'q ClaimDue<'_>,
+    limit: i64,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let past_due = match p.kind {
+        DueKind::Stale { older_than } => older_than,
+        DueKind::Scheduled | DueKind::Ready => 0,
+    };
+    let query = sqlx::query(sql)
+        .bind(p.owner)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .bind(p.application)
+        .bind(past_due)
+        .bind(p.executors)
+        .bind(limit);
+    if p.skip.is_empty() {
+        query
+    } else {
+        query.bind(p.skip)
+    }
+}

@@ -1,0 +1,230 @@
+//! Issue 20: queues with limits. Executors that name one `queue` share its limits: at
+//! most `concurrency` of their requests run at once over every instance, at most
+//! `per_instance` on each; claims count in the store, so the limits hold across
+//! instances, for retries too, and a full queue holds up no other.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_exec::{async_exec, batch, Backend, Data, QueueLimits, Runtime};
+use common::TestDb;
+
+/// Bodies running now and the most seen at once, by queue, and every run's start and end.
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<Seen>>);
+
+#[derive(Default)]
+struct Seen {
+    running: HashMap<&'static str, usize>,
+    most: HashMap<&'static str, usize>,
+    /// (queue, n, started, ended) of each run, in ms since the first start.
+    runs: Vec<(&'static str, u64, u128, u128)>,
+    epoch: Option<Instant>,
+}
+
+impl History {
+    /// Runs `work` as one body of `queue`, counting it among those running.
+    async fn run(&self, queue: &'static str, n: u64, work: Duration) {
+        let started = {
+            let mut seen = self.0.lock().unwrap();
+            let epoch = *seen.epoch.get_or_insert_with(Instant::now);
+            let running = seen.running.entry(queue).or_default();
+            *running += 1;
+            let now = *running;
+            let most = seen.most.entry(queue).or_default();
+            *most = (*most).max(now);
+            epoch.elapsed().as_millis()
+        };
+        tokio::time::sleep(work).await;
+        let mut seen = self.0.lock().unwrap();
+        *seen.running.get_mut(queue).unwrap() -= 1;
+        let ended = seen.epoch.unwrap().elapsed().as_millis();
+        seen.runs.push((queue, n, started, ended));
+    }
+
+    fn most(&self, queue: &str) -> usize {
+        self.0.lock().unwrap().most.get(queue).copied().unwrap_or(0)
+    }
+
+    fn runs(&self, queue: &str) -> Vec<(u64, u128, u128)> {
+        let seen = self.0.lock().unwrap();
+        let mut runs: Vec<_> = seen
+            .runs
+            .iter()
+            .filter(|r| r.0 == queue)
+            .map(|r| (r.1, r.2, r.3))
+            .collect();
+        runs.sort();
+        runs
+    }
+
+    async fn wait_runs(&self, queue: &str, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.runs(queue).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{queue}: {} of {n} runs within {limit:?}",
+                self.runs(queue).len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A payment: 150 ms (from 100 on, 600 ms); every fourth fails its first attempt (its
+/// retry is claimed within the queue's limits too).
+#[async_exec(type = SaveAsync, queue = "payments")]
+async fn charge(n: u64, history: Data<History>, ctx: async_exec::Context) -> Result<(), String> {
+    let work = Duration::from_millis(if n >= 100 { 600 } else { 150 });
+    history.run("payments", n, work).await;
+    if n % 4 == 0 && ctx.attempt() == 1 {
+        return Err(format!("charge {n}: the gateway said try again"));
+    }
+    Ok(())
+}
+
+/// Another executor of the same queue: it shares the queue's slots.
+#[async_exec(type = SaveAsync, queue = "payments")]
+async fn refund(n: u64, history: Data<History>) {
+    history
+        .run("payments", n + 1_000, Duration::from_millis(150))
+        .await;
+}
+
+/// An export: one at a time on each instance.
+#[async_exec(type = SaveAsync, queue = "exports")]
+async fn export(n: u64, history: Data<History>) {
+    history.run("exports", n, Duration::from_millis(100)).await;
+}
+
+/// A mail: in no queue, unlimited.
+#[async_exec(type = SaveAsync)]
+async fn mail(n: u64, history: Data<History>) {
+    history.run("mails", n, Duration::from_millis(20)).await;
+}
+
+/// An instance of the test application with the queues' limits every test uses.
+async fn instance(db: &TestDb, history: &History) -> Runtime {
+    db.builder()
+        .concurrency(8)
+        .poll_interval(Duration::from_millis(50))
+        .data(history.clone())
+        .queue("payments", QueueLimits::new().concurrency(2))
+        .queue("exports", QueueLimits::new().per_instance(1))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Three instances, 24 charges and 8 refunds submitted at once: never more than two of
+/// the queue run at once (bodies counted in the process, across the three runtimes),
+/// the limit is reached, and every request ran and succeeded.
+async fn a_queue_limit_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rts = [
+        instance(&db, &history).await,
+        instance(&db, &history).await,
+        instance(&db, &history).await,
+    ];
+    batch((0..24).map(charge)).on(&rts[0]).await.unwrap();
+    batch((0..8).map(refund)).on(&rts[1]).await.unwrap();
+    // 32 bodies and 6 retries of 150 ms, two at a time: about 2.9 s.
+    history
+        .wait_runs("payments", 38, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        history.most("payments"),
+        2,
+        "{:?}",
+        history.runs("payments")
+    );
+    // Every request succeeded (and its record was deleted).
+    common::wait_for(|| async { db.count("async_req").await == 0 }).await;
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+/// Two instances, exports one at a time on each: 12 exports never run more than two at
+/// once in all, one on each instance (each instance's bodies counted by its own history).
+async fn a_per_instance_limit_holds_on_each<DB: Backend>(db: TestDb) {
+    let (first, second) = (History::default(), History::default());
+    let a = instance(&db, &first).await;
+    let b = instance(&db, &second).await;
+    batch((0..12).map(export)).on(&a).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while first.runs("exports").len() + second.runs("exports").len() < 12 {
+        assert!(Instant::now() < deadline, "12 exports within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(first.most("exports"), 1, "{:?}", first.runs("exports"));
+    assert!(second.most("exports") <= 1, "{:?}", second.runs("exports"));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// One instance, payments two at a time: 6 charges of 600 ms wait in their queue, and
+/// 20 mails submitted after them all finish while the first two charges still run.
+async fn a_full_queue_holds_up_no_other<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = instance(&db, &history).await;
+    batch((0..6).map(|n| charge(101 + n * 2)))
+        .on(&rt)
+        .await
+        .unwrap(); // odd: no failures
+    let submitted = Instant::now();
+    batch((0..20).map(mail)).on(&rt).await.unwrap();
+    history
+        .wait_runs("mails", 20, Duration::from_secs(10))
+        .await;
+    let mails_done = submitted.elapsed();
+    let charges_done = history.runs("payments").len();
+    assert!(
+        charges_done == 0,
+        "20 mails took {mails_done:?}: they waited for {charges_done} charges"
+    );
+    history
+        .wait_runs("payments", 6, Duration::from_secs(10))
+        .await;
+    assert_eq!(history.most("payments"), 2);
+    rt.shutdown().await.unwrap();
+}
+
+/// A limit for a queue that no executor names is refused at start, naming the queues
+/// there are; absurd limits are refused with their range.
+async fn a_queue_no_executor_names_is_refused<DB: Backend>(db: TestDb) {
+    let error = db
+        .builder()
+        .data(History::default())
+        .queue("paymnets", QueueLimits::new().concurrency(2))
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("no executor names queue \"paymnets\""),
+        "{error}"
+    );
+    assert!(error.contains("exports, payments"), "{error}");
+    let error = db
+        .builder()
+        .data(History::default())
+        .queue("payments", QueueLimits::new().per_instance(0))
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("between 1 and 100000, not 0"), "{error}");
+}
+
+backend_suite!(
+    a_queue_limit_holds_across_instances,
+    a_per_instance_limit_holds_on_each,
+    a_full_queue_holds_up_no_other,
+    a_queue_no_executor_names_is_refused,
+);
