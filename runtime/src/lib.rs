@@ -82,6 +82,7 @@ pub use call::receipt::{Outcome, Receipt};
 pub use call::submit::DrainReport;
 pub use call::tx::Tx;
 pub use log::LOG_TARGET;
+pub use operate::cancel::Cancel;
 pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
     HEALTH_PROBE_TIMEOUT,

@@ -1,11 +1,12 @@
 //! Operations: what an operator reads and does. Requests from code (`requests`: get,
-//! list, counts, retry, cancel, delete, purge; which ones: `base/query.rs`), pauses, the
+//! list, counts, retry, delete, purge; `cancel`, now or in the caller's transaction; which ones: `base/query.rs`), pauses, the
 //! audit trail and statistics (`operator`), the `console`, `health` (from each part's
 //! `pulse`), `metrics` and the queue `gauges`, the outcome `listeners`, the HTTP routes
 //! for load balancers and Prometheus (`http`, feature `http`), the applications that have
 //! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
 
 pub(crate) mod applications;
+pub(crate) mod cancel;
 #[cfg(feature = "console")]
 pub mod console;
 pub(crate) mod gauges;

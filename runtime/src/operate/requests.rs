@@ -149,13 +149,8 @@ impl Runtime {
         }
     }
 
-    /// Cancels a request that has not succeeded and is not running (`init` or `failed`).
-    pub async fn cancel(&self, id: RequestId) -> Result<()> {
-        let status = self
-            .inner
-            .store
-            .request_cancel(&self.inner.app, id, self.inner.now_ms())
-            .await?;
+    /// The status a cancel found, as the result of `rt.cancel(..)`.
+    pub(crate) fn cancelled(id: RequestId, status: Option<Status>) -> Result<()> {
         match status {
             None => Err(Error::NotFound(id)),
             Some(Status::Init | Status::Failed) => Ok(()),

@@ -108,6 +108,18 @@ pub(crate) mod sealed {
             now: i64,
         ) -> BoxFuture<'c, Result<Option<StoredKey>>>;
 
+        /// How many rows a statement changed.
+        fn rows_affected(result: &Self::QueryResult) -> u64;
+
+        /// Cancels record `id` if it is `init` or `failed`, inside the caller's
+        /// transaction; `Err(status)` when not (`None`: no such record).
+        fn cancel_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            id: crate::base::record::RequestId,
+            now: i64,
+        ) -> BoxFuture<'c, Result<std::result::Result<(), Option<crate::base::record::Status>>>>;
+
         /// Records the key of a `SyncSave` call whose body ran, inside the caller's
         /// transaction, unless the key is in use and has not expired.
         fn key_record_in<'c>(

@@ -231,6 +231,24 @@ impl BackendOps for MySql {
         Box::pin(super::alive::mysql::check(conn))
     }
 
+    fn rows_affected(result: &sqlx::mysql::MySqlQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    fn cancel_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        id: RequestId,
+        now: i64,
+    ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
+        Box::pin(crate::store::shared::cancel::<sqlx::MySql>(
+            conn,
+            application,
+            id,
+            now,
+        ))
+    }
+
     fn key_find_in<'c>(
         conn: &'c mut MySqlConnection,
         application: &'c str,

@@ -130,6 +130,24 @@ impl BackendOps for Postgres {
         super::alive::postgres::explain(error)
     }
 
+    fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    fn cancel_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        id: RequestId,
+        now: i64,
+    ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
+        Box::pin(crate::store::shared::cancel::<sqlx::Postgres>(
+            conn,
+            application,
+            id,
+            now,
+        ))
+    }
+
     fn key_find_in<'c>(
         conn: &'c mut PgConnection,
         application: &'c str,

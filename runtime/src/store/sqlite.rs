@@ -267,6 +267,24 @@ impl BackendOps for Sqlite {
         }))
     }
 
+    fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    fn cancel_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        id: RequestId,
+        now: i64,
+    ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
+        Box::pin(crate::store::shared::cancel::<sqlx::Sqlite>(
+            conn,
+            application,
+            id,
+            now,
+        ))
+    }
+
     fn key_find_in<'c>(
         conn: &'c mut SqliteConnection,
         application: &'c str,

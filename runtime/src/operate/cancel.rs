@@ -1,0 +1,133 @@
+//! `rt.cancel(id)` and `rt.cancel_key(key)`: a cancel of a waiting request, now (awaited)
+//! or inside the caller's transaction (`.within(&mut tx)`), where a rollback keeps the
+//! request as it was.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use crate::base::error::{Error, Result};
+use crate::base::record::{RequestId, Status};
+use crate::call::tx::Tx;
+use crate::runtime::Runtime;
+use crate::store::Backend;
+
+/// Which request a cancel is of.
+#[derive(Debug, Clone)]
+enum Target {
+    Id(RequestId),
+    Key(String),
+}
+
+/// A cancel of a request that waits (`init` or `failed`): made by
+/// [`Runtime::cancel`] or [`Runtime::cancel_key`]. Awaited, it cancels at once;
+/// [`within`](Cancel::within) cancels inside the caller's transaction: nothing changes
+/// unless it commits.
+///
+/// A request that is `running`, finished or already cancelled is refused
+/// ([`Error::InvalidState`]); an unknown id is [`Error::NotFound`], a key no request
+/// holds [`Error::KeyNotFound`]. Inside [`Runtime::transaction`], pass the scope's `tx`
+/// to `within`: a cancel awaited there on its own is refused
+/// ([`Error::BareCancelInScope`]), as it would commit whatever the scope does.
+///
+/// ```no_run
+/// use async_exec::{async_exec, Runtime, Sqlite, Tx};
+///
+/// #[async_exec(type = SaveAsync)]
+/// async fn remind(subscription: i64) {}
+///
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// remind(42).key("reminder-42").delay(std::time::Duration::from_secs(86_400)).on(&rt).await?;
+///
+/// // The subscription ends: the reminder goes with it, or not at all.
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
+/// // ... UPDATE subscriptions SET ended = ... on tx.conn() ...
+/// rt.cancel_key("reminder-42").within(&mut tx).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a cancel does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct Cancel<'r> {
+    runtime: &'r Runtime,
+    target: Target,
+}
+
+impl Runtime {
+    /// Cancels a request that has not started and has not succeeded (`init` or
+    /// `failed`): awaited, at once; with [`.within(&mut tx)`](Cancel::within), in the
+    /// caller's transaction.
+    pub fn cancel(&self, id: RequestId) -> Cancel<'_> {
+        Cancel {
+            runtime: self,
+            target: Target::Id(id),
+        }
+    }
+
+    /// Cancels the request that holds idempotency key `key` (see [`Runtime::cancel`]).
+    pub fn cancel_key(&self, key: impl Into<String>) -> Cancel<'_> {
+        Cancel {
+            runtime: self,
+            target: Target::Key(key.into()),
+        }
+    }
+}
+
+impl Cancel<'_> {
+    /// Cancels inside the caller's transaction: the record is changed (and locked) in
+    /// `tx`, and stays as it was if `tx` rolls back.
+    pub async fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> Result<()> {
+        let inner = &self.runtime.inner;
+        inner.check_open()?;
+        tx.check_before_write().await?;
+        let now = inner.now_ms();
+        let id = match &self.target {
+            Target::Id(id) => *id,
+            Target::Key(key) => {
+                let found = DB::key_find_in(tx.raw_conn(), &inner.app, key, now).await;
+                match tx.noting(found)?.and_then(|stored| stored.request_id) {
+                    Some(id) => id,
+                    None => return Err(Error::KeyNotFound(key.clone())),
+                }
+            }
+        };
+        let done = DB::cancel_in(tx.raw_conn(), &inner.app, id, now).await;
+        match tx.noting(done)? {
+            Ok(()) => Ok(()),
+            Err(status) => Runtime::cancelled(id, status),
+        }
+    }
+
+    async fn now(self) -> Result<()> {
+        let inner = &self.runtime.inner;
+        if crate::call::scope::current().is_some_and(|scope| scope.is_of(self.runtime)) {
+            return Err(Error::BareCancelInScope);
+        }
+        let id = match &self.target {
+            Target::Id(id) => *id,
+            Target::Key(key) => {
+                let stored = inner
+                    .store
+                    .key_find(&inner.app, key, inner.now_ms())
+                    .await?;
+                match stored.and_then(|stored| stored.request_id) {
+                    Some(id) => id,
+                    None => return Err(Error::KeyNotFound(key.clone())),
+                }
+            }
+        };
+        let status: Option<Status> = inner
+            .store
+            .request_cancel(&inner.app, id, inner.now_ms())
+            .await?;
+        Runtime::cancelled(id, status)
+    }
+}
+
+impl<'r> IntoFuture for Cancel<'r> {
+    type Output = Result<()>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'r>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.now())
+    }
+}
