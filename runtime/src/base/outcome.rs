@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::time::Duration;
 
 use crate::base::trace::TraceContext;
 
@@ -38,6 +39,55 @@ impl fmt::Display for Final {
 
 impl std::error::Error for Final {}
 
+/// Not now, later: returned by a body (directly, boxed, or inside an `anyhow::Error`), it
+/// puts the request back to run again after `delay`, without using up an attempt (its
+/// `max_attempts` grows by one): a third-party API that answered 429 with `Retry-After`,
+/// a resource that is not ready yet. The request waits `init`; the attempt is logged as
+/// `snoozed` with the message.
+///
+/// ```
+/// use std::time::Duration;
+/// use async_exec::Snooze;
+///
+/// #[async_exec::async_exec(type = SaveAsync)]
+/// async fn sync_crm(account: i64) -> anyhow::Result<()> {
+///     let retry_after: Option<u64> = Some(30); // from the API's answer
+///     if let Some(seconds) = retry_after {
+///         return Err(Snooze::new(Duration::from_secs(seconds), "CRM said 429").into());
+///     }
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snooze {
+    delay: Duration,
+    reason: String,
+}
+
+impl Snooze {
+    /// Run again after `delay` (at most a year), for `reason` (shown as the request's
+    /// last error while it waits).
+    pub fn new(delay: Duration, reason: impl Into<String>) -> Self {
+        Snooze {
+            delay: delay.min(crate::base::settings::MAX_DURATION),
+            reason: reason.into(),
+        }
+    }
+
+    /// How long the request waits.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+}
+
+impl fmt::Display for Snooze {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "snoozed for {:?}: {}", self.delay, self.reason)
+    }
+}
+
+impl std::error::Error for Snooze {}
+
 /// Why an execution did not succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -56,6 +106,9 @@ pub enum FailureKind {
     MissingData,
     /// The lease of the attempt expired before it reported (the instance died or hung).
     LeaseExpired,
+    /// The body returned a [`Snooze`]: it runs again after the delay, the attempt not
+    /// counted against `max_attempts`.
+    Snoozed,
 }
 
 impl FailureKind {
@@ -80,6 +133,7 @@ impl FailureKind {
             FailureKind::Decode => "decode",
             FailureKind::MissingData => "missing_data",
             FailureKind::LeaseExpired => "lease_expired",
+            FailureKind::Snoozed => "snoozed",
         }
     }
 }
@@ -91,6 +145,8 @@ pub struct Failure {
     pub kind: FailureKind,
     /// The error's message, as shown in `last_error` and `async_log.error`.
     pub message: String,
+    /// How long a [`Snooze`] waits (`kind` is [`FailureKind::Snoozed`]).
+    snooze: Option<Duration>,
 }
 
 impl Failure {
@@ -99,7 +155,22 @@ impl Failure {
         Failure {
             kind,
             message: message.into(),
+            snooze: None,
         }
+    }
+
+    /// A [`Snooze`] as the outcome of an attempt.
+    pub fn snoozed(snooze: &Snooze) -> Self {
+        Failure {
+            kind: FailureKind::Snoozed,
+            message: snooze.to_string(),
+            snooze: Some(snooze.delay),
+        }
+    }
+
+    /// How long the request waits, when the body snoozed.
+    pub fn snooze_delay(&self) -> Option<Duration> {
+        self.snooze
     }
 }
 
@@ -131,6 +202,9 @@ impl<T, E: fmt::Display + 'static> IntoOutcome for Result<T, E> {
         match self {
             Ok(_) => Ok(()),
             Err(error) => {
+                if let Some(snooze) = snooze_of(&error) {
+                    return Err(Failure::snoozed(snooze));
+                }
                 let kind = if is_final(&error) {
                     FailureKind::Final
                 } else {
@@ -140,6 +214,24 @@ impl<T, E: fmt::Display + 'static> IntoOutcome for Result<T, E> {
             }
         }
     }
+}
+
+/// The [`Snooze`] an error is (directly, boxed, or anywhere in an `anyhow::Error`).
+fn snooze_of<E: 'static>(error: &E) -> Option<&Snooze> {
+    let any = error as &dyn Any;
+    if let Some(snooze) = any.downcast_ref::<Snooze>() {
+        return Some(snooze);
+    }
+    if let Some(error) = any.downcast_ref::<anyhow::Error>() {
+        return error.chain().find_map(|cause| cause.downcast_ref::<Snooze>());
+    }
+    if let Some(error) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        return error.downcast_ref::<Snooze>();
+    }
+    if let Some(error) = any.downcast_ref::<Box<dyn std::error::Error>>() {
+        return error.downcast_ref::<Snooze>();
+    }
+    None
 }
 
 fn is_final<E: 'static>(error: &E) -> bool {
@@ -198,5 +290,22 @@ mod tests {
         let plain: Result<(), String> = Err("retry me".into());
         assert_eq!(plain.into_outcome().unwrap_err().kind, FailureKind::Error);
         assert!(().into_outcome().is_ok());
+    }
+
+    #[test]
+    fn snoozes_are_recognised_in_every_wrapper() {
+        let snooze = || Snooze::new(Duration::from_secs(30), "429");
+        let direct: Result<(), Snooze> = Err(snooze());
+        let failure = direct.into_outcome().unwrap_err();
+        assert_eq!(failure.kind, FailureKind::Snoozed);
+        assert_eq!(failure.snooze_delay(), Some(Duration::from_secs(30)));
+        assert_eq!(failure.message, "snoozed for 30s: 429");
+        let anyhow: anyhow::Result<()> = Err(anyhow::Error::new(snooze()).context("crm"));
+        assert_eq!(anyhow.into_outcome().unwrap_err().kind, FailureKind::Snoozed);
+        let boxed: Result<(), Box<dyn std::error::Error + Send + Sync>> = Err(Box::new(snooze()));
+        assert_eq!(boxed.into_outcome().unwrap_err().kind, FailureKind::Snoozed);
+        assert!(!FailureKind::Snoozed.is_retryable());
+        let long = Snooze::new(Duration::MAX, "x");
+        assert_eq!(long.delay(), crate::base::settings::MAX_DURATION);
     }
 }

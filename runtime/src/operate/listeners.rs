@@ -51,6 +51,9 @@ pub enum OutcomeKind {
     /// The request is `dead`: a final error, its last attempt failed, or its lease expired
     /// on its last attempt (the rescuer).
     Dead,
+    /// The body returned a [`Snooze`](crate::Snooze): the request runs again after its
+    /// delay, the attempt not counted. Told to the `on_retry` listeners.
+    Snoozed,
 }
 
 /// What a listener is told: the request, the attempt, and its error; and what an alert
@@ -141,7 +144,8 @@ impl ListenerSet {
     fn of(&self, kind: OutcomeKind) -> &[Listener] {
         match kind {
             OutcomeKind::Success => &self.success,
-            OutcomeKind::Retry => &self.retry,
+            // A snooze runs again later, as a retry does: the same listeners.
+            OutcomeKind::Retry | OutcomeKind::Snoozed => &self.retry,
             OutcomeKind::Dead => &self.dead,
         }
     }
@@ -161,7 +165,7 @@ pub(crate) struct Notifier {
 fn slot(kind: OutcomeKind) -> usize {
     match kind {
         OutcomeKind::Success => 0,
-        OutcomeKind::Retry => 1,
+        OutcomeKind::Retry | OutcomeKind::Snoozed => 1,
         OutcomeKind::Dead => 2,
     }
 }
@@ -284,6 +288,7 @@ impl Notifier {
                     (OutcomeKind::Success, None)
                 }
                 CompletionResult::Failed { error, .. } => (OutcomeKind::Retry, Some(error)),
+                CompletionResult::Snoozed { note, .. } => (OutcomeKind::Snoozed, Some(note)),
                 CompletionResult::Dead { error } => (OutcomeKind::Dead, Some(error)),
             };
             if self.wants(kind) {

@@ -228,6 +228,9 @@ pub(crate) enum CompletionResult {
     Failed { error: String, run_at: i64 },
     /// Mark it `dead`.
     Dead { error: String },
+    /// The body snoozed: `init` again, to run at `run_at`, its `max_attempts` one more
+    /// (the attempt is not counted against them). The one completion that writes `init`.
+    Snoozed { note: String, run_at: i64 },
 }
 
 /// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
@@ -238,7 +241,7 @@ pub(crate) type ExpiredLease = (i64, i32, i32, Option<String>, Option<i64>);
 impl CompletionResult {
     /// The record's new status, last error (none for a success: an earlier attempt's
     /// error is cleared) and run time (unchanged when `None`); `None` when the record is
-    /// deleted.
+    /// deleted. A write of `init` (a snooze) also adds one to `max_attempts`.
     pub(crate) fn update(&self) -> Option<(&'static str, Option<&str>, Option<i64>)> {
         match self {
             CompletionResult::Delete => None,
@@ -247,6 +250,7 @@ impl CompletionResult {
                 Some(("failed", Some(error), Some(*run_at)))
             }
             CompletionResult::Dead { error } => Some(("dead", Some(error), None)),
+            CompletionResult::Snoozed { note, run_at } => Some(("init", Some(note), Some(*run_at))),
         }
     }
 }

@@ -245,11 +245,13 @@ impl Store for PostgresStore {
             return Ok(Vec::new());
         }
         // A row updated concurrently is re-checked against `status = 'init'` once the other
-        // transaction commits, so a record is claimed by one worker only.
+        // transaction commits, so a record is claimed by one worker only. Fresh records
+        // only (`exec_count = 0`): one that another claim took and that snoozed (back to
+        // `init`, due later) is not this dispatch's to run.
         let sql = format!(
             "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = {DB_NOW} + $2, \
              exec_count = exec_count + 1, update_time = $3 \
-             WHERE id = ANY($4) AND status = 'init' \
+             WHERE id = ANY($4) AND status = 'init' AND exec_count = 0 \
              RETURNING id, exec_count"
         );
         let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)

@@ -143,6 +143,9 @@ mod tests {
             data: Default::default(),
             skip: Default::default(),
             control: Default::default(),
+            queues: Arc::new(
+                crate::base::queue::QueuePlan::new(&[&RETRIED], &Default::default()).unwrap(),
+            ),
             shutdown: CancellationToken::new(),
             handed_back: Arc::new(AtomicU64::new(0)),
             listeners: Default::default(),

@@ -82,6 +82,7 @@ impl Control {
             CompletionResult::Delete | CompletionResult::Succeeded => 0,
             CompletionResult::Dead { .. } => 1,
             CompletionResult::Failed { .. } => 2,
+            CompletionResult::Snoozed { .. } => return, // neither a success nor a failure
         };
         let mut counts = self.counts.lock().expect("stat lock");
         counts.entry((executor, minute_of(now))).or_default()[slot] += 1;

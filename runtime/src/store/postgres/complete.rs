@@ -74,6 +74,8 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
          ), updated AS ( \
            UPDATE async_req r SET status = c.status, run_at = COALESCE(c.run_at, r.run_at), \
              last_error = c.error, lease_owner = NULL, \
+             max_attempts = CASE WHEN c.status = 'init' AND r.max_attempts < 2147483647 \
+               THEN r.max_attempts + 1 ELSE r.max_attempts END, \
              lease_until = NULL, update_time = c.now \
            FROM c WHERE r.id = c.id AND c.status <> 'delete' \
              AND r.id IN (SELECT id FROM locked) \

@@ -14,7 +14,8 @@ use crate::store::{
     ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch, Rescued,
 };
 
-/// Claims the given `init` records.
+/// Claims the given `init` records, fresh ones only (`exec_count = 0`: a record another
+/// claim ran and that snoozed is `init` again, due later, and not this dispatch's).
 pub(super) async fn claim_ids(
     conn: &mut SqliteConnection,
     p: ClaimIds<'_>,
@@ -25,7 +26,7 @@ pub(super) async fn claim_ids(
     let sql = format!(
         "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = {DB_NOW} + ?, \
          exec_count = exec_count + 1, update_time = ? \
-         WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' \
+         WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' AND exec_count = 0 \
          RETURNING id, exec_count"
     );
     let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)

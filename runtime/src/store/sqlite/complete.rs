@@ -109,12 +109,16 @@ async fn write_all<'a>(
                 sqlx::query(
                     "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
                      last_error = ?, lease_owner = NULL, lease_until = NULL, \
+                     max_attempts = CASE WHEN max_attempts < 2147483647 \
+                       THEN max_attempts + ? ELSE max_attempts END, \
                      update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
                      AND exec_count = ?",
                 )
                 .bind(status)
                 .bind(run_at)
                 .bind(error)
+                // A snooze (the one outcome that writes `init`): one more attempt.
+                .bind(i32::from(status == "init"))
                 .bind(now)
                 .bind(c.id)
                 .bind(&*c.owner)

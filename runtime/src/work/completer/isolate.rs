@@ -227,6 +227,10 @@ fn describe(result: &CompletionResult) -> String {
         CompletionResult::Dead { error } => {
             format!("`dead`, error: {}", text::capped(error, 4096))
         }
+        CompletionResult::Snoozed { note, run_at } => format!(
+            "`init` (snoozed), to run again at {run_at}: {}",
+            text::capped(note, 4096)
+        ),
     }
 }
 

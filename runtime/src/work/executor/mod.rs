@@ -431,6 +431,14 @@ impl Executor {
         max_attempts: i32,
         failure: &Failure,
     ) -> CompletionResult {
+        if let Some(delay) = failure.snooze_delay() {
+            // Never early by the database's clock (a Retry-After is a promise to keep):
+            // `latest_ms`, as a delayed call's due time.
+            return CompletionResult::Snoozed {
+                note: text::stored(&failure.message),
+                run_at: self.clock.latest_ms() + delay.as_millis() as i64,
+            };
+        }
         if !failure.kind.is_retryable() {
             return CompletionResult::Dead {
                 error: text::stored(&failure.message),
@@ -465,6 +473,8 @@ impl Executor {
         let max_attempts = self.max_attempts_of(job.def) as i32;
         let (status, run_at, error) = match self.failed_result(1, max_attempts, failure) {
             CompletionResult::Failed { error, run_at } => (Status::Failed, run_at, error),
+            // Written to run later; the attempt that snoozed is not counted.
+            CompletionResult::Snoozed { note, run_at } => (Status::Init, run_at, note),
             CompletionResult::Dead { error } => (Status::Dead, attempt.finished, error),
             CompletionResult::Delete | CompletionResult::Succeeded => unreachable!("a failure"),
         };
@@ -476,6 +486,10 @@ impl Executor {
             run_at,
             job.trace.as_ref(),
         );
+        if status == Status::Init {
+            // Snoozed: the attempt that ran is not counted against the others.
+            request.max_attempts = request.max_attempts.saturating_add(1);
+        }
         request.status = status;
         request.exec_count = 1;
         request.last_error = Some(error);
