@@ -23,6 +23,11 @@ async fn ok_job(n: i64) {
     let _ = n;
 }
 
+#[async_exec(type = SaveAsync, name = "cliop::charge", queue = "payments")]
+async fn charge(n: i64) {
+    let _ = n;
+}
+
 #[async_exec(type = SaveAsync, name = "cliop::dead", max_attempts = 1)]
 async fn dead_job(message: String) -> Result<(), Final> {
     Err(Final::new(message))
@@ -242,7 +247,69 @@ async fn show_numbers_the_runs<DB: Backend>(db: TestDb) {
     assert_eq!(table[2][..3], ["2", "1", "final"], "{human}");
 }
 
+/// Issue 20: `queue-limits` sets a queue's limits on every instance (audited as the OS
+/// user), `queues` lists them, neither option clears them, and a queue no service names
+/// is refused with the queues there are.
+async fn queue_limits_are_set_from_the_tool<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap(); // its executors' queues have their rows
+    let set = tool(
+        &db,
+        "tests",
+        &["--json", "queue-limits", "payments", "--concurrency", "3"],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(set["concurrency"], 3, "{set}");
+    let policies = rt.queue_policies().await.unwrap();
+    assert_eq!(policies.len(), 1, "{policies:?}");
+    assert_eq!(
+        (policies[0].concurrency, policies[0].per_instance),
+        (Some(3), None)
+    );
+    assert_eq!(
+        policies[0].changed_by.as_deref(),
+        Some(&*format!("cli:{USER}"))
+    );
+    let listed = tool(&db, "tests", &["queues"]).await.ok().stdout;
+    assert!(
+        listed.contains("payments") && listed.contains('3'),
+        "{listed}"
+    );
+    tool(&db, "tests", &["queue-limits", "payments"]).await.ok();
+    let policies = rt.queue_policies().await.unwrap();
+    assert_eq!(
+        (policies[0].concurrency, policies[0].per_instance),
+        (None, None)
+    );
+    let trail = rt.audit_trail(10).await.unwrap();
+    assert_eq!(
+        trail.iter().filter(|e| e.action == "queue-limits").count(),
+        2,
+        "{trail:?}"
+    );
+    let refused = tool(
+        &db,
+        "tests",
+        &["queue-limits", "paymnets", "--concurrency", "1"],
+    )
+    .await;
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused
+            .stderr
+            .contains("no executor names queue \"paymnets\"")
+            && refused
+                .stderr
+                .contains("the services' executors name: payments"),
+        "{}",
+        refused.stderr
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    queue_limits_are_set_from_the_tool,
     actions_are_audited_as_the_os_user,
     no_application_lists_those_with_records,
     show_numbers_the_runs,

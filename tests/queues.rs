@@ -47,6 +47,11 @@ impl History {
         seen.runs.push((queue, n, started, ended));
     }
 
+    /// Forgets the most seen at once so far.
+    fn reset_most(&self) {
+        self.0.lock().unwrap().most.clear();
+    }
+
     fn most(&self, queue: &str) -> usize {
         self.0.lock().unwrap().most.get(queue).copied().unwrap_or(0)
     }
@@ -100,6 +105,14 @@ async fn refund(n: u64, history: Data<History>) {
 #[async_exec(type = SaveAsync, queue = "exports")]
 async fn export(n: u64, history: Data<History>) {
     history.run("exports", n, Duration::from_millis(100)).await;
+}
+
+/// A notification: its queue has no limits from the builder (they are set while running).
+#[async_exec(type = SaveAsync, queue = "notifications")]
+async fn notify(n: u64, history: Data<History>) {
+    history
+        .run("notifications", n, Duration::from_millis(100))
+        .await;
 }
 
 /// A mail: in no queue, unlimited.
@@ -210,7 +223,10 @@ async fn a_queue_no_executor_names_is_refused<DB: Backend>(db: TestDb) {
         error.contains("no executor names queue \"paymnets\""),
         "{error}"
     );
-    assert!(error.contains("exports, payments"), "{error}");
+    assert!(
+        error.contains("exports, notifications, payments"),
+        "{error}"
+    );
     let error = db
         .builder()
         .data(History::default())
@@ -222,7 +238,97 @@ async fn a_queue_no_executor_names_is_refused<DB: Backend>(db: TestDb) {
     assert!(error.contains("between 1 and 100000, not 0"), "{error}");
 }
 
+/// Limits set while running hold on every instance from the next claim, override the
+/// builder's, and cleared, give the builder's back; a queue without builder limits gets
+/// some; each change is audited; a queue no executor names, or a limit of 0, is refused.
+async fn limits_set_while_running_apply_at_once<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let a = instance(&db, &history).await;
+    let b = instance(&db, &history).await;
+    a.set_queue_limits("payments", QueueLimits::new().concurrency(1), "alice")
+        .await
+        .unwrap();
+    batch((0..8).map(|n| charge(n * 2 + 1)))
+        .on(&a)
+        .await
+        .unwrap(); // odd: no failures
+    history
+        .wait_runs("payments", 8, Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        history.most("payments"),
+        1,
+        "{:?}",
+        history.runs("payments")
+    );
+    let policies = b.queue_policies().await.unwrap();
+    let payments = policies.iter().find(|p| p.queue == "payments").unwrap();
+    assert_eq!(
+        (payments.concurrency, payments.per_instance),
+        (Some(1), None)
+    );
+    assert_eq!(payments.changed_by.as_deref(), Some("alice"));
+    assert!(b
+        .audit_trail(10)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| e.action == "queue-limits" && e.actor == "alice"));
+
+    // Cleared: the builder's two at once again.
+    b.set_queue_limits("payments", QueueLimits::new(), "bob")
+        .await
+        .unwrap();
+    history.reset_most();
+    batch((0..8).map(|n| charge(n * 2 + 1)))
+        .on(&b)
+        .await
+        .unwrap();
+    history
+        .wait_runs("payments", 16, Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        history.most("payments"),
+        2,
+        "{:?}",
+        history.runs("payments")
+    );
+
+    // A queue the builder left unlimited: one at a time on each instance.
+    a.set_queue_limits("notifications", QueueLimits::new().per_instance(1), "alice")
+        .await
+        .unwrap();
+    batch((0..6).map(notify)).on(&a).await.unwrap();
+    history
+        .wait_runs("notifications", 6, Duration::from_secs(20))
+        .await;
+    assert!(
+        history.most("notifications") <= 2,
+        "{:?}",
+        history.runs("notifications")
+    );
+
+    let unknown = a
+        .set_queue_limits("paymnets", QueueLimits::new().concurrency(1), "alice")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("no executor names queue \"paymnets\""),
+        "{unknown}"
+    );
+    let zero = a
+        .set_queue_limits("payments", QueueLimits::new().concurrency(0), "alice")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(zero.contains("between 1 and 100000, not 0"), "{zero}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    limits_set_while_running_apply_at_once,
     a_queue_limit_holds_across_instances,
     a_per_instance_limit_holds_on_each,
     a_full_queue_holds_up_no_other,

@@ -31,7 +31,11 @@ impl Starts {
 #[async_exec(type = SaveAsync, max_attempts = 2)]
 async fn rate_limited(name: String, starts: Data<Starts>, ctx: Context) -> anyhow::Result<()> {
     let attempt = ctx.attempt();
-    starts.0.lock().unwrap().push((name, attempt, Instant::now()));
+    starts
+        .0
+        .lock()
+        .unwrap()
+        .push((name, attempt, Instant::now()));
     match attempt {
         1 | 2 => Err(Snooze::new(Duration::from_millis(200), "the API said 429").into()),
         3 => anyhow::bail!("the API timed out"),
@@ -43,7 +47,11 @@ async fn rate_limited(name: String, starts: Data<Starts>, ctx: Context) -> anyho
 #[async_exec(type = AsyncSave, max_attempts = 1)]
 async fn in_memory_first(name: String, starts: Data<Starts>, ctx: Context) -> Result<(), Snooze> {
     let attempt = ctx.attempt();
-    starts.0.lock().unwrap().push((name, attempt, Instant::now()));
+    starts
+        .0
+        .lock()
+        .unwrap()
+        .push((name, attempt, Instant::now()));
     match attempt {
         1 => Err(Snooze::new(Duration::from_millis(200), "not ready")),
         _ => Ok(()),
@@ -61,18 +69,17 @@ async fn a_snooze_runs_later_and_uses_no_attempt<DB: Backend>(db: TestDb) {
         .start()
         .await
         .unwrap();
-    let id = rate_limited("a".into())
-        .on(&rt)
-        .await
-        .unwrap()
-        .id
-        .unwrap();
+    let id = rate_limited("a".into()).on(&rt).await.unwrap().id.unwrap();
     common::wait_for(|| async {
         matches!(rt.get(id).await.unwrap(), Some(r) if r.status == Status::Success)
     })
     .await;
     let request = rt.get(id).await.unwrap().unwrap();
-    assert_eq!((request.exec_count, request.max_attempts), (4, 4), "{request:?}");
+    assert_eq!(
+        (request.exec_count, request.max_attempts),
+        (4, 4),
+        "{request:?}"
+    );
     let outcomes: Vec<String> = rt
         .attempts(id)
         .await
@@ -111,7 +118,8 @@ async fn a_snooze_in_memory_is_written_to_run_later<DB: Backend>(db: TestDb) {
     assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
     assert!(runs[1].1 - runs[0].1 >= Duration::from_millis(200));
     assert_eq!(
-        db.count("async_req WHERE max_attempts = 2 AND exec_count = 2").await,
+        db.count("async_req WHERE max_attempts = 2 AND exec_count = 2")
+            .await,
         1,
         "one attempt allowed, one more for the snooze"
     );

@@ -1,10 +1,16 @@
--- async-exec: queues with limits (issue 20). A claim of a limited queue's records locks
--- the queue's row here (made on its first claim) for the length of its transaction, so
--- that claims of one queue by several instances take turns and each counts the running
--- records the one before it claimed. (SQLite serializes every write: the row is not
--- locked there, the table is kept for the same schema on every backend.)
+-- async-exec: queues and their limits (issue 20). Every queue a service's executors
+-- name has a row here (made at start). A claim of a queue's records locks the queue's
+-- row for the length of its transaction, so that claims of one queue by several
+-- instances take turns and each counts the running records the one before it claimed
+-- (SQLite serializes every write: the row is read, not locked, there). The row's
+-- limits, set while the service runs (`rt.set_queue_limits`, the CLI's `queue-limits`),
+-- override the builder's; NULL keeps the builder's.
 CREATE TABLE IF NOT EXISTS async_queue (
     application_name VARCHAR(255) NOT NULL,
     name             VARCHAR(255) NOT NULL,
+    concurrency      INTEGER NULL,
+    per_instance     INTEGER NULL,
+    changed_by       VARCHAR(255) NULL,
+    changed_at       BIGINT NULL,
     PRIMARY KEY (application_name, name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -64,7 +64,7 @@ pub use base::error::{Error, Result};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
 pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
-    Pause, RequestQuery,
+    Pause, QueuePolicy, RequestQuery,
 };
 pub use base::queue::QueueLimits;
 pub use base::record::{AttemptLog, Request, RequestId, Status};

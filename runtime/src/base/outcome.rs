@@ -223,7 +223,9 @@ fn snooze_of<E: 'static>(error: &E) -> Option<&Snooze> {
         return Some(snooze);
     }
     if let Some(error) = any.downcast_ref::<anyhow::Error>() {
-        return error.chain().find_map(|cause| cause.downcast_ref::<Snooze>());
+        return error
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<Snooze>());
     }
     if let Some(error) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
         return error.downcast_ref::<Snooze>();
@@ -301,7 +303,10 @@ mod tests {
         assert_eq!(failure.snooze_delay(), Some(Duration::from_secs(30)));
         assert_eq!(failure.message, "snoozed for 30s: 429");
         let anyhow: anyhow::Result<()> = Err(anyhow::Error::new(snooze()).context("crm"));
-        assert_eq!(anyhow.into_outcome().unwrap_err().kind, FailureKind::Snoozed);
+        assert_eq!(
+            anyhow.into_outcome().unwrap_err().kind,
+            FailureKind::Snoozed
+        );
         let boxed: Result<(), Box<dyn std::error::Error + Send + Sync>> = Err(Box::new(snooze()));
         assert_eq!(boxed.into_outcome().unwrap_err().kind, FailureKind::Snoozed);
         assert!(!FailureKind::Snoozed.is_retryable());

@@ -438,6 +438,23 @@ pub struct Pause {
     pub paused_at: i64,
 }
 
+/// The limits of a queue set while the service runs ([`Runtime::set_queue_limits`](crate::Runtime::set_queue_limits)),
+/// which override the builder's on every instance; `None`: the builder's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
+pub struct QueuePolicy {
+    /// The queue.
+    pub queue: String,
+    /// Requests of the queue running at once over every instance.
+    pub concurrency: Option<i64>,
+    /// Requests of the queue running at once on each instance.
+    pub per_instance: Option<i64>,
+    /// Who set them last, if anyone did.
+    pub changed_by: Option<String>,
+    /// When (unix ms).
+    pub changed_at: Option<i64>,
+}
+
 /// One operator action, as the audit trail keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "console", derive(utoipa::ToSchema))]

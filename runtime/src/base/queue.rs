@@ -78,113 +78,136 @@ pub(crate) const MAX_QUEUE_LIMIT: u32 = 100_000;
 /// checked by [`QueuePlan::new`]).
 pub(crate) fn validate(queues: &BTreeMap<String, QueueLimits>) -> Result<()> {
     for (name, limits) in queues {
-        let fail = |reason: String| {
-            Err(Error::Config {
-                setting: "queue",
-                reason,
-            })
-        };
-        if name.trim().is_empty() {
-            return fail("a queue's name must not be empty".into());
-        }
-        if !limits.is_limited() {
-            return fail(format!(
-                "queue {name:?} has no limit; give QueueLimits::new().concurrency(n) or \
-                 .per_instance(n), or leave the queue out"
-            ));
-        }
-        for (what, limit) in [
-            ("concurrency", limits.concurrency),
-            ("per_instance", limits.per_instance),
-        ] {
-            if let Some(n) = limit {
-                if n == 0 || n > MAX_QUEUE_LIMIT {
-                    return fail(format!(
-                        "queue {name:?}: {what} must be between 1 and {MAX_QUEUE_LIMIT}, not {n} \
-                         (to stop a queue for a while, pause its executors)"
-                    ));
-                }
+        check(name, limits, true)?;
+    }
+    Ok(())
+}
+
+/// Checks one queue's limits: each within 1 to [`MAX_QUEUE_LIMIT`]; at least one unless
+/// `none_is_error` is false (limits set while running may clear both).
+pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Result<()> {
+    let fail = |reason: String| {
+        Err(Error::Config {
+            setting: "queue",
+            reason,
+        })
+    };
+    if name.trim().is_empty() {
+        return fail("a queue's name must not be empty".into());
+    }
+    if none_is_error && !limits.is_limited() {
+        return fail(format!(
+            "queue {name:?} has no limit; give QueueLimits::new().concurrency(n) or \
+             .per_instance(n), or leave the queue out"
+        ));
+    }
+    for (what, limit) in [
+        ("concurrency", limits.concurrency),
+        ("per_instance", limits.per_instance),
+    ] {
+        if let Some(n) = limit {
+            if n == 0 || n > MAX_QUEUE_LIMIT {
+                return fail(format!(
+                    "queue {name:?}: {what} must be between 1 and {MAX_QUEUE_LIMIT}, not {n} \
+                     (to stop a queue for a while, pause its executors)"
+                ));
             }
         }
     }
     Ok(())
 }
 
-/// One queue with limits and the executors in it.
+/// One queue and the executors in it, with the builder's limits (the queue's row in
+/// the store may override them while the service runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LimitedQueue {
+pub(crate) struct NamedQueue {
     pub(crate) name: String,
     pub(crate) executors: Vec<&'static str>,
     pub(crate) limits: QueueLimits,
 }
 
-/// Which executors claims may take freely, and which only through their queue's limits.
+/// Which executors claims may take freely, and which only through their queue's claim.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueuePlan {
-    /// Executors of no limited queue: claimed by id after commit and by the sweeps.
+    /// Executors in no queue: claimed by id after commit and by the sweeps.
     unlimited: Vec<&'static str>,
-    /// Queues with limits: claimed only by the producer, one queue at a time.
-    limited: Vec<LimitedQueue>,
+    /// Every queue an executor names: claimed only by the producer, one queue at a time,
+    /// within the limits in effect (the builder's, or those set while running).
+    queues: Vec<NamedQueue>,
 }
 
 impl QueuePlan {
-    /// The plan for `defs` under the builder's `queues`. A limited queue that no executor
-    /// names is an error (a typo would otherwise leave a queue unlimited).
+    /// The plan for `defs` under the builder's `queues`. Limits for a queue that no
+    /// executor names are an error (a typo would otherwise leave a queue unlimited).
     pub(crate) fn new(
         defs: &[&'static ExecutorDef],
-        queues: &BTreeMap<String, QueueLimits>,
+        limits: &BTreeMap<String, QueueLimits>,
     ) -> Result<Self> {
-        let mut plan = QueuePlan::default();
-        for (name, limits) in queues {
-            let executors: Vec<&'static str> = defs
-                .iter()
-                .filter(|d| d.queue == Some(name.as_str()))
-                .map(|d| d.name)
-                .collect();
-            if executors.is_empty() {
-                let mut named: Vec<&str> = defs.iter().filter_map(|d| d.queue).collect();
-                named.sort_unstable();
-                named.dedup();
-                return Err(Error::Config {
-                    setting: "queue",
-                    reason: format!(
-                        "no executor names queue {name:?} (in #[async_exec(queue = \"...\")]); \
-                         the queues the executors name: {}",
-                        if named.is_empty() {
-                            "none".to_string()
-                        } else {
-                            named.join(", ")
-                        }
-                    ),
-                });
-            }
-            plan.limited.push(LimitedQueue {
-                name: name.clone(),
-                executors,
-                limits: *limits,
+        let mut named: Vec<&'static str> = defs.iter().filter_map(|d| d.queue).collect();
+        named.sort_unstable();
+        named.dedup();
+        if let Some(unknown) = limits.keys().find(|l| !named.contains(&l.as_str())) {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "no executor names queue {unknown:?} (in #[async_exec(queue = \"...\")]); \
+                     the queues the executors name: {}",
+                    if named.is_empty() {
+                        "none".to_string()
+                    } else {
+                        named.join(", ")
+                    }
+                ),
             });
         }
-        plan.unlimited = defs
+        let queues = named
             .iter()
-            .filter(|d| !plan.limited.iter().any(|q| q.executors.contains(&d.name)))
+            .map(|&name| NamedQueue {
+                name: name.to_string(),
+                executors: defs
+                    .iter()
+                    .filter(|d| d.queue == Some(name))
+                    .map(|d| d.name)
+                    .collect(),
+                limits: limits.get(name).copied().unwrap_or_default(),
+            })
+            .collect();
+        let unlimited = defs
+            .iter()
+            .filter(|d| d.queue.is_none())
             .map(|d| d.name)
             .collect();
-        Ok(plan)
+        Ok(QueuePlan { unlimited, queues })
     }
 
-    /// The executors that claims may take without a queue's limits.
+    /// The executors in no queue.
     pub(crate) fn unlimited(&self) -> &[&'static str] {
         &self.unlimited
     }
 
-    /// The queues with limits.
-    pub(crate) fn limited(&self) -> &[LimitedQueue] {
-        &self.limited
+    /// Every queue an executor names.
+    pub(crate) fn queues(&self) -> &[NamedQueue] {
+        &self.queues
     }
 
-    /// Whether `executor`'s requests are held to a queue's limits.
-    pub(crate) fn is_limited(&self, executor: &str) -> bool {
-        !self.limited.is_empty() && self.limited.iter().any(|q| q.executors.contains(&executor))
+    /// Whether `executor`'s requests are claimed only through its queue.
+    pub(crate) fn is_queued(&self, executor: &str) -> bool {
+        !self.queues.is_empty() && self.queues.iter().any(|q| q.executors.contains(&executor))
+    }
+
+    /// Whether some executor names `queue`.
+    pub(crate) fn has(&self, queue: &str) -> bool {
+        self.queues.iter().any(|q| q.name == queue)
+    }
+
+    /// The queues' names, for messages.
+    pub(crate) fn names(&self) -> String {
+        let names: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
     }
 }
 

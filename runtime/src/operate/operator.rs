@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::base::query::{AuditEntry, DepthSample, ExecutorCount, MinuteStat, Pause};
 use crate::runtime::Runtime;
 use crate::store::ops::minute_of;
@@ -63,6 +63,81 @@ impl Runtime {
             .await?;
         self.control_part().refresh_pauses().await?;
         Ok(was)
+    }
+
+    /// Sets the limits of `queue` on every instance of the application, overriding the
+    /// builder's ([`Builder::queue`](crate::Builder::queue)) from the next claim of the
+    /// queue on (claims read them under the queue's lock): `QueueLimits::new()` with
+    /// neither limit clears the override (the builder's apply again). Written to the audit
+    /// trail as `queue-limits` by `actor`. Refused for a queue that no executor names (of
+    /// this binary, or of a service that started on this database), and for limits of 0
+    /// or above 100,000.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// use async_exec::QueueLimits;
+    /// // The gateway is struggling: one charge at a time, everywhere, now.
+    /// rt.set_queue_limits("payments", QueueLimits::new().concurrency(1), "alice").await?;
+    /// // Back to what the service was started with.
+    /// rt.set_queue_limits("payments", QueueLimits::new(), "alice").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_queue_limits(
+        &self,
+        queue: &str,
+        limits: crate::QueueLimits,
+        actor: &str,
+    ) -> Result<()> {
+        crate::base::queue::check(queue, &limits, false)?;
+        let plan = self.inner.claimer.queue_plan();
+        let ops = self.inner.store.ops();
+        // A tool without the service's executors (the CLI) knows the queues that some
+        // instance's executors name (each has a row, made at start).
+        if !plan.has(queue) {
+            let stored = ops.queue_policy_list(&self.inner.app).await?;
+            if !stored.iter().any(|p| p.queue == queue) {
+                let claimed: Vec<&str> = stored.iter().map(|p| p.queue.as_str()).collect();
+                return Err(Error::Config {
+                    setting: "queue",
+                    reason: format!(
+                        "no executor names queue {queue:?}; the queues the executors name: \
+                         {}; the queues the services' executors name: {}",
+                        plan.names(),
+                        if claimed.is_empty() {
+                            "none".to_string()
+                        } else {
+                            claimed.join(", ")
+                        }
+                    ),
+                });
+            }
+        }
+        let now = self.inner.now_ms();
+        let values = (
+            limits.concurrency_limit().map(i64::from),
+            limits.per_instance_limit().map(i64::from),
+        );
+        ops.queue_policy_set(&self.inner.app, queue, values, actor, now)
+            .await?;
+        let target = serde_json::json!({
+            "queue": queue,
+            "concurrency": values.0,
+            "per_instance": values.1,
+        })
+        .to_string();
+        self.audit(&self.inner.app, actor, "queue-limits", target, 0)
+            .await
+    }
+
+    /// The application's queues (named by the executors of a service that started on
+    /// this database) and the limits set while running
+    /// ([`set_queue_limits`](Runtime::set_queue_limits)).
+    pub async fn queue_policies(&self) -> Result<Vec<crate::QueuePolicy>> {
+        self.inner
+            .store
+            .ops()
+            .queue_policy_list(&self.inner.app)
+            .await
     }
 
     /// The executors of this application whose claims are paused.

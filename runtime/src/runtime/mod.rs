@@ -173,6 +173,16 @@ impl Runtime {
         if settings.migrate {
             store.migrate().await?;
         }
+        if settings.enabled {
+            // Every queue this binary's executors name has its row, for tools without
+            // the executors (the CLI) to find and to set limits on.
+            for queue in queues.queues() {
+                store
+                    .ops()
+                    .queue_register(&settings.application_name, &queue.name)
+                    .await?;
+            }
+        }
         let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
         let listeners = crate::operate::listeners::Notifier::start(
             listeners,

@@ -21,11 +21,11 @@ pub(crate) enum DueKind {
 
 /// The limits a claim of one queue's records keeps: it takes no more than the slots
 /// left, counting the queue's `running` records of the application (all, and this
-/// instance's), serialized with other claims of the queue.
+/// instance's), serialized with other claims of the queue. The limits here are the
+/// builder's; the queue's row in `async_queue` overrides them where it sets them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueCap<'a> {
-    /// The queue's name (its lock row in `async_queue`; SQLite takes no lock).
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    /// The queue's name (its row in `async_queue`: locked, and read for its limits).
     pub(crate) name: &'a str,
     /// Running at once over every instance.
     pub(crate) concurrency: Option<i64>,
@@ -34,6 +34,26 @@ pub(crate) struct QueueCap<'a> {
 }
 
 impl QueueCap<'_> {
+    /// The limits in effect: the queue row's where it sets them (changed while running),
+    /// else the builder's.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    pub(crate) fn with_policy(
+        self,
+        (concurrency, per_instance): (Option<i64>, Option<i64>),
+    ) -> Self {
+        QueueCap {
+            concurrency: concurrency.or(self.concurrency),
+            per_instance: per_instance.or(self.per_instance),
+            ..self
+        }
+    }
+
+    /// Whether any limit holds (else a claim counts nothing).
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    pub(crate) fn is_limited(&self) -> bool {
+        self.concurrency.is_some() || self.per_instance.is_some()
+    }
+
     // SQLite counts in the claiming statement.
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     /// The slots left given the running records of the queue (`all`) and of this

@@ -11,7 +11,7 @@ use super::sql::{Bind, Cells, Col, Dialect, Sql, SqlRunner, Txn};
 use crate::base::error::Result;
 use crate::base::query::{
     Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
-    RequestQuery, StatDelta,
+    QueuePolicy, RequestQuery, StatDelta,
 };
 use crate::base::record::Status;
 
@@ -344,6 +344,83 @@ pub(crate) trait OpsStore: SqlRunner {
                     executor: row.text()?,
                     paused_by: row.text()?,
                     paused_at: row.int()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Sets the limits of `queue` that override the builder's (`None`: the builder's).
+    async fn queue_policy_set(
+        &self,
+        application: &str,
+        queue: &str,
+        (concurrency, per_instance): (Option<i64>, Option<i64>),
+        by: &str,
+        now: i64,
+    ) -> Result<()> {
+        let mut s = self.sql(
+            "INSERT INTO async_queue \
+             (application_name, name, concurrency, per_instance, changed_by, changed_at) VALUES (",
+        );
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(queue)
+            .push(", ");
+        for limit in [concurrency, per_instance] {
+            match limit {
+                Some(n) => s.bind_int(n),
+                None => s.push("NULL"),
+            };
+            s.push(", ");
+        }
+        s.bind_text(by).push(", ").bind_int(now).push(")");
+        let upsert = self.dialect().upsert(
+            "async_queue",
+            "application_name, name",
+            &[],
+            &["concurrency", "per_instance", "changed_by", "changed_at"],
+        );
+        s.push(&upsert);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// Makes the row of `queue` (its limits the builder's) unless it has one.
+    async fn queue_register(&self, application: &str, queue: &str) -> Result<()> {
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_queue (application_name, name) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(queue)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// The queues of `application` that have a row: named by a service's executors, or
+    /// given limits.
+    async fn queue_policy_list(&self, application: &str) -> Result<Vec<QueuePolicy>> {
+        let mut s = self.sql(&format!(
+            "SELECT name, {}, {}, changed_by, changed_at FROM async_queue \
+             WHERE application_name = ",
+            self.dialect().int64("concurrency"),
+            self.dialect().int64("per_instance"),
+        ));
+        s.bind_text(application).push(" ORDER BY name");
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Text, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(QueuePolicy {
+                    queue: row.text()?,
+                    concurrency: row.opt_int()?,
+                    per_instance: row.opt_int()?,
+                    changed_by: row.opt_text()?,
+                    changed_at: row.opt_int()?,
                 })
             })
             .collect()

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::error::Result;
-use crate::base::queue::{LimitedQueue, QueuePlan};
+use crate::base::queue::{NamedQueue, QueuePlan};
 use crate::base::record::{Claimed, ClaimedId, RequestId};
 use crate::base::registry::{ExecutorDef, Registry};
 use crate::base::settings::Settings;
@@ -151,7 +151,7 @@ impl Claimer {
 
     /// Claims up to `limit` due records of `queue` for this instance, within the queue's
     /// limits (counted in the store, so that they hold across instances).
-    pub(crate) async fn claim_queue(&self, queue: &LimitedQueue, limit: i64) -> Result<Vec<Job>> {
+    pub(crate) async fn claim_queue(&self, queue: &NamedQueue, limit: i64) -> Result<Vec<Job>> {
         let executors = self.control.claimable(&queue.executors);
         let cap = QueueCap {
             name: &queue.name,
@@ -163,13 +163,18 @@ impl Claimer {
     }
 
     /// The queues whose records only [`claim_queue`](Self::claim_queue) claims.
-    pub(crate) fn limited_queues(&self) -> &[LimitedQueue] {
-        self.queues.limited()
+    pub(crate) fn queues(&self) -> &[NamedQueue] {
+        self.queues.queues()
+    }
+
+    /// Which executors are claimed through their queue.
+    pub(crate) fn queue_plan(&self) -> &QueuePlan {
+        &self.queues
     }
 
     /// Whether `executor`'s records are claimed only through its queue's limits.
-    pub(crate) fn is_limited(&self, executor: &str) -> bool {
-        self.queues.is_limited(executor)
+    pub(crate) fn is_queued(&self, executor: &str) -> bool {
+        self.queues.is_queued(executor)
     }
 
     async fn claim(

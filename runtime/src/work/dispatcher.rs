@@ -309,7 +309,7 @@ impl Producer {
             .iter()
             .filter(|j| !self.claimer.is_paused(j.def.name)) // left `init` until resumed
             // Left `init` for a claim of their queue, within its limits.
-            .filter(|j| !self.claimer.is_limited(j.def.name))
+            .filter(|j| !self.claimer.is_queued(j.def.name))
             .filter_map(|j| j.record.as_ref().map(|r| r.id))
             .collect();
         let claimed = if ids.is_empty() {
@@ -337,7 +337,7 @@ impl Producer {
         for mut job in batch {
             let max_attempts = self.claimer.max_attempts_of(job.def) as i32;
             if let Some(record) = &mut job.record {
-                if self.claimer.is_limited(job.def.name) {
+                if self.claimer.is_queued(job.def.name) {
                     self.queues_waiting.store(true, Ordering::Release);
                     continue;
                 }
@@ -430,7 +430,7 @@ impl Producer {
     /// counts what runs of it everywhere), and starts them: claim after claim until the
     /// queue gives none (it is empty, or its slots are taken) or no worker is free.
     async fn claim_queues(&self) {
-        let queues = self.claimer.limited_queues();
+        let queues = self.claimer.queues();
         if queues.is_empty() {
             return;
         }
@@ -481,7 +481,7 @@ impl Producer {
     /// of them may have records waiting, or this instance holds records of them (whose
     /// outcomes free their slots).
     fn queues_armed(&self) -> bool {
-        if self.claimer.limited_queues().is_empty() {
+        if self.claimer.queues().is_empty() {
             return false;
         }
         if self.queues_waiting.load(Ordering::Acquire) {

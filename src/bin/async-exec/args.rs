@@ -78,6 +78,20 @@ pub(crate) enum Command {
         /// The executor's full name, as `list` shows it.
         executor: String,
     },
+    /// The queues the services' executors name, with the limits set while running.
+    Queues,
+    /// Set the limits of a queue on every instance, overriding the service's builder
+    /// (neither option: clear them, the builder's apply again).
+    QueueLimits {
+        /// The queue, as the executors' `queue = "..."` names it.
+        queue: String,
+        /// Requests of the queue running at once over every instance.
+        #[arg(long)]
+        concurrency: Option<u32>,
+        /// Requests of the queue running at once on each instance.
+        #[arg(long)]
+        per_instance: Option<u32>,
+    },
     /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
     /// logs of requests that are gone, older than --older-than, in batches.
     Purge(PurgeArgs),

@@ -402,6 +402,64 @@ pub(crate) async fn pause(rt: &Runtime, executor: &str, pause: bool) -> Result<P
     Ok(Printed::ok(json, human))
 }
 
+/// `queues`: the queues the services' executors name, and their limits set while running.
+pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
+    let policies = rt.queue_policies().await?;
+    let limit = |n: Option<i64>| n.map_or("builder's".to_string(), |n| n.to_string());
+    let rows: Vec<Vec<String>> = policies
+        .iter()
+        .map(|p| {
+            vec![
+                safe(&p.queue),
+                limit(p.concurrency),
+                limit(p.per_instance),
+                p.changed_by.as_deref().map_or(String::new(), safe),
+            ]
+        })
+        .collect();
+    let human = if rows.is_empty() {
+        "no service with queues has started on this database\n".to_string()
+    } else {
+        crate::render::table(
+            &["QUEUE", "CONCURRENCY", "PER INSTANCE", "CHANGED BY"],
+            &rows,
+        )
+    };
+    Ok(Printed::ok(json!({ "queues": policies }), human))
+}
+
+/// `queue-limits QUEUE [--concurrency N] [--per-instance N]`, audited as `cli:<os user>`.
+pub(crate) async fn queue_limits(
+    rt: &Runtime,
+    queue: &str,
+    concurrency: Option<u32>,
+    per_instance: Option<u32>,
+) -> Result<Printed, Failure> {
+    let actor = crate::operator::actor();
+    let mut limits = async_exec::QueueLimits::new();
+    if let Some(n) = concurrency {
+        limits = limits.concurrency(n);
+    }
+    if let Some(n) = per_instance {
+        limits = limits.per_instance(n);
+    }
+    rt.set_queue_limits(queue, limits, &actor).await?;
+    let human = match (concurrency, per_instance) {
+        (None, None) => format!("{}: the service's limits apply again\n", safe(queue)),
+        _ => format!(
+            "{}: at most {} at once, {} on each instance, from the next claim\n",
+            safe(queue),
+            concurrency.map_or("the service's".to_string(), |n| n.to_string()),
+            per_instance.map_or("the service's".to_string(), |n| n.to_string()),
+        ),
+    };
+    Ok(Printed::ok(
+        json!({ "action": "queue-limits", "queue": queue, "concurrency": concurrency,
+                "per_instance": per_instance }),
+        human,
+    ))
+}
+
 /// `purge`: finished records and orphaned attempt logs, in batches.
 pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure> {
     let report = rt

@@ -1,7 +1,7 @@
 //! `async-exec`: the operators' command-line tool. Looks at and acts on the requests of
 //! an application through the runtime's public API, on any backend, without running
 //! anything itself: `migrate`, `stats`, `list`, `show`, `retry`, `cancel`, `delete`,
-//! `pause`, `resume`, `purge`. Its actions are written to the audit trail that the
+//! `pause`, `resume`, `queues`, `queue-limits`, `purge`. Its actions are written to the audit trail that the
 //! console shows, as done by `cli:<os user>`. Human tables by default, one JSON document with `--json`.
 //!
 //! Exit status: 0 done, 1 failed (the reason on stderr, with what to do), 2 usage.
@@ -115,6 +115,12 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         Command::Delete { ids } => commands::act(&rt, Action::Delete, &ids).await,
         Command::Pause { executor } => commands::pause(&rt, &executor, true).await,
         Command::Resume { executor } => commands::pause(&rt, &executor, false).await,
+        Command::Queues => commands::queues(&rt).await,
+        Command::QueueLimits {
+            queue,
+            concurrency,
+            per_instance,
+        } => commands::queue_limits(&rt, &queue, concurrency, per_instance).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
     };
     let stopped = rt.shutdown().await;

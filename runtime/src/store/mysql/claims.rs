@@ -33,28 +33,33 @@ async fn mark_claimed(
 }
 
 /// Locks the queue's row (made on first use) until the transaction ends: claims of one
-/// queue wait for each other; nothing else takes the lock.
-async fn lock_queue(conn: &mut MySqlConnection, application: &str, queue: &str) -> Result<()> {
-    const LOCK: &str =
-        "SELECT 1 FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
-    let locked: Option<i32> = sqlx::query_scalar(LOCK)
+/// queue wait for each other; nothing else takes the lock. Returns the row's limits
+/// (set while running; `None` keeps the builder's).
+async fn lock_queue(
+    conn: &mut MySqlConnection,
+    application: &str,
+    queue: &str,
+) -> Result<(Option<i64>, Option<i64>)> {
+    const LOCK: &str = "SELECT CAST(concurrency AS SIGNED), CAST(per_instance AS SIGNED) \
+         FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
+    let locked: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_optional(&mut *conn)
         .await?;
-    if locked.is_none() {
-        sqlx::query("INSERT IGNORE INTO async_queue (application_name, name) VALUES (?, ?)")
-            .bind(application)
-            .bind(queue)
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query_scalar::<_, i32>(LOCK)
-            .bind(application)
-            .bind(queue)
-            .fetch_one(&mut *conn)
-            .await?;
+    if let Some(policy) = locked {
+        return Ok(policy);
     }
-    Ok(())
+    sqlx::query("INSERT IGNORE INTO async_queue (application_name, name) VALUES (?, ?)")
+        .bind(application)
+        .bind(queue)
+        .execute(&mut *conn)
+        .await?;
+    Ok(sqlx::query_as(LOCK)
+        .bind(application)
+        .bind(queue)
+        .fetch_one(&mut *conn)
+        .await?)
 }
 
 impl MySqlStore {
@@ -122,20 +127,23 @@ impl MySqlStore {
         if let Some(cap) = p.cap {
             // Claims of one queue take turns on its row; the count that follows (READ
             // COMMITTED) sees every claim committed before this one got the lock.
-            lock_queue(&mut tx, p.application, cap.name).await?;
-            let sql = format!(
-                "SELECT COUNT(*), CAST(COALESCE(SUM(lease_owner = ?), 0) AS SIGNED) \
-                 FROM async_req WHERE application_name = ? AND status = 'running' \
-                 AND executor IN ({})",
-                marks(p.executors.len())
-            );
-            let query = sqlx::query(&sql).bind(p.owner).bind(p.application);
-            let row = bind_list(query, p.executors).fetch_one(&mut *tx).await?;
-            let (all, mine): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-            limit = cap.slots(p.limit, all, mine);
-            if limit <= 0 {
-                tx.commit().await?;
-                return Ok(Vec::new());
+            let policy = lock_queue(&mut tx, p.application, cap.name).await?;
+            let cap = cap.with_policy(policy);
+            if cap.is_limited() {
+                let sql = format!(
+                    "SELECT COUNT(*), CAST(COALESCE(SUM(lease_owner = ?), 0) AS SIGNED) \
+                     FROM async_req WHERE application_name = ? AND status = 'running' \
+                     AND executor IN ({})",
+                    marks(p.executors.len())
+                );
+                let query = sqlx::query(&sql).bind(p.owner).bind(p.application);
+                let row = bind_list(query, p.executors).fetch_one(&mut *tx).await?;
+                let (all, mine): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+                limit = cap.slots(p.limit, all, mine);
+                if limit <= 0 {
+                    tx.commit().await?;
+                    return Ok(Vec::new());
+                }
             }
         }
         // First the candidates, by a plain read that locks nothing: a locking read of the

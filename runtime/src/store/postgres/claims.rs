@@ -24,17 +24,22 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
         }
         Some(cap) => {
             let mut tx = crate::store::begin::begin_whole(pool, None).await?;
-            lock_queue(&mut tx, p.application, cap.name).await?;
-            let (all, mine): (i64, i64) = sqlx::query_as(
-                "SELECT COUNT(*), COUNT(*) FILTER (WHERE lease_owner = $3) FROM async_req \
-                 WHERE application_name = $1 AND status = 'running' AND executor = ANY($2)",
-            )
-            .bind(p.application)
-            .bind(p.executors)
-            .bind(p.owner)
-            .fetch_one(&mut *tx)
-            .await?;
-            let slots = cap.slots(p.limit, all, mine);
+            let policy = lock_queue(&mut tx, p.application, cap.name).await?;
+            let cap = cap.with_policy(policy);
+            let slots = if cap.is_limited() {
+                let (all, mine): (i64, i64) = sqlx::query_as(
+                    "SELECT COUNT(*), COUNT(*) FILTER (WHERE lease_owner = $3) FROM async_req \
+                     WHERE application_name = $1 AND status = 'running' AND executor = ANY($2)",
+                )
+                .bind(p.application)
+                .bind(p.executors)
+                .bind(p.owner)
+                .fetch_one(&mut *tx)
+                .await?;
+                cap.slots(p.limit, all, mine)
+            } else {
+                p.limit
+            };
             let rows = if slots > 0 {
                 let sql = claim_sql(p);
                 bind_claim(&sql, p, slots).fetch_all(&mut *tx).await?
@@ -49,31 +54,36 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
 }
 
 /// Locks the queue's row (made on first use) until the transaction ends: claims of one
-/// queue wait for each other; nothing else takes the lock.
-async fn lock_queue(conn: &mut PgConnection, application: &str, queue: &str) -> Result<()> {
-    const LOCK: &str =
-        "SELECT 1 FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
-    let locked: Option<i32> = sqlx::query_scalar(LOCK)
+/// queue wait for each other; nothing else takes the lock. Returns the row's limits
+/// (set while running; `None` keeps the builder's).
+async fn lock_queue(
+    conn: &mut PgConnection,
+    application: &str,
+    queue: &str,
+) -> Result<(Option<i64>, Option<i64>)> {
+    const LOCK: &str = "SELECT CAST(concurrency AS BIGINT), CAST(per_instance AS BIGINT) \
+         FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
+    let locked: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_optional(&mut *conn)
         .await?;
-    if locked.is_none() {
-        sqlx::query(
-            "INSERT INTO async_queue (application_name, name) VALUES ($1, $2) \
-             ON CONFLICT DO NOTHING",
-        )
+    if let Some(policy) = locked {
+        return Ok(policy);
+    }
+    sqlx::query(
+        "INSERT INTO async_queue (application_name, name) VALUES ($1, $2) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(application)
+    .bind(queue)
+    .execute(&mut *conn)
+    .await?;
+    Ok(sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query_scalar::<_, i32>(LOCK)
-            .bind(application)
-            .bind(queue)
-            .fetch_one(&mut *conn)
-            .await?;
-    }
-    Ok(())
+        .fetch_one(&mut *conn)
+        .await?)
 }
 
 /// The claim's statement: `$1` owner, `$2` lease, `$3` now, `$4` application, `$5` how

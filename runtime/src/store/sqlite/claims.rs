@@ -72,7 +72,9 @@ pub(super) async fn claim_due(
         DueKind::Ready => (format!("(run_at <= {DB_NOW} - ?5)"), 0),
     };
     // A queue's claim counts its running records in the statement that claims: the
-    // statement holds SQLite's write lock, so no other claim counts in between.
+    // statement holds SQLite's write lock, so no other claim counts in between. Each
+    // limit is the queue row's (set while running) or else the builder's; none, no bound.
+    let queue_mark = 7 + executor_count(p.executors.len()) + usize::from(!p.skip.is_empty());
     let limit = match p.cap {
         None => "?6".to_string(),
         Some(cap) => {
@@ -83,17 +85,20 @@ pub(super) async fn claim_due(
                     executors = executor_marks(p.executors.len()),
                 )
             };
-            let mut bounds = vec!["?6".to_string()];
-            if let Some(n) = cap.concurrency {
-                bounds.push(format!("{n} - {}", running("")));
-            }
-            if let Some(n) = cap.per_instance {
-                bounds.push(format!("{n} - {}", running(" AND lease_owner = ?1")));
-            }
-            match bounds.len() {
-                1 => "?6".to_string(),
-                _ => format!("MAX(0, MIN({}))", bounds.join(", ")),
-            }
+            let bound = |column: &str, configured: Option<i64>, mine: &str| {
+                let configured = configured.map_or("NULL".to_string(), |n| n.to_string());
+                format!(
+                    "COALESCE(COALESCE((SELECT {column} FROM async_queue \
+                     WHERE application_name = ?4 AND name = ?{queue_mark}), {configured}) \
+                     - {}, ?6)",
+                    running(mine)
+                )
+            };
+            format!(
+                "MAX(0, MIN(?6, {}, {}))",
+                bound("concurrency", cap.concurrency, ""),
+                bound("per_instance", cap.per_instance, " AND lease_owner = ?1")
+            )
         }
     };
     let sql = format!(
@@ -129,6 +134,9 @@ pub(super) async fn claim_due(
     }
     if !p.skip.is_empty() {
         query = query.bind(json_list(p.skip));
+    }
+    if let Some(cap) = p.cap {
+        query = query.bind(cap.name);
     }
     Ok(query.fetch_all(&mut *conn).await?)
 }
