@@ -64,12 +64,16 @@ pub struct Snooze {
     reason: String,
 }
 
+/// The longest snooze: a year, as the longest setting (a longer one is a mistake, and
+/// would overflow the millisecond times the records hold).
+const MAX_SNOOZE: Duration = Duration::from_secs(366 * 24 * 3600);
+
 impl Snooze {
     /// Run again after `delay` (at most a year), for `reason` (shown as the request's
     /// last error while it waits).
     pub fn new(delay: Duration, reason: impl Into<String>) -> Self {
         Snooze {
-            delay: delay.min(crate::base::settings::MAX_DURATION),
+            delay: delay.min(MAX_SNOOZE),
             reason: reason.into(),
         }
     }
@@ -311,6 +315,6 @@ mod tests {
         assert_eq!(boxed.into_outcome().unwrap_err().kind, FailureKind::Snoozed);
         assert!(!FailureKind::Snoozed.is_retryable());
         let long = Snooze::new(Duration::MAX, "x");
-        assert_eq!(long.delay(), crate::base::settings::MAX_DURATION);
+        assert_eq!(long.delay(), MAX_SNOOZE);
     }
 }
