@@ -67,7 +67,7 @@ pub use base::query::{
     Pause, QueuePolicy, RequestQuery,
 };
 pub use base::queue::QueueLimits;
-pub use base::record::{AttemptLog, Request, RequestId, Status};
+pub use base::record::{AttemptLog, Progress, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
 #[doc(hidden)]

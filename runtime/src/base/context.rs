@@ -1,6 +1,32 @@
 //! `Context`: what an executor body may know about the execution it is part of.
 
+use std::sync::Arc;
+
 use crate::base::record::RequestId;
+
+/// Where stored executions' progress goes: one per executor, shared by every context
+/// (an `Arc` clone per job, no allocation).
+pub(crate) trait ProgressSink: Send + Sync {
+    /// Records `done` of `total` for attempt `attempt` of record `id`, unless one was
+    /// written for it less than a second ago (`done >= total` is always written).
+    fn report(
+        &self,
+        id: RequestId,
+        attempt: u32,
+        done: u64,
+        total: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
+
+/// A [`ProgressSink`], shared by the clones of a [`Context`].
+#[derive(Clone)]
+pub(crate) struct ProgressTo(pub(crate) Arc<dyn ProgressSink>);
+
+impl std::fmt::Debug for ProgressTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressTo(..)")
+    }
+}
 
 /// Facts about the current execution, injected into a body that declares a `Context`
 /// parameter. Use [`Context::request_id`] to make side effects idempotent: a request may
@@ -24,6 +50,8 @@ pub struct Context {
     pub(crate) executor: &'static str,
     pub(crate) baggage: Vec<(String, String)>,
     pub(crate) lease_lost: tokio_util::sync::CancellationToken,
+    /// Where [`Context::progress`] writes; `None` for an execution without a record.
+    pub(crate) progress: Option<ProgressTo>,
 }
 
 impl Context {
@@ -50,6 +78,31 @@ impl Context {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Reports how far the body got: `done` of `total`, in its own units (rows, files,
+    /// pages). Shown by `rt.get` (`Request::progress`), the API, the CLI's `show` and the
+    /// console while the request runs. Written to the record at most once a second (the
+    /// last report, `done == total`, always), so call it as often as is convenient; a
+    /// write that fails is logged, never the body's error. Nothing is written for an
+    /// execution without a record.
+    ///
+    /// ```
+    /// # use async_exec::{async_exec, Context};
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn export(rows: Vec<i64>, ctx: Context) -> anyhow::Result<()> {
+    ///     let total = rows.len() as u64;
+    ///     for (i, row) in rows.iter().enumerate() {
+    ///         // ... export `row` ...
+    ///         ctx.progress(i as u64 + 1, total).await;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn progress(&self, done: u64, total: u64) {
+        if let (Some(sink), Some(id)) = (&self.progress, self.request_id) {
+            sink.0.report(id, self.attempt, done, total).await;
+        }
     }
 
     /// Whether this execution should stop: its record's lease could not be renewed (the

@@ -160,6 +160,29 @@ pub struct Request {
     pub create_time: i64,
     /// Last changed (unix milliseconds).
     pub update_time: i64,
+    /// What a running body last reported with [`Context::progress`](crate::Context::progress)
+    /// (kept after it finished, when the record is kept).
+    pub progress: Option<Progress>,
+}
+
+/// How far a body got: `done` of `total` (the body's own units: rows, files, pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
+pub struct Progress {
+    /// Done so far.
+    pub done: u64,
+    /// In all.
+    pub total: u64,
+}
+
+impl Progress {
+    /// From the two columns: both set, or no progress.
+    pub(crate) fn from_columns(done: Option<i64>, total: Option<i64>) -> Option<Progress> {
+        Some(Progress {
+            done: u64::try_from(done?).unwrap_or(0),
+            total: u64::try_from(total?).unwrap_or(0),
+        })
+    }
 }
 
 /// Text columns that hold JSON, serialized as the JSON value they hold (a text that is

@@ -62,7 +62,7 @@ pub(crate) use sweeps::{orphan_worker_prefix, PurgeBatch, Purged, RescueBatch, R
 pub(crate) const REQUEST_COLUMNS: &str =
     "id, application_name, executor, sign, strategy, status, exec_count, \
     max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time";
+    last_error, trace_json, create_time, update_time, progress_done, progress_total";
 
 /// What an instance announces of itself.
 #[derive(Debug, Clone)]

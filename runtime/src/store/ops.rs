@@ -385,6 +385,28 @@ pub(crate) trait OpsStore: SqlRunner {
         Ok(())
     }
 
+    /// Writes the progress a running body reported, while `owner` holds the record at
+    /// `attempt`; whether it was written.
+    async fn request_progress(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: i32,
+        (done, total): (i64, i64),
+    ) -> Result<bool> {
+        let mut s = self.sql("UPDATE async_req SET progress_done = ");
+        s.bind_int(done)
+            .push(", progress_total = ")
+            .bind_int(total)
+            .push(" WHERE id = ")
+            .bind_int(id)
+            .push(" AND status = 'running' AND lease_owner = ")
+            .bind_text(owner)
+            .push(" AND exec_count = ")
+            .bind_int(i64::from(attempt));
+        Ok(self.execute(&s).await? > 0)
+    }
+
     /// Makes the row of `queue` (its limits the builder's) unless it has one.
     async fn queue_register(&self, application: &str, queue: &str) -> Result<()> {
         let (insert, or_ignore) = self.dialect().insert_or_ignore();

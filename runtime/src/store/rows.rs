@@ -5,7 +5,7 @@ use std::str::FromStr;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 use crate::base::error::{Error, Result};
-use crate::base::record::{AttemptLog, Claimed, Request, Status};
+use crate::base::record::{AttemptLog, Claimed, Progress, Request, Status};
 
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =
@@ -44,6 +44,10 @@ where
         trace_json: row.try_get("trace_json")?,
         create_time: row.try_get("create_time")?,
         update_time: row.try_get("update_time")?,
+        progress: Progress::from_columns(
+            row.try_get("progress_done")?,
+            row.try_get("progress_total")?,
+        ),
     })
 }
 

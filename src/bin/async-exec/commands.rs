@@ -221,6 +221,9 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
     if let Some(trace) = &r.trace_json {
         fields.push(("baggage", safe(trace)));
     }
+    if let Some(p) = r.progress {
+        fields.push(("progress", progress_text(p)));
+    }
     let mut out = String::new();
     for (name, value) in fields {
         out.push_str(&format!("{name:<12}{value}\n"));
@@ -502,4 +505,12 @@ pub(crate) async fn purge(rt: &Runtime, a: PurgeArgs) -> Result<Printed, Failure
         }),
         human,
     ))
+}
+
+/// `40 of 120 (33%)`.
+fn progress_text(p: async_exec::Progress) -> String {
+    match (p.done, p.total) {
+        (_, 0) => format!("{} of 0", p.done),
+        (done, total) => format!("{done} of {total} ({}%)", done.saturating_mul(100) / total),
+    }
 }

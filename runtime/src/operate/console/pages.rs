@@ -323,6 +323,12 @@ pub(crate) async fn request_detail(
                 // Only a waiting request runs next; a finished one's run_at is history.
                 dt { "runs at" } dd id="request-run-at" { (time_el(r.run_at)) }
             }
+            @if let Some(p) = r.progress {
+                dt { "progress" } dd id="request-progress" {
+                    (p.done) " of " (p.total)
+                    @if p.total > 0 { " (" (p.done.saturating_mul(100) / p.total) "%)" }
+                }
+            }
             @if let Some(owner) = &r.lease_owner {
                 dt { "held by" } dd { (owner) " until " (time_el(r.lease_until.unwrap_or(0))) }
             }

@@ -7,7 +7,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use crate::base::error::{Error, Result};
-use crate::base::record::{AttemptLog, Claimed, Request, Status};
+use crate::base::record::{AttemptLog, Claimed, Progress, Request, Status};
 
 /// Text columns have a binary collation, which MySQL reports with the `BINARY` flag that
 /// sqlx reads as "not text": decode them without the type check (they hold UTF-8).
@@ -45,6 +45,10 @@ pub(super) fn request_from_row(row: &MySqlRow) -> Result<Request> {
         trace_json: opt_text(row, "trace_json")?,
         create_time: row.try_get("create_time")?,
         update_time: row.try_get("update_time")?,
+        progress: Progress::from_columns(
+            row.try_get("progress_done")?,
+            row.try_get("progress_total")?,
+        ),
     })
 }
 

@@ -7,6 +7,8 @@
 //! database's clock, the completer's sending end, the store (for failed in-memory calls),
 //! this instance's name, the [`ExecutorPool`] it runs in, and its [`ExecutorConfig`].
 
+mod progress;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,6 +128,8 @@ pub(crate) struct Executor {
     control: Arc<Control>,
     /// Opens the sealed (`#[secret]`) arguments before a body decodes them.
     secrets: crate::base::secret::Keyring,
+    /// Where stored bodies' `ctx.progress(..)` goes.
+    progress: crate::base::context::ProgressTo,
     config: ExecutorConfig,
 }
 
@@ -165,6 +169,10 @@ impl Executor {
             control,
             secrets,
         } = parts;
+        let progress = crate::base::context::ProgressTo(Arc::new(progress::ProgressWriter::new(
+            store.clone(),
+            owner.clone(),
+        )));
         Executor {
             pool,
             data,
@@ -175,6 +183,7 @@ impl Executor {
             owner,
             control,
             secrets,
+            progress,
             config,
         }
     }
@@ -342,6 +351,7 @@ impl Executor {
                 executor: def.name,
                 baggage: trace.baggage.clone(),
                 lease_lost,
+                progress: job.record.is_some().then(|| self.progress.clone()),
             },
             data: self.data.clone(),
         };
