@@ -86,17 +86,16 @@ impl SqlRunner for SqliteStore {
 impl SqliteStore {
     async fn read_then_write_once(
         &self,
-        txn: Txn,
+        _txn: Txn,
         read: Option<(&Sql, &[Col])>,
         change: &Change<'_>,
     ) -> Result<(Vec<Cells>, u64)> {
-        let mut tx = match txn {
-            // It reads, then writes: IMMEDIATE takes the write lock first (a deferred
-            // transaction would fail with SQLITE_BUSY_SNAPSHOT when another connection
-            // commits in between).
-            Txn::Batch => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Txn::Record => self.pool.begin().await?,
-        };
+        // It reads, then writes: IMMEDIATE takes the write lock first, for a batch and a
+        // record alike. A deferred transaction fails with SQLITE_BUSY ("database is
+        // locked", at once, whatever the busy timeout) when another connection commits
+        // between its read and its write: seen in CI, `rt.retry_now` while a restarted
+        // runtime wrote its presence.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let rows = match read {
             Some((sql, columns)) => bound(sql)
                 .fetch_all(&mut *tx)
@@ -119,6 +118,57 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Another connection commits between a record change's read and its write: the
+    /// change still succeeds (it failed with "database is locked" when a record's change
+    /// began deferred; seen failing before the fix).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_survives_a_commit_between_its_read_and_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::fixture::sqlite(&dir).await;
+        let store = store.as_any().downcast_ref::<SqliteStore>().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("fixture.db").display());
+        let read = store.sql("SELECT executor FROM async_pause");
+        let other_writes = move || {
+            let url = url.clone();
+            // The other connection, on a thread of its own, while this change waits.
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(async move {
+                        use sqlx::ConnectOptions;
+                        let options: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+                        let mut conn = options
+                            .busy_timeout(Duration::from_millis(200))
+                            .connect()
+                            .await
+                            .unwrap();
+                        // Waits for the change's write lock, then gives up: fine.
+                        let _ = sqlx::query(
+                            "INSERT INTO async_pause VALUES ('app', 'other', 'test', 1)",
+                        )
+                        .execute(&mut conn)
+                        .await;
+                    })
+            })
+            .join()
+            .unwrap();
+        };
+        let change = |_: &[Cells]| {
+            tokio::task::block_in_place(&other_writes);
+            let mut write = store.sql("INSERT INTO async_pause VALUES ('app', 'mine', 'test', ");
+            write.bind_int(2).push(")");
+            vec![write]
+        };
+        let (_, wrote) = store
+            .read_then_write(Txn::Record, Some((&read, &[Col::Text])), &change)
+            .await
+            .expect("a commit by another connection between the read and the write");
+        assert_eq!(wrote, 1);
+    }
     use crate::base::query::{PageSpec, RequestQuery};
     use crate::base::record::Status;
     use crate::store::page::PageSql;
