@@ -5,7 +5,9 @@
 //!     cargo run --all-features --example worker -- --url postgres://postgres@127.0.0.1/test --submit 3000
 //!
 //! Each execution is written to a table `worker_runs` (request id, instance, attempt, start
-//! and finish), so that a test can check what ran where, and when. The multi-process
+//! and finish), so that a test can check what ran where, and when. With `--queued`, the
+//! requests are of the queue `limited`, whose limits `--queue-concurrency` and
+//! `--queue-per-instance` set. The multi-process
 //! tests in `tests/instances.rs` start several of these and kill some.
 
 use std::time::Duration;
@@ -49,6 +51,18 @@ struct Args {
     /// Requests per submitting transaction.
     #[arg(long, default_value_t = 100)]
     batch: i64,
+    /// How often to look in the store for requests, ms (default: the backend's).
+    #[arg(long)]
+    poll_ms: Option<u64>,
+    /// Submit (with --submit) to `worker::record_queued`, of the queue `limited`.
+    #[arg(long)]
+    queued: bool,
+    /// At most this many requests of the queue `limited` at once, over every instance.
+    #[arg(long)]
+    queue_concurrency: Option<u32>,
+    /// At most this many requests of the queue `limited` at once on this instance.
+    #[arg(long)]
+    queue_per_instance: Option<u32>,
 }
 
 /// Where bodies write what they did.
@@ -60,6 +74,23 @@ struct RunLog {
 
 #[async_exec(type = SaveAsync, name = "worker::record", remark = "record one execution")]
 async fn record(n: i64, ctx: Context, log: Data<RunLog>) -> anyhow::Result<()> {
+    run(n, &ctx, &log).await
+}
+
+/// The same, in the queue `limited` (its limits: `--queue-concurrency`,
+/// `--queue-per-instance`).
+#[async_exec(
+    type = SaveAsync,
+    name = "worker::record_queued",
+    remark = "record one execution, within the queue's limits",
+    queue = "limited"
+)]
+async fn record_queued(n: i64, ctx: Context, log: Data<RunLog>) -> anyhow::Result<()> {
+    run(n, &ctx, &log).await
+}
+
+/// Writes the execution's start to `worker_runs`, works, writes its finish.
+async fn run(n: i64, ctx: &Context, log: &RunLog) -> anyhow::Result<()> {
     let id = ctx.request_id().unwrap_or_default();
     let attempt = ctx.attempt();
     sqlx::query(&format!(
@@ -87,12 +118,18 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-async fn submit<DB: Backend>(rt: &Runtime, total: i64, batch: i64) -> anyhow::Result<()> {
+async fn submit<DB: Backend>(
+    rt: &Runtime,
+    total: i64,
+    batch: i64,
+    queued: bool,
+) -> anyhow::Result<()> {
     let mut n = 0;
     while n < total {
         let mut tx: Tx<DB> = rt.begin().await?;
         for _ in 0..batch.min(total - n) {
-            record(n).within(&mut tx).await?;
+            let call = if queued { record_queued(n) } else { record(n) };
+            call.within(&mut tx).await?;
             n += 1;
         }
         tx.commit().await?;
@@ -124,7 +161,21 @@ async fn main() -> anyhow::Result<()> {
     .execute(&pool)
     .await?;
 
-    let rt = Runtime::builder()
+    let mut limits = async_exec::QueueLimits::new();
+    if let Some(n) = args.queue_concurrency {
+        limits = limits.concurrency(n);
+    }
+    if let Some(n) = args.queue_per_instance {
+        limits = limits.per_instance(n);
+    }
+    let mut builder = Runtime::builder();
+    if let Some(ms) = args.poll_ms {
+        builder = builder.poll_interval(Duration::from_millis(ms));
+    }
+    if limits != async_exec::QueueLimits::new() {
+        builder = builder.queue("limited", limits);
+    }
+    let rt = builder
         .database_url(&args.url)
         .application_name(&args.app)
         .concurrency(args.concurrency)
@@ -145,11 +196,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(total) = args.submit {
         let scheme = args.url.split(':').next().unwrap_or_default();
         match scheme {
-            "sqlite" => submit::<async_exec::Sqlite>(&rt, total, args.batch).await?,
+            "sqlite" => submit::<async_exec::Sqlite>(&rt, total, args.batch, args.queued).await?,
             "postgres" | "postgresql" => {
-                submit::<async_exec::Postgres>(&rt, total, args.batch).await?
+                submit::<async_exec::Postgres>(&rt, total, args.batch, args.queued).await?
             }
-            _ => submit::<async_exec::MySql>(&rt, total, args.batch).await?,
+            _ => submit::<async_exec::MySql>(&rt, total, args.batch, args.queued).await?,
         }
         rt.shutdown().await?;
         println!("submitted {total}");

@@ -84,6 +84,11 @@ fn read(path: &PathBuf) -> String {
 
 /// Submits `n` requests from a separate, submit-only process.
 async fn submit(db: &TestDb, logs: &tempfile::TempDir, n: usize) {
+    submit_with(db, logs, n, &[]).await
+}
+
+/// Submits `n` requests from a separate, submit-only process, with `extra` flags.
+async fn submit_with(db: &TestDb, logs: &tempfile::TempDir, n: usize, extra: &[&str]) {
     let stderr = logs.path().join("submitter.log");
     let status = Command::new(worker_binary())
         .args([
@@ -96,6 +101,7 @@ async fn submit(db: &TestDb, logs: &tempfile::TempDir, n: usize) {
             "--submit",
             &n.to_string(),
         ])
+        .args(extra)
         .stderr(std::fs::File::create(&stderr).expect("log file"))
         .status()
         .await
@@ -444,6 +450,76 @@ async fn sigterm_hands_back_claims(kind: Kind) {
     terminate(&mut quick).await;
 }
 
+/// Issue 20: three worker processes, a queue of at most 3 at once over all of them, 60
+/// requests of 150 ms: the bodies running at once, read from the history table the
+/// bodies write (`worker_runs`: start and finish of each), never exceed 3 and reach it;
+/// each request ran once.
+async fn a_queue_limit_holds_over_three_processes(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let logs = tempfile::tempdir().unwrap();
+    let flags = [
+        "--work-ms",
+        "150",
+        "--concurrency",
+        "8",
+        "--queue-concurrency",
+        "3",
+        // Each looks in the store often, so that the three claim from the queue at once.
+        "--poll-ms",
+        "50",
+    ];
+    let mut w1 = start_worker(&db, &logs, "w1", &flags).await;
+    let mut w2 = start_worker(&db, &logs, "w2", &flags).await;
+    let mut w3 = start_worker(&db, &logs, "w3", &flags).await;
+    let pool = pool(&db).await;
+    let total = 60;
+    submit_with(&db, &logs, total as usize, &["--queued"]).await;
+    wait_until_finished(
+        &pool,
+        total,
+        Duration::from_secs(90),
+        &mut [&mut w1, &mut w2, &mut w3],
+    )
+    .await;
+    let runs: Vec<Run> = sqlx::query_as(
+        "SELECT request_id, n, instance, attempt, started, finished FROM worker_runs",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(runs.len() as i64, total, "each request ran once");
+    // Starts and finishes in time order, a finish before a start at the same millisecond.
+    let mut events: Vec<(i64, i32)> = runs
+        .iter()
+        .flat_map(|r| [(r.started, 1), (r.finished.expect("finished"), -1)])
+        .collect();
+    events.sort_by_key(|&(at, step)| (at, step));
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    let mut by_instance: HashMap<&str, usize> = HashMap::new();
+    for r in &runs {
+        *by_instance.entry(r.instance.as_str()).or_default() += 1;
+    }
+    println!("{kind:?}: at most {most} at once; runs by instance {by_instance:?}");
+    assert_eq!(most, 3, "bodies running at once over three processes");
+    assert!(
+        by_instance.len() >= 2,
+        "the processes shared the queue: {by_instance:?}"
+    );
+    for w in [&mut w1, &mut w2, &mut w3] {
+        let status = terminate(w).await;
+        assert!(
+            status.success(),
+            "{} exited with {status}: {}",
+            w.name,
+            read(&w.stderr)
+        );
+    }
+}
+
 macro_rules! multi_process_suite {
     ($cfg:meta, $kind:expr, $module:ident, $skip:literal) => {
         #[cfg($cfg)]
@@ -461,6 +537,11 @@ macro_rules! multi_process_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sigterm_hands_back_claims() {
                 super::sigterm_hands_back_claims($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_queue_limit_holds_over_three_processes() {
+                super::a_queue_limit_holds_over_three_processes($kind).await;
             }
         }
 
