@@ -120,18 +120,17 @@ async fn what_cannot_be_cancelled_is_refused<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
-/// Inside `rt.transaction(..)`, a cancel with the scope's tx rolls back with the scope;
-/// one awaited on its own is refused (it would commit whatever the scope does).
+/// Inside `rt.transaction(..)`, a cancel awaited on its own joins the scope: the scope's
+/// rollback keeps the request, its commit cancels it; one refused at the commit (the
+/// request finished meanwhile) fails the scope and writes none of its calls.
 async fn a_cancel_in_a_scope_goes_with_the_scope<DB: Backend>(db: TestDb) {
-    let rt = db.builder().start().await.unwrap();
+    let rt = db.builder().delete_on_success(false).start().await.unwrap();
     let id = remind(5).delay(TOMORROW).on(&rt).await.unwrap().id.unwrap();
     let scoped = rt.clone();
     let result: Result<(), Error> = rt
-        .transaction(|tx: &mut Tx<DB>| {
+        .transaction(|_tx: &mut Tx<DB>| {
             Box::pin(async move {
-                let bare = scoped.cancel(id).await.unwrap_err();
-                assert!(matches!(bare, Error::BareCancelInScope), "{bare}");
-                scoped.cancel(id).within(tx).await?;
+                scoped.cancel(id).await?;
                 Err(Error::NotFound(0)) // the scope rolls back
             })
         })
@@ -139,15 +138,40 @@ async fn a_cancel_in_a_scope_goes_with_the_scope<DB: Backend>(db: TestDb) {
     assert!(result.is_err());
     assert_eq!(status_of(&db, id).await, "init");
     let scoped = rt.clone();
-    rt.transaction(|tx: &mut Tx<DB>| {
+    rt.transaction(|_tx: &mut Tx<DB>| {
         Box::pin(async move {
-            scoped.cancel(id).within(tx).await?;
+            scoped.cancel(id).await?; // on its own: joins the scope
+            let now = scoped.get(id).await?.unwrap().status;
+            assert_eq!(now, Status::Init, "made at the commit, not at the call");
             Ok::<_, Error>(())
         })
     })
     .await
     .unwrap();
     assert_eq!(status_of(&db, id).await, "cancelled");
+
+    let done = quick(6).on(&rt).await.unwrap().id.unwrap();
+    common::wait_for(|| async { status_of(&db, done).await == "success" }).await;
+    let scoped = rt.clone();
+    let refused = rt
+        .transaction(|_tx: &mut Tx<DB>| {
+            Box::pin(async move {
+                remind(7).delay(TOMORROW).await?;
+                scoped.cancel(done).await?;
+                Ok::<_, Error>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidState { status, .. } if status == "success"),
+        "{refused}"
+    );
+    assert_eq!(
+        db.count("async_req WHERE status = 'init'").await,
+        0,
+        "the scope's call was not written"
+    );
     rt.shutdown().await.unwrap();
 }
 

@@ -139,15 +139,6 @@ pub enum Error {
         executor: &'static str,
     },
 
-    /// `rt.cancel(..)` or `rt.cancel_key(..)` awaited inside `rt.transaction(..)`: it
-    /// would commit on its own, whatever the scope does.
-    #[error(
-        "a cancel awaited inside rt.transaction(..) would commit on its own, even if the \
-         scope rolls back: write rt.cancel(id).within(tx) (or cancel_key) with the scope's \
-         tx, so that the cancel commits or rolls back with it"
-    )]
-    BareCancelInScope,
-
     /// The database server ended the caller's transaction with a rollback on its own:
     /// PostgreSQL after a statement in it failed (its COMMIT then rolls back and answers
     /// without an error), MySQL/MariaDB after a deadlock or a lock wait timeout with

@@ -3,10 +3,12 @@
 //! `Outcome`; the `Submission` it hands on),
 //! `submit` (writing the record, then dispatching or running it), transactions (`tx`:
 //! `Tx` and `rt.begin()`; `scope`: `rt.transaction` scopes; `open_tx`: bare calls refused
-//! while a `Tx` is open; `nested`: calls made inside a running body), idempotency `keys`,
+//! while a `Tx` is open; `nested`: calls made inside a running body; `cancel`: a cancel
+//! in a transaction, the caller's or a scope's), idempotency `keys`,
 //! and the `delayed` in-memory calls.
 
 pub(crate) mod builder;
+pub(crate) mod cancel;
 pub(crate) mod delayed;
 pub(crate) mod keys;
 pub(crate) mod nested;

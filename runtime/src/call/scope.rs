@@ -7,7 +7,8 @@
 //! multi-row INSERT (the batch insert of [`batch`](crate::batch)), then everything is
 //! dispatched after the commit, as for `.within(&mut tx)`. `SyncSave` bodies run at the
 //! call; what they leave to write (a failure to retry, the key of a body that ran) is
-//! written in the transaction before the batch.
+//! written in the transaction before the batch. Cancels awaited in the scope
+//! (`rt.cancel(id)`) are made in the transaction first.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +17,7 @@ use crate::base::error::{Error, Result};
 use crate::base::record::{Inserted, NewRequest};
 use crate::base::registry::BoxFuture;
 use crate::base::strategy::Strategy;
+use crate::call::cancel::Target;
 use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
 use crate::runtime::{Inner, Runtime};
@@ -62,6 +64,8 @@ struct ScopeState {
     keys: HashSet<String>,
     /// Why the scope must roll back whatever its body returns.
     rollback_only: Option<&'static str>,
+    /// Cancels made in the scope, done in its transaction before its calls are written.
+    cancels: Vec<Target>,
 }
 
 #[derive(Debug)]
@@ -110,6 +114,11 @@ impl Scope {
     /// Makes the scope roll back whatever its body returns.
     pub(crate) fn mark_rollback_only(&self, reason: &'static str) {
         self.lock().rollback_only.get_or_insert(reason);
+    }
+
+    /// A cancel made in the scope: done in its transaction at the commit.
+    pub(crate) fn cancel_at_commit(&self, target: Target) {
+        self.lock().cancels.push(target);
     }
 
     /// A call made in the scope.
@@ -206,6 +215,10 @@ impl Scope {
     /// then count for the calls after them), then the `SaveAsync` records in one batch.
     /// Returns the final receipts, in call order.
     async fn flush<DB: Backend>(&self, tx: &mut Tx<DB>) -> Result<Vec<Receipt>> {
+        let cancels = std::mem::take(&mut self.lock().cancels);
+        for target in &cancels {
+            crate::call::cancel::cancel_in(&self.inner, tx, target).await?;
+        }
         let entries = std::mem::take(&mut self.lock().entries);
         let writes = entries.iter().any(|entry| match entry {
             Entry::Call(call) => crate::call::submit::writes(call),

@@ -1,5 +1,6 @@
-//! `rt.cancel(id)` and `rt.cancel_key(key)`: a cancel of a waiting request, now (awaited)
-//! or inside the caller's transaction (`.within(&mut tx)`), where a rollback keeps the
+//! `rt.cancel(id)` and `rt.cancel_key(key)`: a cancel of a waiting request, now (awaited),
+//! inside the caller's transaction (`.within(&mut tx)`), or, awaited inside
+//! `rt.transaction(..)`, in the scope's transaction at its commit; a rollback keeps the
 //! request as it was.
 
 use std::future::{Future, IntoFuture};
@@ -7,16 +8,10 @@ use std::pin::Pin;
 
 use crate::base::error::{Error, Result};
 use crate::base::record::{RequestId, Status};
+use crate::call::cancel::{cancel_in, cancelled, Target};
 use crate::call::tx::Tx;
 use crate::runtime::Runtime;
 use crate::store::Backend;
-
-/// Which request a cancel is of.
-#[derive(Debug, Clone)]
-enum Target {
-    Id(RequestId),
-    Key(String),
-}
 
 /// A cancel of a request that waits (`init` or `failed`): made by
 /// [`Runtime::cancel`] or [`Runtime::cancel_key`]. Awaited, it cancels at once;
@@ -25,9 +20,10 @@ enum Target {
 ///
 /// A request that is `running`, finished or already cancelled is refused
 /// ([`Error::InvalidState`]); an unknown id is [`Error::NotFound`], a key no request
-/// holds [`Error::KeyNotFound`]. Inside [`Runtime::transaction`], pass the scope's `tx`
-/// to `within`: a cancel awaited there on its own is refused
-/// ([`Error::BareCancelInScope`]), as it would commit whatever the scope does.
+/// holds [`Error::KeyNotFound`]. Inside [`Runtime::transaction`] a cancel awaited on its
+/// own joins the scope: it is made in the scope's transaction just before its commit
+/// (after the scope's body returned), so the scope's rollback keeps the request, and a
+/// cancel refused there fails the scope with the refusal.
 ///
 /// ```no_run
 /// use async_exec::{async_exec, Runtime, Sqlite, Tx};
@@ -76,31 +72,16 @@ impl Cancel<'_> {
     /// Cancels inside the caller's transaction: the record is changed (and locked) in
     /// `tx`, and stays as it was if `tx` rolls back.
     pub async fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> Result<()> {
-        let inner = &self.runtime.inner;
-        inner.check_open()?;
-        tx.check_before_write().await?;
-        let now = inner.now_ms();
-        let id = match &self.target {
-            Target::Id(id) => *id,
-            Target::Key(key) => {
-                let found = DB::key_find_in(tx.raw_conn(), &inner.app, key, now).await;
-                match tx.noting(found)?.and_then(|stored| stored.request_id) {
-                    Some(id) => id,
-                    None => return Err(Error::KeyNotFound(key.clone())),
-                }
-            }
-        };
-        let done = DB::cancel_in(tx.raw_conn(), &inner.app, id, now).await;
-        match tx.noting(done)? {
-            Ok(()) => Ok(()),
-            Err(status) => Runtime::cancelled(id, status),
-        }
+        cancel_in(&self.runtime.inner, tx, &self.target).await
     }
 
     async fn now(self) -> Result<()> {
         let inner = &self.runtime.inner;
-        if crate::call::scope::current().is_some_and(|scope| scope.is_of(self.runtime)) {
-            return Err(Error::BareCancelInScope);
+        // Inside a scope of this runtime: done in the scope's transaction at its commit.
+        if let Some(scope) = crate::call::scope::current().filter(|s| s.is_of(self.runtime)) {
+            inner.check_open()?;
+            scope.cancel_at_commit(self.target);
+            return Ok(());
         }
         let id = match &self.target {
             Target::Id(id) => *id,
@@ -119,7 +100,7 @@ impl Cancel<'_> {
             .store
             .request_cancel(&inner.app, id, inner.now_ms())
             .await?;
-        Runtime::cancelled(id, status)
+        cancelled(id, status)
     }
 }
 

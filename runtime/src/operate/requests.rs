@@ -149,19 +149,6 @@ impl Runtime {
         }
     }
 
-    /// The status a cancel found, as the result of `rt.cancel(..)`.
-    pub(crate) fn cancelled(id: RequestId, status: Option<Status>) -> Result<()> {
-        match status {
-            None => Err(Error::NotFound(id)),
-            Some(Status::Init | Status::Failed) => Ok(()),
-            Some(other) => Err(Error::InvalidState {
-                id,
-                status: other.to_string(),
-                reason: "only `init` and `failed` requests can be cancelled",
-            }),
-        }
-    }
-
     /// Deletes a request and its attempt log. Refused while it is `running`.
     pub async fn delete(&self, id: RequestId) -> Result<()> {
         let status = self.inner.store.request_delete(&self.inner.app, id).await?;
