@@ -115,6 +115,12 @@ async fn notify(n: u64, history: Data<History>) {
         .await;
 }
 
+/// A call to a rate-limited API: its queue starts at most 5 a second.
+#[async_exec(type = SaveAsync, queue = "gateway")]
+async fn ping(n: u64, history: Data<History>) {
+    history.run("gateway", n, Duration::from_millis(10)).await;
+}
+
 /// A mail: in no queue, unlimited.
 #[async_exec(type = SaveAsync)]
 async fn mail(n: u64, history: Data<History>) {
@@ -129,6 +135,7 @@ async fn instance(db: &TestDb, history: &History) -> Runtime {
         .data(history.clone())
         .queue("payments", QueueLimits::new().concurrency(2))
         .queue("exports", QueueLimits::new().per_instance(1))
+        .queue("gateway", QueueLimits::new().rate(5))
         .start()
         .await
         .unwrap()
@@ -224,7 +231,7 @@ async fn a_queue_no_executor_names_is_refused<DB: Backend>(db: TestDb) {
         "{error}"
     );
     assert!(
-        error.contains("exports, notifications, payments"),
+        error.contains("exports, gateway, notifications, payments"),
         "{error}"
     );
     let error = db
@@ -327,7 +334,38 @@ async fn limits_set_while_running_apply_at_once<DB: Backend>(db: TestDb) {
     b.shutdown().await.unwrap();
 }
 
+/// A queue of 5 starts a second over two instances: 15 requests start in no less than
+/// two seconds (5 at once, then 5 a second), and no stretch of time has more starts
+/// than 5 plus 5 a second of it (one more for the instances' clocks).
+async fn a_rate_limit_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let a = instance(&db, &history).await;
+    let b = instance(&db, &history).await;
+    batch((0..15).map(ping)).on(&a).await.unwrap();
+    history
+        .wait_runs("gateway", 15, Duration::from_secs(30))
+        .await;
+    let mut starts: Vec<u128> = history.runs("gateway").iter().map(|r| r.1).collect();
+    starts.sort();
+    let span = starts[14] - starts[0];
+    assert!(span >= 1_600, "15 starts in {span} ms: {starts:?}");
+    for i in 0..starts.len() {
+        for j in i..starts.len() {
+            let allowed = 5 + 5 * (starts[j] - starts[i]) / 1_000 + 1;
+            assert!(
+                (j - i + 1) as u128 <= allowed,
+                "{} starts within {} ms: {starts:?}",
+                j - i + 1,
+                starts[j] - starts[i]
+            );
+        }
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_rate_limit_holds_across_instances,
     limits_set_while_running_apply_at_once,
     a_queue_limit_holds_across_instances,
     a_per_instance_limit_holds_on_each,

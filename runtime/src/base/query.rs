@@ -449,6 +449,8 @@ pub struct QueuePolicy {
     pub concurrency: Option<i64>,
     /// Requests of the queue running at once on each instance.
     pub per_instance: Option<i64>,
+    /// Requests of the queue started per second over every instance.
+    pub rate: Option<i64>,
     /// Who set them last, if anyone did.
     pub changed_by: Option<String>,
     /// When (unix ms).

@@ -23,9 +23,10 @@ use crate::base::registry::ExecutorDef;
 /// }
 ///
 /// # async fn demo() -> async_exec::Result<()> {
-/// // At most 4 charges run at once across every instance, at most 2 on each one.
+/// // At most 4 charges run at once across every instance, at most 2 on each one, and
+/// // at most 10 start per second (the gateway's rate limit).
 /// let rt = Runtime::builder()
-///     .queue("payments", QueueLimits::new().concurrency(4).per_instance(2))
+///     .queue("payments", QueueLimits::new().concurrency(4).per_instance(2).rate(10))
 ///     .start()
 ///     .await?;
 /// # Ok(()) }
@@ -34,6 +35,7 @@ use crate::base::registry::ExecutorDef;
 pub struct QueueLimits {
     concurrency: Option<u32>,
     per_instance: Option<u32>,
+    rate: Option<u32>,
 }
 
 impl QueueLimits {
@@ -56,6 +58,19 @@ impl QueueLimits {
         self
     }
 
+    /// At most `n` of the queue's requests start per second, counted over every instance
+    /// (a bucket of one second's starts, refilled as time passes: a third-party API's
+    /// rate limit).
+    pub fn rate(mut self, per_second: u32) -> Self {
+        self.rate = Some(per_second);
+        self
+    }
+
+    /// The starts per second over every instance, if limited.
+    pub fn rate_limit(&self) -> Option<u32> {
+        self.rate
+    }
+
     /// The limit over every instance, if any.
     pub fn concurrency_limit(&self) -> Option<u32> {
         self.concurrency
@@ -67,7 +82,7 @@ impl QueueLimits {
     }
 
     fn is_limited(&self) -> bool {
-        self.concurrency.is_some() || self.per_instance.is_some()
+        self.concurrency.is_some() || self.per_instance.is_some() || self.rate.is_some()
     }
 }
 
@@ -97,13 +112,14 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
     }
     if none_is_error && !limits.is_limited() {
         return fail(format!(
-            "queue {name:?} has no limit; give QueueLimits::new().concurrency(n) or \
-             .per_instance(n), or leave the queue out"
+            "queue {name:?} has no limit; give QueueLimits::new().concurrency(n), \
+             .per_instance(n) or .rate(n), or leave the queue out"
         ));
     }
     for (what, limit) in [
         ("concurrency", limits.concurrency),
         ("per_instance", limits.per_instance),
+        ("rate", limits.rate),
     ] {
         if let Some(n) = limit {
             if n == 0 || n > MAX_QUEUE_LIMIT {

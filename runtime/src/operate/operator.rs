@@ -116,6 +116,7 @@ impl Runtime {
         let values = (
             limits.concurrency_limit().map(i64::from),
             limits.per_instance_limit().map(i64::from),
+            limits.rate_limit().map(i64::from),
         );
         ops.queue_policy_set(&self.inner.app, queue, values, actor, now)
             .await?;
@@ -123,6 +124,7 @@ impl Runtime {
             "queue": queue,
             "concurrency": values.0,
             "per_instance": values.1,
+            "rate": values.2,
         })
         .to_string();
         self.audit(&self.inner.app, actor, "queue-limits", target, 0)

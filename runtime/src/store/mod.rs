@@ -53,7 +53,7 @@ mod sweeps;
 
 pub(crate) use backend::sealed;
 pub use backend::{Backend, DefaultBackend, Value};
-pub(crate) use claim::{ClaimDue, ClaimIds, DueKind, QueueCap};
+pub(crate) use claim::{ClaimDue, ClaimIds, DueKind, QueueCap, QueueRow};
 pub(crate) use key::{KeyClaim, StoredKey, KEY_PENDING, KEY_SWEEP_BATCH};
 pub(crate) use lease::{Held, LeaseKeeper, Renewal};
 pub(crate) use sweeps::{orphan_worker_prefix, PurgeBatch, Purged, RescueBatch, Rescued};

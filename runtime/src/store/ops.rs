@@ -354,19 +354,19 @@ pub(crate) trait OpsStore: SqlRunner {
         &self,
         application: &str,
         queue: &str,
-        (concurrency, per_instance): (Option<i64>, Option<i64>),
+        (concurrency, per_instance, rate): (Option<i64>, Option<i64>, Option<i64>),
         by: &str,
         now: i64,
     ) -> Result<()> {
         let mut s = self.sql(
-            "INSERT INTO async_queue \
-             (application_name, name, concurrency, per_instance, changed_by, changed_at) VALUES (",
+            "INSERT INTO async_queue (application_name, name, concurrency, per_instance, rate, \
+             changed_by, changed_at) VALUES (",
         );
         s.bind_text(application)
             .push(", ")
             .bind_text(queue)
             .push(", ");
-        for limit in [concurrency, per_instance] {
+        for limit in [concurrency, per_instance, rate] {
             match limit {
                 Some(n) => s.bind_int(n),
                 None => s.push("NULL"),
@@ -378,7 +378,13 @@ pub(crate) trait OpsStore: SqlRunner {
             "async_queue",
             "application_name, name",
             &[],
-            &["concurrency", "per_instance", "changed_by", "changed_at"],
+            &[
+                "concurrency",
+                "per_instance",
+                "rate",
+                "changed_by",
+                "changed_at",
+            ],
         );
         s.push(&upsert);
         self.execute(&s).await?;
@@ -426,14 +432,18 @@ pub(crate) trait OpsStore: SqlRunner {
     /// given limits.
     async fn queue_policy_list(&self, application: &str) -> Result<Vec<QueuePolicy>> {
         let mut s = self.sql(&format!(
-            "SELECT name, {}, {}, changed_by, changed_at FROM async_queue \
+            "SELECT name, {}, {}, {}, changed_by, changed_at FROM async_queue \
              WHERE application_name = ",
             self.dialect().int64("concurrency"),
             self.dialect().int64("per_instance"),
+            self.dialect().int64("rate"),
         ));
         s.bind_text(application).push(" ORDER BY name");
         let rows = self
-            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Text, Col::Int])
+            .fetch_rows(
+                &s,
+                &[Col::Text, Col::Int, Col::Int, Col::Int, Col::Text, Col::Int],
+            )
             .await?;
         rows.into_iter()
             .map(|mut row| {
@@ -441,6 +451,7 @@ pub(crate) trait OpsStore: SqlRunner {
                     queue: row.text()?,
                     concurrency: row.opt_int()?,
                     per_instance: row.opt_int()?,
+                    rate: row.opt_int()?,
                     changed_by: row.opt_text()?,
                     changed_at: row.opt_int()?,
                 })

@@ -157,6 +157,7 @@ impl Claimer {
             name: &queue.name,
             concurrency: queue.limits.concurrency_limit().map(i64::from),
             per_instance: queue.limits.per_instance_limit().map(i64::from),
+            rate: queue.limits.rate_limit().map(i64::from),
         };
         self.claim(DueKind::Ready, limit, &executors, Some(cap))
             .await

@@ -91,6 +91,9 @@ pub(crate) enum Command {
         /// Requests of the queue running at once on each instance.
         #[arg(long)]
         per_instance: Option<u32>,
+        /// Requests of the queue started per second over every instance.
+        #[arg(long)]
+        rate: Option<u32>,
     },
     /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
     /// logs of requests that are gone, older than --older-than, in batches.

@@ -416,6 +416,7 @@ pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
                 safe(&p.queue),
                 limit(p.concurrency),
                 limit(p.per_instance),
+                limit(p.rate),
                 p.changed_by.as_deref().map_or(String::new(), safe),
             ]
         })
@@ -431,12 +432,12 @@ pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
     Ok(Printed::ok(json!({ "queues": policies }), human))
 }
 
-/// `queue-limits QUEUE [--concurrency N] [--per-instance N]`, audited as `cli:<os user>`.
+/// `queue-limits QUEUE [--concurrency N] [--per-instance N] [--rate N]`, audited as
+/// `cli:<os user>`.
 pub(crate) async fn queue_limits(
     rt: &Runtime,
     queue: &str,
-    concurrency: Option<u32>,
-    per_instance: Option<u32>,
+    (concurrency, per_instance, rate): (Option<u32>, Option<u32>, Option<u32>),
 ) -> Result<Printed, Failure> {
     let actor = crate::operator::actor();
     let mut limits = async_exec::QueueLimits::new();
@@ -446,19 +447,25 @@ pub(crate) async fn queue_limits(
     if let Some(n) = per_instance {
         limits = limits.per_instance(n);
     }
+    if let Some(n) = rate {
+        limits = limits.rate(n);
+    }
     rt.set_queue_limits(queue, limits, &actor).await?;
-    let human = match (concurrency, per_instance) {
-        (None, None) => format!("{}: the service's limits apply again\n", safe(queue)),
+    let service = |n: Option<u32>| n.map_or("the service's".to_string(), |n| n.to_string());
+    let human = match (concurrency, per_instance, rate) {
+        (None, None, None) => format!("{}: the service's limits apply again\n", safe(queue)),
         _ => format!(
-            "{}: at most {} at once, {} on each instance, from the next claim\n",
+            "{}: at most {} at once, {} on each instance, {} started a second, from the \
+             next claim\n",
             safe(queue),
-            concurrency.map_or("the service's".to_string(), |n| n.to_string()),
-            per_instance.map_or("the service's".to_string(), |n| n.to_string()),
+            service(concurrency),
+            service(per_instance),
+            service(rate),
         ),
     };
     Ok(Printed::ok(
         json!({ "action": "queue-limits", "queue": queue, "concurrency": concurrency,
-                "per_instance": per_instance }),
+                "per_instance": per_instance, "rate": rate }),
         human,
     ))
 }

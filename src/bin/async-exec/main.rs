@@ -120,7 +120,8 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
             queue,
             concurrency,
             per_instance,
-        } => commands::queue_limits(&rt, &queue, concurrency, per_instance).await,
+            rate,
+        } => commands::queue_limits(&rt, &queue, (concurrency, per_instance, rate)).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
     };
     let stopped = rt.shutdown().await;

@@ -8,7 +8,8 @@ use sqlx::{MySqlConnection, Row};
 use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::{Claimed, ClaimedId, RequestId};
-use crate::store::{ClaimDue, ClaimIds, DueKind};
+use crate::store::claim::{ClaimPlan, QueueRowColumns};
+use crate::store::{ClaimDue, ClaimIds, DueKind, QueueRow};
 
 /// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
 /// counted.
@@ -33,33 +34,61 @@ async fn mark_claimed(
 }
 
 /// Locks the queue's row (made on first use) until the transaction ends: claims of one
-/// queue wait for each other; nothing else takes the lock. Returns the row's limits
-/// (set while running; `None` keeps the builder's).
+/// queue wait for each other; nothing else takes the lock. Returns the row: its limits
+/// set while running (`None` keeps the builder's) and its rate's bucket.
 async fn lock_queue(
     conn: &mut MySqlConnection,
     application: &str,
     queue: &str,
-) -> Result<(Option<i64>, Option<i64>)> {
-    const LOCK: &str = "SELECT CAST(concurrency AS SIGNED), CAST(per_instance AS SIGNED) \
-         FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
-    let locked: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(LOCK)
+) -> Result<QueueRow> {
+    // The INTEGER columns read as 64-bit integers, as the others.
+    const LOCK: &str =
+        "SELECT CAST(concurrency AS SIGNED), CAST(per_instance AS SIGNED), CAST(rate AS SIGNED), \
+         tokens, refilled_at FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
+    let locked: Option<QueueRowColumns> = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_optional(&mut *conn)
         .await?;
-    if let Some(policy) = locked {
-        return Ok(policy);
+    if let Some(locked) = locked {
+        return Ok(locked.into());
     }
     sqlx::query("INSERT IGNORE INTO async_queue (application_name, name) VALUES (?, ?)")
         .bind(application)
         .bind(queue)
         .execute(&mut *conn)
         .await?;
-    Ok(sqlx::query_as(LOCK)
+    let locked: QueueRowColumns = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_one(&mut *conn)
-        .await?)
+        .await?;
+    Ok(locked.into())
+}
+
+/// Writes back the bucket of a queue with a rate after `claimed` starts.
+async fn write_bucket(
+    conn: &mut MySqlConnection,
+    p: &ClaimDue<'_>,
+    bucket: Option<(ClaimPlan, &str)>,
+    claimed: usize,
+) -> Result<()> {
+    let Some((plan, queue)) = bucket else {
+        return Ok(());
+    };
+    let Some(tokens) = plan.tokens_after(claimed) else {
+        return Ok(());
+    };
+    sqlx::query(
+        "UPDATE async_queue SET tokens = ?, refilled_at = ? WHERE application_name = ? AND name = ?",
+    )
+    .bind(tokens)
+    .bind(p.now)
+    .bind(p.application)
+    .bind(queue)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 impl MySqlStore {
@@ -124,12 +153,13 @@ impl MySqlStore {
         };
         let mut tx = self.begin().await?;
         let mut limit = p.limit;
+        let mut bucket = None;
         if let Some(cap) = p.cap {
             // Claims of one queue take turns on its row; the count that follows (READ
             // COMMITTED) sees every claim committed before this one got the lock.
-            let policy = lock_queue(&mut tx, p.application, cap.name).await?;
-            let cap = cap.with_policy(policy);
-            if cap.is_limited() {
+            let row = lock_queue(&mut tx, p.application, cap.name).await?;
+            let cap = cap.with_policy(&row);
+            let running = if cap.counts_running() {
                 let sql = format!(
                     "SELECT COUNT(*), CAST(COALESCE(SUM(lease_owner = ?), 0) AS SIGNED) \
                      FROM async_req WHERE application_name = ? AND status = 'running' \
@@ -138,12 +168,17 @@ impl MySqlStore {
                 );
                 let query = sqlx::query(&sql).bind(p.owner).bind(p.application);
                 let row = bind_list(query, p.executors).fetch_one(&mut *tx).await?;
-                let (all, mine): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-                limit = cap.slots(p.limit, all, mine);
-                if limit <= 0 {
-                    tx.commit().await?;
-                    return Ok(Vec::new());
-                }
+                (row.try_get(0)?, row.try_get(1)?)
+            } else {
+                (0, 0)
+            };
+            let plan = cap.plan(p.limit, running, &row, p.now);
+            limit = plan.slots;
+            bucket = Some((plan, cap.name));
+            if limit <= 0 {
+                write_bucket(&mut tx, p, bucket, 0).await?;
+                tx.commit().await?;
+                return Ok(Vec::new());
             }
         }
         // First the candidates, by a plain read that locks nothing: a locking read of the
@@ -220,6 +255,7 @@ impl MySqlStore {
             let ids: Vec<RequestId> = claimed.iter().map(|c| c.id).collect();
             mark_claimed(&mut tx, &ids, p.owner, p.now, p.lease_ms).await?;
         }
+        write_bucket(&mut tx, p, bucket, claimed.len()).await?;
         tx.commit().await?;
         Ok(claimed)
     }

@@ -9,8 +9,9 @@ use sqlx::{PgConnection, PgPool};
 use super::DB_NOW;
 use crate::base::error::Result;
 use crate::base::record::Claimed;
+use crate::store::claim::QueueRowColumns;
 use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
-use crate::store::{ClaimDue, DueKind};
+use crate::store::{ClaimDue, DueKind, QueueRow};
 
 /// Claims due records: of any executor listed, or, with a queue's cap, within its limits.
 pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
@@ -24,10 +25,10 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
         }
         Some(cap) => {
             let mut tx = crate::store::begin::begin_whole(pool, None).await?;
-            let policy = lock_queue(&mut tx, p.application, cap.name).await?;
-            let cap = cap.with_policy(policy);
-            let slots = if cap.is_limited() {
-                let (all, mine): (i64, i64) = sqlx::query_as(
+            let row = lock_queue(&mut tx, p.application, cap.name).await?;
+            let cap = cap.with_policy(&row);
+            let running = if cap.counts_running() {
+                sqlx::query_as(
                     "SELECT COUNT(*), COUNT(*) FILTER (WHERE lease_owner = $3) FROM async_req \
                      WHERE application_name = $1 AND status = 'running' AND executor = ANY($2)",
                 )
@@ -35,17 +36,29 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
                 .bind(p.executors)
                 .bind(p.owner)
                 .fetch_one(&mut *tx)
-                .await?;
-                cap.slots(p.limit, all, mine)
+                .await?
             } else {
-                p.limit
+                (0, 0)
             };
-            let rows = if slots > 0 {
+            let plan = cap.plan(p.limit, running, &row, p.now);
+            let rows = if plan.slots > 0 {
                 let sql = claim_sql(p);
-                bind_claim(&sql, p, slots).fetch_all(&mut *tx).await?
+                bind_claim(&sql, p, plan.slots).fetch_all(&mut *tx).await?
             } else {
                 Vec::new()
             };
+            if let Some(tokens) = plan.tokens_after(rows.len()) {
+                sqlx::query(
+                    "UPDATE async_queue SET tokens = $1, refilled_at = $2 \
+                     WHERE application_name = $3 AND name = $4",
+                )
+                .bind(tokens)
+                .bind(p.now)
+                .bind(p.application)
+                .bind(cap.name)
+                .execute(&mut *tx)
+                .await?;
+            }
             tx.commit().await?;
             rows
         }
@@ -54,22 +67,20 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
 }
 
 /// Locks the queue's row (made on first use) until the transaction ends: claims of one
-/// queue wait for each other; nothing else takes the lock. Returns the row's limits
-/// (set while running; `None` keeps the builder's).
-async fn lock_queue(
-    conn: &mut PgConnection,
-    application: &str,
-    queue: &str,
-) -> Result<(Option<i64>, Option<i64>)> {
-    const LOCK: &str = "SELECT CAST(concurrency AS BIGINT), CAST(per_instance AS BIGINT) \
-         FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
-    let locked: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(LOCK)
+/// queue wait for each other; nothing else takes the lock. Returns the row: its limits
+/// set while running (`None` keeps the builder's) and its rate's bucket.
+async fn lock_queue(conn: &mut PgConnection, application: &str, queue: &str) -> Result<QueueRow> {
+    // The INTEGER columns read as 64-bit integers, as the others.
+    const LOCK: &str =
+        "SELECT CAST(concurrency AS BIGINT), CAST(per_instance AS BIGINT), CAST(rate AS BIGINT), \
+         tokens, refilled_at FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
+    let locked: Option<QueueRowColumns> = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_optional(&mut *conn)
         .await?;
-    if let Some(policy) = locked {
-        return Ok(policy);
+    if let Some(locked) = locked {
+        return Ok(locked.into());
     }
     sqlx::query(
         "INSERT INTO async_queue (application_name, name) VALUES ($1, $2) \
@@ -79,11 +90,12 @@ async fn lock_queue(
     .bind(queue)
     .execute(&mut *conn)
     .await?;
-    Ok(sqlx::query_as(LOCK)
+    let locked: QueueRowColumns = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_one(&mut *conn)
-        .await?)
+        .await?;
+    Ok(locked.into())
 }
 
 /// The claim's statement: `$1` owner, `$2` lease, `$3` now, `$4` application, `$5` how

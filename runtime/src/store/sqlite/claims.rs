@@ -9,9 +9,11 @@ use sqlx::SqliteConnection;
 use super::{json_list, SqliteStore, DB_NOW};
 use crate::base::error::Result;
 use crate::base::record::{AttemptLog, ClaimedId, RequestId};
+use crate::store::claim::QueueRowColumns;
 use crate::store::rows::CLAIMED_COLUMNS;
 use crate::store::{
-    ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, Renewal, RescueBatch, Rescued,
+    ClaimDue, ClaimIds, DueKind, ExpiredLease, Held, LeaseKeeper, QueueCap, QueueRow, Renewal,
+    RescueBatch, Rescued,
 };
 
 /// Claims the given `init` records, fresh ones only (`exec_count = 0`: a record another
@@ -56,6 +58,78 @@ pub(super) async fn claim_due(
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
+    match p.cap {
+        None => claim_up_to(conn, &p, p.limit).await,
+        Some(cap) => claim_queue(conn, &p, cap).await,
+    }
+}
+
+/// A queue's claim, in one IMMEDIATE transaction (SQLite's write lock, which every other
+/// claim of the queue, in this process or another, waits for): the queue's row for the
+/// limits set while running and its rate's bucket, the count of its running records, the
+/// claim of no more than the slots left, the bucket written back.
+async fn claim_queue(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    cap: QueueCap<'_>,
+) -> Result<Vec<SqliteRow>> {
+    let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
+    let row: Option<QueueRowColumns> = sqlx::query_as(
+        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
+         WHERE application_name = ?1 AND name = ?2",
+    )
+    .bind(p.application)
+    .bind(cap.name)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let row = row.map_or_else(QueueRow::default, QueueRow::from);
+    let cap = cap.with_policy(&row);
+    let running = if cap.counts_running() {
+        sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(lease_owner = ?1), 0) FROM async_req \
+             WHERE application_name = ?2 AND status = 'running' AND executor IN \
+             (SELECT value FROM json_each(?3))",
+        )
+        .bind(p.owner)
+        .bind(p.application)
+        .bind(json_list(p.executors))
+        .fetch_one(&mut *tx)
+        .await?
+    } else {
+        (0, 0)
+    };
+    let plan = cap.plan(p.limit, running, &row, p.now);
+    let rows = if plan.slots > 0 {
+        claim_up_to(&mut tx, p, plan.slots).await?
+    } else {
+        Vec::new()
+    };
+    if let Some(tokens) = plan.tokens_after(rows.len()) {
+        sqlx::query(
+            "INSERT INTO async_queue (application_name, name, tokens, refilled_at) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (application_name, name) \
+             DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at",
+        )
+        .bind(p.application)
+        .bind(cap.name)
+        .bind(tokens)
+        .bind(p.now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// Claims at most `limit` due records of `p`.
+async fn claim_up_to(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    limit: i64,
+) -> Result<Vec<SqliteRow>> {
+    if limit <= 0 {
+        return Ok(Vec::new());
+    }
     // Due by the database's clock: `?5` is how long past due (0, or the staleness).
     let (condition, past_due) = match p.kind {
         DueKind::Scheduled => (
@@ -71,43 +145,13 @@ pub(super) async fn claim_due(
         ),
         DueKind::Ready => (format!("(run_at <= {DB_NOW} - ?5)"), 0),
     };
-    // A queue's claim counts its running records in the statement that claims: the
-    // statement holds SQLite's write lock, so no other claim counts in between. Each
-    // limit is the queue row's (set while running) or else the builder's; none, no bound.
-    let queue_mark = 7 + executor_count(p.executors.len()) + usize::from(!p.skip.is_empty());
-    let limit = match p.cap {
-        None => "?6".to_string(),
-        Some(cap) => {
-            let running = |mine: &str| {
-                format!(
-                    "(SELECT COUNT(*) FROM async_req WHERE application_name = ?4 \
-                     AND status = 'running' AND executor IN ({executors}){mine})",
-                    executors = executor_marks(p.executors.len()),
-                )
-            };
-            let bound = |column: &str, configured: Option<i64>, mine: &str| {
-                let configured = configured.map_or("NULL".to_string(), |n| n.to_string());
-                format!(
-                    "COALESCE(COALESCE((SELECT {column} FROM async_queue \
-                     WHERE application_name = ?4 AND name = ?{queue_mark}), {configured}) \
-                     - {}, ?6)",
-                    running(mine)
-                )
-            };
-            format!(
-                "MAX(0, MIN(?6, {}, {}))",
-                bound("concurrency", cap.concurrency, ""),
-                bound("per_instance", cap.per_instance, " AND lease_owner = ?1")
-            )
-        }
-    };
     let sql = format!(
         "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
          exec_count = exec_count + 1, update_time = ?3 \
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
            AND status IN ('init', 'failed') AND {condition} \
            AND executor IN ({executors}){skip} \
-           ORDER BY priority DESC, run_at, id LIMIT {limit}) \
+           ORDER BY priority DESC, run_at, id LIMIT ?6) \
          RETURNING json_array({CLAIMED_COLUMNS})",
         executors = executor_marks(p.executors.len()),
         skip = if p.skip.is_empty() {
@@ -125,7 +169,7 @@ pub(super) async fn claim_due(
         .bind(p.now)
         .bind(p.application)
         .bind(past_due)
-        .bind(p.limit);
+        .bind(limit);
     // Padded to a power of two, repeating the last name: a few statements, each
     // prepared once, serve every number of executors.
     let n = executor_count(p.executors.len());
@@ -134,9 +178,6 @@ pub(super) async fn claim_due(
     }
     if !p.skip.is_empty() {
         query = query.bind(json_list(p.skip));
-    }
-    if let Some(cap) = p.cap {
-        query = query.bind(cap.name);
     }
     Ok(query.fetch_all(&mut *conn).await?)
 }
