@@ -14,7 +14,7 @@ pub(crate) enum DueKind {
         /// Only records with `run_at <= now - older_than`.
         older_than: i64,
     },
-    /// `init` and `failed` records whose `run_at` has come: what a queue with limits
+    /// `init` and `failed` records whose `run_at` has come: what a queue's claim
     /// claims (its records are claimed by no other path).
     Ready,
 }
@@ -149,7 +149,7 @@ pub(crate) struct ClaimDue<'a> {
     /// Records to leave for other instances, as `sign:executor` (a rolling deploy: they
     /// have the record's signature and this binary does not).
     pub(crate) skip: &'a [String],
-    /// A queue's limits: set for (and only for) a claim of one limited queue's executors.
+    /// A queue's limits: set for (and only for) a claim of one queue's executors.
     pub(crate) cap: Option<QueueCap<'a>>,
 }
 

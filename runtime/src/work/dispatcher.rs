@@ -85,13 +85,13 @@ pub(crate) struct Producer {
     /// Cancelled when shutdown begins.
     shutdown: CancellationToken,
     config: ProducerConfig,
-    /// A queue with limits may have records this instance could claim: set when one was
-    /// dispatched here or a claim of its queue took some; cleared when a claim of every
-    /// limited queue took none. While set, every batch of outcomes written (which may
-    /// free a queue's slots) sends the producer to claim the queues again.
+    /// A queue may have records this instance could claim: set when one was dispatched
+    /// here or a claim of a queue took some (or found no worker free); cleared when a
+    /// claim of every queue took none. While set, every batch of outcomes written (which
+    /// may free a queue's slots) sends the producer to claim the queues again.
     queues_waiting: AtomicBool,
-    /// Records of limited queues this instance claimed, until the pool forgets them.
-    limited_held: std::sync::Mutex<Vec<RequestId>>,
+    /// Records of queues this instance claimed, until the pool forgets them.
+    queue_held: std::sync::Mutex<Vec<RequestId>>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -206,7 +206,7 @@ impl Producer {
             shutdown,
             config,
             queues_waiting: AtomicBool::new(false),
-            limited_held: Default::default(),
+            queue_held: Default::default(),
         }
     }
 
@@ -264,7 +264,7 @@ impl Producer {
                 _ = signals.wake.notified() => {}
                 Some(()) = next_wakeup(&mut wakeups) => look_in_store = true,
                 _ = poll.tick() => look_in_store = true,
-                // Outcomes written may have freed slots of a queue with limits.
+                // Outcomes written may have freed slots of a queue.
                 _ = self.completer.written().notified(), if queues_armed => look_in_queues = true,
             }
             let overflowed = signals.overflow.swap(false, Ordering::AcqRel);
@@ -368,7 +368,7 @@ impl Producer {
         self.claim_queues().await;
     }
 
-    /// Claims due `init` records of executors in no queue with limits, batch after batch
+    /// Claims due `init` records of executors in no queue, batch after batch
     /// while workers free up (see [`claim_from_store`](Self::claim_from_store)).
     async fn claim_unlimited(&self) {
         let batch = self.store.claim_batch();
@@ -426,8 +426,8 @@ impl Producer {
         }
     }
 
-    /// Claims the due records of each queue with limits, within its limits (the store
-    /// counts what runs of it everywhere), and starts them: claim after claim until the
+    /// Claims the due records of each queue, within its limits (the store counts what
+    /// runs of it everywhere, and keeps its rate's bucket), and starts them: claim after claim until the
     /// queue gives none (it is empty, or its slots are taken) or no worker is free.
     async fn claim_queues(&self) {
         let queues = self.claimer.queues();
@@ -464,7 +464,7 @@ impl Producer {
                 }
                 took_any = true;
                 {
-                    let mut held = self.limited_held.lock().expect("limited lock");
+                    let mut held = self.queue_held.lock().expect("queue-held lock");
                     held.extend(jobs.iter().filter_map(|j| j.record.as_ref().map(|r| r.id)));
                 }
                 for job in jobs {
@@ -477,7 +477,7 @@ impl Producer {
         self.queues_waiting.store(took_any, Ordering::Release);
     }
 
-    /// Whether outcomes written should send the producer to claim the limited queues: one
+    /// Whether outcomes written should send the producer to claim the queues: one
     /// of them may have records waiting, or this instance holds records of them (whose
     /// outcomes free their slots).
     fn queues_armed(&self) -> bool {
@@ -487,7 +487,7 @@ impl Producer {
         if self.queues_waiting.load(Ordering::Acquire) {
             return true;
         }
-        let mut held = self.limited_held.lock().expect("limited lock");
+        let mut held = self.queue_held.lock().expect("queue-held lock");
         let pool = self.claimer.pool();
         held.retain(|&id| pool.holds(id));
         !held.is_empty()

@@ -1,6 +1,6 @@
 //! Claims of due records on PostgreSQL: one `UPDATE` over the rows a sub-select locks
 //! (`FOR UPDATE SKIP LOCKED`: another instance's claim is skipped, not waited for). A
-//! claim of a queue with limits runs in a transaction that first locks the queue's row in
+//! claim of a queue's records runs in a transaction that first locks the queue's row in
 //! `async_queue`, so that claims of one queue take turns, then counts the queue's running
 //! records and takes no more than the slots left.
 
