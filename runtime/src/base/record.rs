@@ -163,6 +163,15 @@ pub struct Request {
     /// What a running body last reported with [`Context::progress`](crate::Context::progress)
     /// (kept after it finished, when the record is kept).
     pub progress: Option<Progress>,
+    /// Not started by this time (unix milliseconds, the database's clock), it goes `dead`
+    /// ("deadline passed"); running at it, its body is told to stop and it ends
+    /// `cancelled`. Set by [`Call::deadline`](crate::Call::deadline).
+    #[serde(default)]
+    pub deadline_at: Option<i64>,
+    /// When a cancel of it was asked for while it ran (unix milliseconds): its body is told
+    /// (see [`Runtime::cancel`](crate::Runtime::cancel)).
+    #[serde(default)]
+    pub cancel_requested: Option<i64>,
 }
 
 /// How far a body got: `done` of `total` (the body's own units: rows, files, pages).
@@ -267,6 +276,8 @@ pub(crate) struct NewRequest {
     pub(crate) key_retention: i64,
     pub(crate) priority: i32,
     pub(crate) run_at: i64,
+    /// Not started by then (unix ms), it goes `dead`; `None`: no deadline.
+    pub(crate) deadline_at: Option<i64>,
     pub(crate) last_error: Option<String>,
     pub(crate) trace_json: Option<String>,
     pub(crate) now: i64,
@@ -366,4 +377,23 @@ pub struct ExecutorSign {
 /// Reads the executors column.
 pub(crate) fn parse_executors(json: &str) -> Vec<ExecutorSign> {
     serde_json::from_str(json).unwrap_or_default()
+}
+
+/// Why a running body was told to stop by its record (not by a lost lease).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopAsked {
+    /// A cancel was asked for (`rt.cancel`, the console, the CLI).
+    Cancel,
+    /// Its deadline passed while it ran.
+    Deadline,
+}
+
+impl StopAsked {
+    /// Why, for people: the start of the cancelled record's `last_error`.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            StopAsked::Cancel => "cancelled while running",
+            StopAsked::Deadline => "deadline passed while running",
+        }
+    }
 }

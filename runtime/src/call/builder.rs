@@ -40,6 +40,7 @@ pub struct Call {
     params: std::result::Result<Arc<str>, serde_json::Error>,
     key: Option<String>,
     delay: Option<Duration>,
+    deadline: Option<Duration>,
     priority: i32,
     runtime: Option<Runtime>,
     independent: bool,
@@ -53,6 +54,7 @@ impl std::fmt::Debug for Call {
             .field("params", &ParamsForDebug(self.def, params))
             .field("key", &self.key)
             .field("delay", &self.delay)
+            .field("deadline", &self.deadline)
             .field("priority", &self.priority)
             .field("runtime", &self.runtime)
             .field("independent", &self.independent)
@@ -73,6 +75,7 @@ impl Call {
             params,
             key: None,
             delay: None,
+            deadline: None,
             priority: 0,
             runtime: None,
             independent: false,
@@ -97,6 +100,30 @@ impl Call {
     /// refused with [`Error::InvalidCall`] when the call is awaited).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Start within `deadline` of the call, or not at all (`SaveAsync` calls): a request
+    /// not started by then goes `dead` with "deadline passed"; one still running at it is
+    /// told to stop (its [`Context`](crate::Context) is cancelled, within about a second)
+    /// and ends `cancelled` unless its body succeeds. Times are the database's. Between
+    /// 1 ms and a year, and longer than the call's [`delay`](Call::delay); other values,
+    /// and a deadline on a call of another strategy (its body runs at once, without a
+    /// record to stop), are refused with [`Error::InvalidCall`] when the call is awaited.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use async_exec::async_exec;
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn send_code(phone: String) {}
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // A login code is useless after five minutes: never send it later.
+    /// send_code("+15550100".into()).deadline(Duration::from_secs(300)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 
@@ -170,11 +197,33 @@ impl Call {
                 format!("at most {MAX_DURATION:?} (a year); schedule longer waits yourself"),
             ));
         }
+        if let Some(deadline) = self.deadline {
+            let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
+                Some(format!(
+                    "only `SaveAsync` calls take a deadline; this executor's strategy is `{}`, \
+                     whose body runs at once without a record to stop",
+                    self.def.strategy.as_str()
+                ))
+            } else if deadline < Duration::from_millis(1) || deadline > MAX_DURATION {
+                Some(format!("between 1ms and {MAX_DURATION:?} (a year)"))
+            } else if self.delay.is_some_and(|delay| deadline <= delay) {
+                Some(format!(
+                    "longer than the call's delay ({:?}): the request could never start",
+                    self.delay.unwrap_or_default()
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(invalid("deadline", reason));
+            }
+        }
         let submission = Submission {
             def: self.def,
             params,
             key: self.key,
             delay: self.delay,
+            deadline: self.deadline,
             priority: self.priority,
             trace: TraceContext::capture(),
             sealed: false,

@@ -45,11 +45,12 @@ pub(crate) async fn cancel_in<DB: Backend>(
 pub(crate) fn cancelled(id: RequestId, status: Option<Status>) -> Result<()> {
     match status {
         None => Err(Error::NotFound(id)),
-        Some(Status::Init | Status::Failed) => Ok(()),
+        // A running one was asked to stop.
+        Some(Status::Init | Status::Failed | Status::Running) => Ok(()),
         Some(other) => Err(Error::InvalidState {
             id,
             status: other.to_string(),
-            reason: "only `init` and `failed` requests can be cancelled",
+            reason: "only `init`, `failed` and `running` requests can be cancelled",
         }),
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct Submission {
     pub(crate) params: Arc<str>,
     pub(crate) key: Option<String>,
     pub(crate) delay: Option<Duration>,
+    /// Not started within this of the call, it goes `dead` (`SaveAsync` only).
+    pub(crate) deadline: Option<Duration>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
     /// Whether `params` has its `#[secret]` arguments sealed already
@@ -43,6 +45,7 @@ impl std::fmt::Debug for Submission {
             .field("params", &ParamsForDebug(self.def, Ok(&self.params)))
             .field("key", &self.key)
             .field("delay", &self.delay)
+            .field("deadline", &self.deadline)
             .field("priority", &self.priority)
             .field("sealed", &self.sealed)
             .finish_non_exhaustive()

@@ -47,6 +47,9 @@ impl Submission {
             self.trace.as_ref(),
         );
         request.now = now;
+        request.deadline_at = self
+            .deadline
+            .map(|deadline| now.saturating_add(deadline.as_millis() as i64));
         if self.delay.is_none() {
             request.notify = Some(inner.owner.clone());
         }

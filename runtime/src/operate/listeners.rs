@@ -54,6 +54,10 @@ pub enum OutcomeKind {
     /// The body returned a [`Snooze`](crate::Snooze): the request runs again after its
     /// delay, the attempt not counted. Told to the `on_retry` listeners.
     Snoozed,
+    /// The request was asked to stop while it ran (a cancel, or its deadline passed) and
+    /// its body did not succeed: it is `cancelled`, for good. Told to the `on_dead`
+    /// listeners, as the other way a request ends without success.
+    Cancelled,
 }
 
 /// What a listener is told: the request, the attempt, and its error; and what an alert
@@ -146,7 +150,7 @@ impl ListenerSet {
             OutcomeKind::Success => &self.success,
             // A snooze runs again later, as a retry does: the same listeners.
             OutcomeKind::Retry | OutcomeKind::Snoozed => &self.retry,
-            OutcomeKind::Dead => &self.dead,
+            OutcomeKind::Dead | OutcomeKind::Cancelled => &self.dead,
         }
     }
 }
@@ -166,7 +170,7 @@ fn slot(kind: OutcomeKind) -> usize {
     match kind {
         OutcomeKind::Success => 0,
         OutcomeKind::Retry | OutcomeKind::Snoozed => 1,
-        OutcomeKind::Dead => 2,
+        OutcomeKind::Dead | OutcomeKind::Cancelled => 2,
     }
 }
 
@@ -290,6 +294,7 @@ impl Notifier {
                 CompletionResult::Failed { error, .. } => (OutcomeKind::Retry, Some(error)),
                 CompletionResult::Snoozed { note, .. } => (OutcomeKind::Snoozed, Some(note)),
                 CompletionResult::Dead { error } => (OutcomeKind::Dead, Some(error)),
+                CompletionResult::Cancelled { note } => (OutcomeKind::Cancelled, Some(note)),
             };
             if self.wants(kind) {
                 self.send(self.event(

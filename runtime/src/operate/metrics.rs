@@ -171,6 +171,9 @@ pub(crate) enum Sweep {
     /// The retention sweep (failed rounds only; what it deleted is
     /// `async_exec_retention_pruned_total`).
     Retention,
+    /// Cancels and deadlines: `told` (running bodies asked to stop), `expired` (waiting
+    /// requests whose deadline passed, made `dead`).
+    Stops,
 }
 
 impl Sweep {
@@ -184,6 +187,7 @@ impl Sweep {
             Sweep::Heartbeat => "heartbeat",
             Sweep::QueueSampler => "queue_sampler",
             Sweep::Retention => "retention",
+            Sweep::Stops => "stops",
         }
     }
 }

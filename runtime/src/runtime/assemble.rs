@@ -22,6 +22,7 @@
 //! | compensator | `sweeps/compensator.rs` | claimer, store, names, clock, `CompensatorConfig` | `run_once`: expired keys, records never dispatched |
 //! | rescuer | `sweeps/rescuer.rs` | store, names, registry, clock, listeners, `RescuerConfig` | `run_once`: expired leases back to the queue |
 //! | retention | `sweeps/retention.rs` | store, names, clock, `RetentionConfig` | `run_once`: finished records and old logs past `retention` |
+//! | stops | `sweeps/stops.rs` | store, names, clock, pool | every second: tells running bodies of cancels and deadlines; waiting requests past their deadline go `dead` |
 //! | heartbeat | `sweeps/heartbeat.rs` | lease keeper (own connection), clock, pool, owner, lease, interval | `run_once`: renews leases, tells bodies that lost theirs |
 //! | presence | `sweeps/instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
 //! | clock | `sweeps/clock.rs` | its reading of the database's time | re-reads it every minute |
@@ -202,6 +203,24 @@ impl Runtime {
                 },
             ),
         )));
+        // Running bodies are told of cancels and deadlines also during shutdown's grace
+        // period: this stops with the completer, after the workers.
+        let stops = self.stops();
+        let every = crate::sweeps::stops::STOPS_INTERVAL;
+        let pulse = inner.pulses.part("stops", Some(every));
+        tasks.push(tokio::spawn(Pulses::watch(
+            pulse.clone(),
+            crate::sweeps::sweep::every(
+                inner.completer_stop.clone(),
+                Sweep::Stops,
+                every,
+                pulse,
+                move || {
+                    let stops = stops.clone();
+                    async move { stops.run_once().await.map(drop) }
+                },
+            ),
+        )));
         // Leases are kept while bodies run, also during shutdown's grace period: the
         // heartbeat stops with the completer, after the workers.
         let heartbeat = self.heartbeat();
@@ -305,6 +324,18 @@ impl Runtime {
             clock: inner.clock.clone(),
             listeners: inner.listeners.clone(),
             config: RescuerConfig::from_settings(&inner.settings),
+        }
+    }
+
+    /// The check for cancels of running requests and passed deadlines.
+    pub(crate) fn stops(&self) -> crate::sweeps::stops::Stops {
+        let inner = &self.inner;
+        crate::sweeps::stops::Stops {
+            store: inner.store.clone(),
+            application: inner.app.clone(),
+            owner: inner.owner.clone(),
+            clock: inner.clock.clone(),
+            pool: inner.pool.clone(),
         }
     }
 

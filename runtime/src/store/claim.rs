@@ -164,6 +164,14 @@ pub(crate) struct ClaimIds<'a> {
     pub(crate) lease_ms: i64,
 }
 
+
+/// The condition that keeps a claim from starting a request whose deadline passed, by
+/// the database's clock (`db_now`, the backend's expression of it): the deadline sweep
+/// makes those `dead`.
+pub(crate) fn before_deadline(db_now: &str) -> String {
+    format!("(deadline_at IS NULL OR deadline_at > {db_now})")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

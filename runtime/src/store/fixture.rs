@@ -29,6 +29,7 @@ pub(crate) fn new_request(
         key_retention: 86_400_000,
         priority: 0,
         run_at: now_ms(),
+        deadline_at: None,
         last_error: None,
         trace_json: None,
         now: now_ms(),

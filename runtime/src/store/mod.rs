@@ -62,7 +62,8 @@ pub(crate) use sweeps::{orphan_worker_prefix, PurgeBatch, Purged, RescueBatch, R
 pub(crate) const REQUEST_COLUMNS: &str =
     "id, application_name, executor, sign, strategy, status, exec_count, \
     max_attempts, param_json, remark, idempotency_key, priority, run_at, lease_owner, lease_until, \
-    last_error, trace_json, create_time, update_time, progress_done, progress_total";
+    last_error, trace_json, create_time, update_time, progress_done, progress_total, \
+    deadline_at, cancel_requested";
 
 /// What an instance announces of itself.
 #[derive(Debug, Clone)]
@@ -231,6 +232,9 @@ pub(crate) enum CompletionResult {
     /// The body snoozed: `init` again, to run at `run_at`, its `max_attempts` one more
     /// (the attempt is not counted against them). The one completion that writes `init`.
     Snoozed { note: String, run_at: i64 },
+    /// Mark it `cancelled`: it was asked to stop while it ran (a cancel, or its deadline)
+    /// and its body did not succeed.
+    Cancelled { note: String },
 }
 
 /// A running record whose lease expired: id, attempt, max attempts, owner, lease end.
@@ -251,6 +255,7 @@ impl CompletionResult {
             }
             CompletionResult::Dead { error } => Some(("dead", Some(error), None)),
             CompletionResult::Snoozed { note, run_at } => Some(("init", Some(note), Some(*run_at))),
+            CompletionResult::Cancelled { note } => Some(("cancelled", Some(note), None)),
         }
     }
 }

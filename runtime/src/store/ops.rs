@@ -13,7 +13,10 @@ use crate::base::query::{
     Action, AuditEntry, DepthSample, ExecutorCount, MinuteStat, Page, PageSpec, Pause, QueueCount,
     QueuePolicy, RequestQuery, StatDelta,
 };
-use crate::base::record::Status;
+use crate::base::record::{Status, StopAsked};
+
+/// The `last_error` of a waiting request whose deadline passed (it goes `dead`).
+pub(crate) const DEADLINE_PASSED: &str = "deadline passed while it waited";
 
 /// The operators' statements, written once over a backend's [`SqlRunner`]: every
 /// backend implements `OpsStore` with nothing but its runner.
@@ -411,6 +414,83 @@ pub(crate) trait OpsStore: SqlRunner {
             .push(" AND exec_count = ")
             .bind_int(i64::from(attempt));
         Ok(self.execute(&s).await? > 0)
+    }
+
+    /// Of the records `held` ((id, attempt) pairs) that `owner` runs, those asked to stop:
+    /// a cancel was asked for, or their deadline passed by `now`.
+    async fn request_stops(
+        &self,
+        owner: &str,
+        held: &[(i64, i32)],
+        now: i64,
+    ) -> Result<Vec<(i64, i32, StopAsked)>> {
+        let mut stops = Vec::new();
+        for chunk in held.chunks(500) {
+            let mut s = self.sql(&format!(
+                "SELECT id, {}, cancel_requested FROM async_req \
+                 WHERE status = 'running' AND lease_owner = ",
+                self.dialect().int64("exec_count")
+            ));
+            s.bind_text(owner).push(" AND id IN (");
+            for (i, (id, _)) in chunk.iter().enumerate() {
+                if i > 0 {
+                    s.push(", ");
+                }
+                s.bind_int(*id);
+            }
+            s.push(") AND (cancel_requested IS NOT NULL OR deadline_at <= ")
+                .bind_int(now)
+                .push(")");
+            for mut row in self.fetch_rows(&s, &[Col::Int, Col::Int, Col::Int]).await? {
+                let (id, attempt, cancel) = (row.int()?, row.int()?, row.opt_int()?);
+                let why = match cancel {
+                    Some(_) => StopAsked::Cancel,
+                    None => StopAsked::Deadline,
+                };
+                let attempt = i32::try_from(attempt).unwrap_or(i32::MAX);
+                if chunk.contains(&(id, attempt)) {
+                    stops.push((id, attempt, why));
+                }
+            }
+        }
+        Ok(stops)
+    }
+
+    /// Makes at most `limit` waiting (`init`, `failed`) records of `application` whose
+    /// deadline passed by `now` `dead`; how many.
+    async fn request_expire_deadlines(
+        &self,
+        application: &str,
+        now: i64,
+        limit: i64,
+    ) -> Result<u64> {
+        let mut s = self.sql("UPDATE async_req SET status = 'dead', last_error = ");
+        s.bind_text(DEADLINE_PASSED)
+            .push(", update_time = ")
+            .bind_int(now)
+            .push(" WHERE ");
+        let expired = |s: &mut Sql| {
+            s.push("deadline_at <= ")
+                .bind_int(now)
+                .push(" AND application_name = ")
+                .bind_text(application)
+                .push(" AND status IN ('init', 'failed')");
+        };
+        match self.dialect() {
+            // MySQL/MariaDB cannot read the table it updates in a sub-select.
+            Dialect::MySql => {
+                expired(&mut s);
+                s.push(" LIMIT ").bind_int(limit);
+            }
+            Dialect::Postgres | Dialect::Sqlite => {
+                // The outer condition again: a row a claim took meanwhile is left alone.
+                s.push("id IN (SELECT id FROM async_req WHERE ");
+                expired(&mut s);
+                s.push(" LIMIT ").bind_int(limit).push(") AND ");
+                expired(&mut s);
+            }
+        }
+        self.execute(&s).await
     }
 
     /// Makes the row of `queue` (its limits the builder's) unless it has one.

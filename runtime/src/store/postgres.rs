@@ -251,8 +251,9 @@ impl Store for PostgresStore {
         let sql = format!(
             "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = {DB_NOW} + $2, \
              exec_count = exec_count + 1, update_time = $3 \
-             WHERE id = ANY($4) AND status = 'init' AND exec_count = 0 \
-             RETURNING id, exec_count"
+             WHERE id = ANY($4) AND status = 'init' AND exec_count = 0 AND {open} \
+             RETURNING id, exec_count",
+            open = crate::store::claim::before_deadline(DB_NOW)
         );
         let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)
             .bind(p.owner)

@@ -80,7 +80,8 @@ pub(crate) async fn retry_now<S: SqlRunner + ?Sized>(
         // MySQL assigns left to right: `exec_count` reads the old status, so it goes first.
         let mut s = store.sql(
             "UPDATE async_req SET exec_count = CASE WHEN status = 'failed' THEN exec_count \
-             ELSE 0 END, status = 'failed', run_at = ",
+             ELSE 0 END, deadline_at = CASE WHEN status = 'failed' THEN deadline_at ELSE NULL END, \
+             cancel_requested = NULL, status = 'failed', run_at = ",
         );
         s.bind_int(now).push(", update_time = ").bind_int(now);
         vec![of_record(s, application, id)]
@@ -88,7 +89,9 @@ pub(crate) async fn retry_now<S: SqlRunner + ?Sized>(
     .await
 }
 
-/// Cancels a record that is `init` or `failed`. Returns the status it had.
+/// Cancels a record that is `init` or `failed`; asks a `running` one to stop (its
+/// instance tells the body, and the record ends `cancelled` unless the body succeeds).
+/// Returns the status it had.
 pub(crate) async fn cancel<S: SqlRunner + ?Sized>(
     store: &S,
     application: &str,
@@ -96,6 +99,13 @@ pub(crate) async fn cancel<S: SqlRunner + ?Sized>(
     now: i64,
 ) -> Result<Option<Status>> {
     change(store, application, id, |status| {
+        if status == Status::Running {
+            let mut s = store.sql("UPDATE async_req SET cancel_requested = COALESCE(cancel_requested, ");
+            s.bind_int(now).push(")");
+            let mut s = of_record(s, application, id);
+            s.push(" AND status = 'running'");
+            return vec![s];
+        }
         if !matches!(status, Status::Init | Status::Failed) {
             return Vec::new();
         }

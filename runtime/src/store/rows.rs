@@ -48,6 +48,8 @@ where
             row.try_get("progress_done")?,
             row.try_get("progress_total")?,
         ),
+        deadline_at: row.try_get("deadline_at")?,
+        cancel_requested: row.try_get("cancel_requested")?,
     })
 }
 

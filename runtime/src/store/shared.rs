@@ -42,6 +42,11 @@ static CANCEL: Statement = Statement::new(
      WHERE application_name = ? AND id = ? AND status IN ('init', 'failed')",
 );
 
+static CANCEL_RUNNING: Statement = Statement::new(
+    "UPDATE async_req SET cancel_requested = COALESCE(cancel_requested, ?) \
+     WHERE application_name = ? AND id = ? AND status = 'running'",
+);
+
 static STATUS_OF: Statement =
     Statement::new("SELECT status FROM async_req WHERE application_name = ? AND id = ?");
 
@@ -160,8 +165,9 @@ where
 }
 
 /// Cancels record `id` of `application` if it is `init` or `failed`, as the caller's
-/// transaction sees it (the row stays locked until it ends). `Err(status)` when it was
-/// not cancelled: the status it has, or `None` when there is no such record.
+/// transaction sees it (the row stays locked until it ends), or asks it to stop if it is
+/// `running`. `Err(status)` when it was not cancelled: the status it has (`Running`:
+/// asked to stop), or `None` when there is no such record.
 pub(crate) async fn cancel<'q, DB>(
     conn: &mut DB::Connection,
     application: &'q str,
@@ -184,6 +190,14 @@ where
     if DB::rows_affected(&done) > 0 {
         return Ok(Ok(()));
     }
+    // Running: asked to stop (the record locked until the transaction ends); the status
+    // read below says so (`Running` is a cancel requested).
+    sqlx::query(CANCEL_RUNNING.text(DB::DIALECT))
+        .bind(now)
+        .bind(application)
+        .bind(id)
+        .execute(DB::executor(conn))
+        .await?;
     let row = sqlx::query(STATUS_OF.text(DB::DIALECT))
         .bind(application)
         .bind(id)

@@ -167,7 +167,7 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     let done = sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         create_time, update_time, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&*r.application_name)
     .bind(r.executor)
@@ -185,6 +185,7 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     .bind(&r.trace_json)
     .bind(r.now)
     .bind(r.now)
+    .bind(r.deadline_at)
     .execute(&mut *conn)
     .await?;
     let id = done.last_insert_rowid();
@@ -201,7 +202,7 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     Ok(Inserted::New(id))
 }
 
-/// Rows per multi-row INSERT (16 parameters each, well under SQLite's limit).
+/// Rows per multi-row INSERT (17 parameters each, well under SQLite's limit).
 const INSERT_CHUNK: usize = 500;
 
 /// Inserts many requests: those without an idempotency key or a logged attempt in
@@ -217,7 +218,7 @@ async fn insert_many(
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
              max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-             create_time, update_time) ",
+             create_time, update_time, deadline_at) ",
         );
         query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
             row.push_bind(&*r.application_name)
@@ -235,7 +236,8 @@ async fn insert_many(
                 .push_bind(&r.last_error)
                 .push_bind(&r.trace_json)
                 .push_bind(r.now)
-                .push_bind(r.now);
+                .push_bind(r.now)
+                .push_bind(r.deadline_at);
         });
         // One statement inserts its rows in order, each with the next id (`AUTOINCREMENT`
         // ids only grow, and the transaction holds the write lock): the last id says them

@@ -3,7 +3,8 @@
 //! `rescuer` (expired leases), the `heartbeat` (renews this instance's leases), the
 //! `retention` sweep (finished records and old logs past `retention`, through `purge`),
 //! presence (`instances`: this instance's announcement and the skip list of a rolling
-//! deploy) and the database's `clock`; `sweep` is the loop every interval sweep runs in.
+//! deploy), the database's `clock`, and `stops` (cancels of running requests and passed
+//! deadlines); `sweep` is the loop every interval sweep runs in.
 
 pub(crate) mod clock;
 pub(crate) mod compensator;
@@ -13,4 +14,5 @@ pub(crate) mod purge;
 pub(crate) mod rescuer;
 pub(crate) mod retention;
 pub(crate) mod retrier;
+pub(crate) mod stops;
 pub(crate) mod sweep;

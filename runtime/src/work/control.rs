@@ -80,7 +80,8 @@ impl Control {
     pub(crate) fn count(&self, executor: &'static str, result: &CompletionResult, now: i64) {
         let slot = match result {
             CompletionResult::Delete | CompletionResult::Succeeded => 0,
-            CompletionResult::Dead { .. } => 1,
+            // A cancelled run ended without success: counted with the dead.
+            CompletionResult::Dead { .. } | CompletionResult::Cancelled { .. } => 1,
             CompletionResult::Failed { .. } => 2,
             CompletionResult::Snoozed { .. } => return, // neither a success nor a failure
         };

@@ -24,11 +24,14 @@ struct InFlight {
     /// When the lease, as last set by this instance, ends (unix ms, this clock; taken
     /// before the statement that set it was sent, so never later than the database's).
     lease_until: i64,
-    /// Cancelled when the lease ran out or was lost: the body's `Context` sees it.
+    /// Cancelled when the lease ran out or was lost, or the record asked the body to
+    /// stop: the body's `Context` sees it.
     lease_lost: CancellationToken,
     /// Another instance holds the record now (or it is gone): not renewed again; the
     /// outcome, if any, is fenced.
     lost: bool,
+    /// Asked to stop by its record (a cancel, its deadline): told through `lease_lost`.
+    stop: Option<crate::base::record::StopAsked>,
     abort: Option<AbortHandle>,
     /// Shutdown aborted its body (which may not have ended yet: a blocking call).
     aborted: bool,
@@ -44,6 +47,7 @@ impl InFlight {
             lease_until,
             lease_lost: CancellationToken::new(),
             lost: false,
+            stop: None,
             abort: None,
             aborted: false,
             done: false,
@@ -257,6 +261,54 @@ impl ExecutorPool {
             }
         }
         lapsed
+    }
+
+    /// The records whose bodies run here now and have not been asked to stop (nor lost
+    /// their lease): those a check for cancels and deadlines looks at.
+    pub(crate) fn unstopped(&self) -> Vec<crate::store::Held> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        let mut held: Vec<crate::store::Held> = in_flight
+            .iter()
+            .filter(|(_, f)| f.abort.is_some() && !f.done && !f.lost && f.stop.is_none())
+            .map(|(id, f)| (*id, f.attempt))
+            .collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Tells the body of `id` at `attempt`, if it still runs here, to stop (its
+    /// `Context` is cancelled) because of `why`; whether it was told.
+    pub(crate) fn ask_stop(
+        &self,
+        id: RequestId,
+        attempt: i32,
+        why: crate::base::record::StopAsked,
+    ) -> bool {
+        let mut in_flight = self.in_flight.lock().expect("in-flight lock");
+        match in_flight
+            .get_mut(&id)
+            .filter(|f| f.attempt == attempt && !f.done && f.stop.is_none())
+        {
+            Some(flight) => {
+                flight.stop = Some(why);
+                flight.lease_lost.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Why the body of `id` at `attempt` was asked to stop by its record, if it was.
+    pub(crate) fn stop_asked(
+        &self,
+        id: RequestId,
+        attempt: i32,
+    ) -> Option<crate::base::record::StopAsked> {
+        let in_flight = self.in_flight.lock().expect("in-flight lock");
+        in_flight
+            .get(&id)
+            .filter(|f| f.attempt == attempt)
+            .and_then(|f| f.stop)
     }
 
     /// Whether this instance holds record `id` (waiting, running, or with an outcome not

@@ -99,8 +99,9 @@ impl MySqlStore {
         let mut claimed = Vec::with_capacity(p.ids.len());
         for chunk in p.ids.chunks(MAX_IN) {
             let sql = format!(
-                "{CLAIM_SET} WHERE id IN ({}) AND status = 'init' AND exec_count = 0",
-                marks(chunk.len())
+                "{CLAIM_SET} WHERE id IN ({}) AND status = 'init' AND exec_count = 0 AND {}",
+                marks(chunk.len()),
+                crate::store::claim::before_deadline(DB_NOW)
             );
             let query = sqlx::query(&sql).bind(p.owner).bind(p.lease_ms).bind(p.now);
             let matched = bind_list(query, chunk)
@@ -193,10 +194,11 @@ impl MySqlStore {
             )
         };
         let executors = marks(p.executors.len());
+        let open = crate::store::claim::before_deadline(DB_NOW);
         let select = |condition: &str| {
             format!(
                 "SELECT id, priority, run_at FROM async_req WHERE application_name = ? \
-                 AND {condition} AND executor IN ({executors}){skip} \
+                 AND {condition} AND executor IN ({executors}){skip} AND {open} \
                  ORDER BY priority DESC, run_at, id LIMIT ?"
             )
         };

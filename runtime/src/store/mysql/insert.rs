@@ -31,7 +31,7 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     let done = sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         create_time, update_time, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&*r.application_name)
     .bind(r.executor)
@@ -49,6 +49,7 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     .bind(&r.trace_json)
     .bind(r.now)
     .bind(r.now)
+    .bind(r.deadline_at)
     .execute(&mut *conn)
     .await?;
     let id = done.last_insert_id() as i64;
@@ -90,7 +91,8 @@ pub(super) async fn insert_many(
     for chunk in plain.chunks(INSERT_CHUNK) {
         let mut query = sqlx::QueryBuilder::<MySql>::new(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) ",
+             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time, \
+             deadline_at) ",
         );
         query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
             row.push_bind(&*r.application_name)
@@ -106,7 +108,8 @@ pub(super) async fn insert_many(
                 .push_bind(r.run_at)
                 .push_bind(&r.trace_json)
                 .push_bind(r.now)
-                .push_bind(r.now);
+                .push_bind(r.now)
+                .push_bind(r.deadline_at);
         });
         let done = query.build().execute(&mut *conn).await?;
         // The first id of the statement; the others follow it, `step` apart.

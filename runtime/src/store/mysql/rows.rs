@@ -49,6 +49,8 @@ pub(super) fn request_from_row(row: &MySqlRow) -> Result<Request> {
             row.try_get("progress_done")?,
             row.try_get("progress_total")?,
         ),
+        deadline_at: row.try_get("deadline_at")?,
+        cancel_requested: row.try_get("cancel_requested")?,
     })
 }
 

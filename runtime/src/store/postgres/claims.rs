@@ -108,10 +108,11 @@ fn claim_sql(p: &ClaimDue<'_>) -> String {
     } else {
         " AND NOT ((sign || ':' || executor) = ANY($8))"
     };
+    let open = crate::store::claim::before_deadline(DB_NOW);
     let candidates = |columns: &str, condition: &str| {
         format!(
             "SELECT {columns} FROM async_req WHERE application_name = $4 AND {condition} \
-             AND executor = ANY($6){skip} \
+             AND executor = ANY($6){skip} AND {open} \
              ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED"
         )
     };

@@ -21,8 +21,8 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     // delivered only on commit.
     const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
+         create_time, update_time, deadline_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16) \
          RETURNING id";
     let payload = r.notify.as_ref().map(|owner| {
         serde_json::to_string(&Wake {
@@ -34,7 +34,7 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     let sql = match payload {
         Some(_) => format!(
             "WITH inserted AS ({INSERT}) SELECT id FROM inserted \
-             CROSS JOIN LATERAL (SELECT pg_notify($16, $17)) AS notified"
+             CROSS JOIN LATERAL (SELECT pg_notify($17, $18)) AS notified"
         ),
         None => INSERT.to_string(),
     };
@@ -53,7 +53,8 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
         .bind(r.run_at)
         .bind(&r.last_error)
         .bind(&r.trace_json)
-        .bind(r.now);
+        .bind(r.now)
+        .bind(r.deadline_at);
     if let Some(payload) = payload {
         query = query.bind(CHANNEL).bind(payload);
     }
@@ -86,11 +87,13 @@ pub(super) async fn insert_many(
         let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();
         let mut ids: Vec<(i64,)> = sqlx::query_as(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time) \
-             SELECT a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, now FROM UNNEST( \
+             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time, \
+             deadline_at) \
+             SELECT a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, now, dl FROM UNNEST( \
                $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], \
-               $8::text[], $9::text[], $10::int[], $11::bigint[], $12::text[], $13::bigint[]) \
-             AS u(a, e, s, st, stat, c, m, p, rem, pri, run, tr, now) RETURNING id",
+               $8::text[], $9::text[], $10::int[], $11::bigint[], $12::text[], $13::bigint[], \
+               $14::bigint[]) \
+             AS u(a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, dl) RETURNING id",
         )
         .bind(column(|r| &r.application_name))
         .bind(column(|r| r.executor))
@@ -105,6 +108,7 @@ pub(super) async fn insert_many(
         .bind(rows.iter().map(|r| r.run_at).collect::<Vec<i64>>())
         .bind(rows.iter().map(|r| r.trace_json.as_deref()).collect::<Vec<Option<&str>>>())
         .bind(rows.iter().map(|r| r.now).collect::<Vec<i64>>())
+        .bind(rows.iter().map(|r| r.deadline_at).collect::<Vec<Option<i64>>>())
         .fetch_all(&mut *conn)
         .await?;
         // Ids are drawn in row order; RETURNING's own order is unspecified.

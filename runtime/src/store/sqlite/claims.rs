@@ -29,7 +29,8 @@ pub(super) async fn claim_ids(
         "UPDATE async_req SET status = 'running', lease_owner = ?, lease_until = {DB_NOW} + ?, \
          exec_count = exec_count + 1, update_time = ? \
          WHERE id IN (SELECT value FROM json_each(?)) AND status = 'init' AND exec_count = 0 \
-         RETURNING id, exec_count"
+         AND {open} RETURNING id, exec_count",
+        open = crate::store::claim::before_deadline(DB_NOW)
     );
     let rows: Vec<(i64, i32)> = sqlx::query_as(&sql)
         .bind(p.owner)
@@ -150,9 +151,10 @@ async fn claim_up_to(
          exec_count = exec_count + 1, update_time = ?3 \
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
            AND status IN ('init', 'failed') AND {condition} \
-           AND executor IN ({executors}){skip} \
+           AND executor IN ({executors}){skip} AND {open} \
            ORDER BY priority DESC, run_at, id LIMIT ?6) \
          RETURNING json_array({CLAIMED_COLUMNS})",
+        open = crate::store::claim::before_deadline(DB_NOW),
         executors = executor_marks(p.executors.len()),
         skip = if p.skip.is_empty() {
             String::new()

@@ -231,6 +231,9 @@ fn describe(result: &CompletionResult) -> String {
             "`init` (snoozed), to run again at {run_at}: {}",
             text::capped(note, 4096)
         ),
+        CompletionResult::Cancelled { note } => {
+            format!("`cancelled`: {}", text::capped(note, 4096))
+        }
     }
 }
 

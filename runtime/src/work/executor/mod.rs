@@ -70,6 +70,8 @@ pub(crate) struct Attempt {
     pub(crate) started: i64,
     pub(crate) finished: i64,
     pub(crate) result: Result<(), Failure>,
+    /// Whether its record asked the body to stop (a cancel, its deadline) while it ran.
+    pub(crate) stopped: Option<crate::base::record::StopAsked>,
 }
 
 /// The settings the executor reads, taken from [`Settings`] (validated there).
@@ -229,6 +231,7 @@ impl Executor {
             key_retention: self.config.key_retention.as_millis() as i64,
             priority,
             run_at,
+            deadline_at: None,
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
             now: self.clock.now_ms(),
@@ -262,11 +265,13 @@ impl Executor {
         }
         let executor = self.clone();
         let handle = self.pool.tasks.spawn(async move {
-            let attempt = executor.run_body_told(&job, lease_lost).await;
+            let mut attempt_run = executor.run_body_told(&job, lease_lost).await;
             drop(permit);
             if let Some((id, attempt)) = record {
+                attempt_run.stopped = executor.pool.stop_asked(id, attempt);
                 executor.pool.mark_done(id, attempt);
             }
+            let attempt = attempt_run;
             executor.finish(job, attempt).await;
         });
         if let Some((id, attempt)) = record {
@@ -383,6 +388,7 @@ impl Executor {
             started,
             finished,
             result,
+            stopped: None,
         }
     }
 
@@ -408,6 +414,16 @@ impl Executor {
                     false => CompletionResult::Succeeded,
                 };
                 (result, settings.log_success.then(|| log("success", None)))
+            }
+            // Asked to stop and it did not succeed: `cancelled`, for good (a success is
+            // kept: the work was done before the stop reached it).
+            Err(failure) if attempt.stopped.is_some() => {
+                let why = attempt.stopped.map_or("", |why| why.reason());
+                let note = text::stored(&format!("{why}: {}", failure.message));
+                (
+                    CompletionResult::Cancelled { note: note.clone() },
+                    Some(log("cancelled", Some(note))),
+                )
             }
             Err(failure) => (
                 self.failed_result(record.attempt, record.max_attempts, failure),
@@ -486,7 +502,9 @@ impl Executor {
             // Written to run later; the attempt that snoozed is not counted.
             CompletionResult::Snoozed { note, run_at } => (Status::Init, run_at, note),
             CompletionResult::Dead { error } => (Status::Dead, attempt.finished, error),
-            CompletionResult::Delete | CompletionResult::Succeeded => unreachable!("a failure"),
+            CompletionResult::Delete
+            | CompletionResult::Succeeded
+            | CompletionResult::Cancelled { .. } => unreachable!("a failure, not asked to stop"),
         };
         let mut request = self.new_request(
             job.def,
