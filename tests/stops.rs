@@ -27,7 +27,10 @@ fn fresh() -> i64 {
 }
 
 fn told_at(n: i64) -> Option<Instant> {
-    TOLD.lock().unwrap().as_ref().and_then(|m| m.get(&n).copied())
+    TOLD.lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(&n).copied())
 }
 
 fn started(n: i64) -> bool {
@@ -52,7 +55,10 @@ async fn patient(n: i64, ctx: Context) -> anyhow::Result<()> {
 async fn finisher(n: i64, ctx: Context) -> anyhow::Result<()> {
     STARTED.lock().unwrap().push(n);
     ctx.cancelled().await;
-    TOLD.lock().unwrap().get_or_insert_with(HashMap::new).insert(n, Instant::now());
+    TOLD.lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .insert(n, Instant::now());
     tokio::time::sleep(Duration::from_millis(100)).await;
     Ok(())
 }
@@ -63,6 +69,12 @@ async fn stubborn(n: i64) -> anyhow::Result<()> {
     STARTED.lock().unwrap().push(n);
     tokio::time::sleep(Duration::from_secs(60)).await;
     Ok(())
+}
+
+/// Worth running within half a second of the call only.
+#[async_exec(type = SaveAsync, deadline = "500ms")]
+async fn fleeting(n: i64) {
+    STARTED.lock().unwrap().push(n);
 }
 
 /// Runs at once; takes no deadline (it is not `SaveAsync`).
@@ -80,7 +92,11 @@ async fn wait_until(what: &str, limit: Duration, mut check: impl AsyncFnMut() ->
 }
 
 async fn status(rt: &async_exec::Runtime, id: i64) -> Status {
-    rt.get(id).await.unwrap().expect("the record is kept").status
+    rt.get(id)
+        .await
+        .unwrap()
+        .expect("the record is kept")
+        .status
 }
 
 /// Cancelled from another instance, a running body is told within about a second; it
@@ -96,7 +112,10 @@ async fn a_running_request_is_cancelled_from_another_instance<DB: Backend>(db: T
         .unwrap();
     let n = fresh();
     let id = patient(n).on(&rt).await.unwrap().id.unwrap();
-    wait_until("the body starts", Duration::from_secs(5), async || started(n)).await;
+    wait_until("the body starts", Duration::from_secs(5), async || {
+        started(n)
+    })
+    .await;
     assert_eq!(status(&rt, id).await, Status::Running);
     let asked = Instant::now();
     other.cancel(id).await.unwrap();
@@ -151,9 +170,11 @@ async fn what_the_body_does_after_the_stop_decides<DB: Backend>(db: TestDb) {
         status(&rt, finished).await == Status::Success
     })
     .await;
-    wait_until("the stubborn one ends", Duration::from_secs(8), async || {
-        status(&rt, ignored).await == Status::Cancelled
-    })
+    wait_until(
+        "the stubborn one ends",
+        Duration::from_secs(8),
+        async || status(&rt, ignored).await == Status::Cancelled,
+    )
     .await;
     let request = rt.get(ignored).await.unwrap().unwrap();
     let error = request.last_error.unwrap_or_default();
@@ -172,12 +193,18 @@ async fn a_cancel_of_a_running_request_goes_with_the_transaction<DB: Backend>(db
     let rt = db.builder().delete_on_success(false).start().await.unwrap();
     let n = fresh();
     let id = patient(n).on(&rt).await.unwrap().id.unwrap();
-    wait_until("the body starts", Duration::from_secs(5), async || started(n)).await;
+    wait_until("the body starts", Duration::from_secs(5), async || {
+        started(n)
+    })
+    .await;
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
     rt.cancel(id).within(&mut tx).await.unwrap();
     tx.rollback().await.unwrap();
     tokio::time::sleep(Duration::from_millis(2_200)).await;
-    assert!(told_at(n).is_none(), "told of a cancel that was rolled back");
+    assert!(
+        told_at(n).is_none(),
+        "told of a cancel that was rolled back"
+    );
     assert_eq!(status(&rt, id).await, Status::Running);
     assert_eq!(rt.get(id).await.unwrap().unwrap().cancel_requested, None);
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
@@ -214,9 +241,11 @@ async fn deadlines_end_waiting_and_running_requests<DB: Backend>(db: TestDb) {
         .start()
         .await
         .unwrap();
-    wait_until("the missed one is dead", Duration::from_secs(5), async || {
-        status(&rt, missed).await == Status::Dead
-    })
+    wait_until(
+        "the missed one is dead",
+        Duration::from_secs(5),
+        async || status(&rt, missed).await == Status::Dead,
+    )
     .await;
     assert!(!started(late), "a request past its deadline started");
     let request = rt.get(missed).await.unwrap().unwrap();
@@ -239,9 +268,11 @@ async fn deadlines_end_waiting_and_running_requests<DB: Backend>(db: TestDb) {
         started(running)
     })
     .await;
-    wait_until("it ends at its deadline", Duration::from_secs(6), async || {
-        status(&rt, id).await == Status::Cancelled
-    })
+    wait_until(
+        "it ends at its deadline",
+        Duration::from_secs(6),
+        async || status(&rt, id).await == Status::Cancelled,
+    )
     .await;
     let took = told_at(running).expect("told") - submitted;
     assert!(
@@ -249,7 +280,10 @@ async fn deadlines_end_waiting_and_running_requests<DB: Backend>(db: TestDb) {
         "told {took:?} after the call, its deadline 1.2 s"
     );
     let error = rt.get(id).await.unwrap().unwrap().last_error.unwrap();
-    assert!(error.starts_with("deadline passed while running"), "{error}");
+    assert!(
+        error.starts_with("deadline passed while running"),
+        "{error}"
+    );
     // A replay starts over, without the deadline.
     rt.retry_now(missed).await.unwrap();
     rt.retrier().run_once().await.unwrap();
@@ -268,7 +302,13 @@ async fn impossible_deadlines_are_refused<DB: Backend>(db: TestDb) {
     let refused = |result: Result<async_exec::Receipt, Error>, says: &str| {
         let error = result.unwrap_err();
         assert!(
-            matches!(&error, Error::InvalidCall { option: "deadline", .. }),
+            matches!(
+                &error,
+                Error::InvalidCall {
+                    option: "deadline",
+                    ..
+                }
+            ),
             "{error}"
         );
         assert!(error.to_string().contains(says), "{error}");
@@ -300,7 +340,54 @@ async fn impossible_deadlines_are_refused<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// The attribute's `deadline` applies to every call; a call's own replaces it.
+async fn the_attributes_deadline_applies_and_a_calls_own_replaces_it<DB: Backend>(db: TestDb) {
+    let writer = db.builder().run_workers(false).start().await.unwrap();
+    let (plain, given) = (fresh(), fresh());
+    let at = common::now_ms();
+    let missed = fleeting(plain).on(&writer).await.unwrap().id.unwrap();
+    let kept = fleeting(given)
+        .deadline(Duration::from_secs(60))
+        .on(&writer)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let deadline_of = async |id| writer.get(id).await.unwrap().unwrap().deadline_at.unwrap();
+    let (a, b) = (deadline_of(missed).await - at, deadline_of(kept).await - at);
+    assert!(
+        (400..=1_500).contains(&a),
+        "the attribute's: {a} ms after the call"
+    );
+    assert!(
+        (59_000..=61_000).contains(&b),
+        "the call's own: {b} ms after the call"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let rt = db
+        .builder()
+        .delete_on_success(false)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    wait_until(
+        "the one past its deadline is dead",
+        Duration::from_secs(5),
+        async || status(&rt, missed).await == Status::Dead,
+    )
+    .await;
+    wait_until("the other one runs", Duration::from_secs(5), async || {
+        status(&rt, kept).await == Status::Success
+    })
+    .await;
+    assert!(!started(plain) && started(given));
+    writer.shutdown().await.unwrap();
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    the_attributes_deadline_applies_and_a_calls_own_replaces_it,
     a_running_request_is_cancelled_from_another_instance,
     what_the_body_does_after_the_stop_decides,
     a_cancel_of_a_running_request_goes_with_the_transaction,

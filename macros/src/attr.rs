@@ -16,6 +16,7 @@ mod kw {
     syn::custom_keyword!(max_attempts);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(queue);
+    syn::custom_keyword!(deadline);
 }
 
 /// Every key, in the order error messages list them.
@@ -26,6 +27,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max_attempts",
     "timeout",
     "queue",
+    "deadline",
     "crate",
 ];
 
@@ -51,6 +53,9 @@ pub(crate) struct Args {
     pub(crate) timeout_ms: Option<u64>,
     /// `queue = "payments"`: the queue whose limits the executor's requests share.
     pub(crate) queue: Option<LitStr>,
+    /// `deadline = "10m"` or `deadline = 600`, in milliseconds: a call's request not
+    /// started by then goes `dead`.
+    pub(crate) deadline_ms: Option<(u64, Span)>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
 }
@@ -95,6 +100,7 @@ impl Parse for Args {
         let mut max_attempts = None;
         let mut timeout_ms = None;
         let mut queue = None;
+        let mut deadline_ms = None;
         let mut crate_path = None;
 
         while !input.is_empty() {
@@ -107,6 +113,7 @@ impl Parse for Args {
                 &mut max_attempts,
                 &mut timeout_ms,
                 &mut queue,
+                &mut deadline_ms,
                 &mut crate_path,
             ) {
                 return Err(errors.with(e));
@@ -145,6 +152,19 @@ impl Parse for Args {
                 ));
             }
         }
+        // A deadline is kept by the store's claims and the record: only a stored request.
+        if let (Some(strategy), Some(Some((_, span)))) = (&strategy, &deadline_ms) {
+            if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
+                errors.push(syn::Error::new(
+                    *span,
+                    format!(
+                        "`deadline` is kept by the request's record, which workers claim from \
+                         the store: `{strategy}` runs its body at once without one; use \
+                         type = SaveAsync with a deadline"
+                    ),
+                ));
+            }
+        }
         match (errors.0, strategy) {
             (Some(errors), _) => Err(errors),
             (None, Some(strategy)) => Ok(Args {
@@ -154,6 +174,7 @@ impl Parse for Args {
                 max_attempts: max_attempts.flatten(),
                 timeout_ms: timeout_ms.flatten(),
                 queue: queue.flatten(),
+                deadline_ms: deadline_ms.flatten(),
                 crate_path: crate_path.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
@@ -173,6 +194,7 @@ fn parse_one(
     max_attempts: &mut Option<Option<u32>>,
     timeout_ms: &mut Option<Option<u64>>,
     queue: &mut Option<Option<LitStr>>,
+    deadline_ms: &mut Option<Option<(u64, Span)>>,
     crate_path: &mut Option<Option<syn::Path>>,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
@@ -261,6 +283,25 @@ fn parse_one(
             }
         };
         set_once(errors, timeout_ms, "timeout", key.span, value);
+    } else if lookahead.peek(kw::deadline) {
+        let key: kw::deadline = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let span = input.span();
+        let value = if input.peek(LitStr) {
+            parse_timeout_str(&input.parse()?)
+        } else if input.peek(LitInt) {
+            parse_timeout_int(&input.parse()?)
+        } else {
+            return Err(input.error(DEADLINE_FORMS));
+        };
+        let value = match value {
+            Ok(ms) => Some((ms, span)),
+            Err(e) => {
+                errors.push(syn::Error::new(e.span(), DEADLINE_FORMS));
+                None
+            }
+        };
+        set_once(errors, deadline_ms, "deadline", key.span, value);
     } else if lookahead.peek(kw::queue) {
         let key: kw::queue = input.parse()?;
         input.parse::<Token![=]>()?;
@@ -390,6 +431,10 @@ const TIMEOUT_FORMS: &str = "`timeout` must be a positive whole number of second
                              string \"<n>ms\", \"<n>s\", \"<n>m\" or \"<n>h\", at most a \
                              year (8784h); write e.g. timeout = 30 or timeout = \"500ms\"";
 
+const DEADLINE_FORMS: &str = "`deadline` must be a positive whole number of seconds or a \
+                              string \"<n>ms\", \"<n>s\", \"<n>m\" or \"<n>h\", at most a \
+                              year (8784h); write e.g. deadline = 600 or deadline = \"10m\"";
+
 /// The longest timeout, in milliseconds: a year (366 days), as the runtime's settings.
 const MAX_TIMEOUT_MS: u64 = 366 * 24 * 3_600_000;
 
@@ -443,6 +488,23 @@ mod tests {
             .into_iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn deadline_is_parsed_and_checked() {
+        let args = parse(r#"type = SaveAsync, deadline = "10m""#).unwrap();
+        assert_eq!(args.deadline_ms.map(|(ms, _)| ms), Some(600_000));
+        let args = parse("type = SaveAsync, deadline = 30").unwrap();
+        assert_eq!(args.deadline_ms.map(|(ms, _)| ms), Some(30_000));
+        assert!(messages(r#"type = Async, deadline = "1m""#)[0].contains("type = SaveAsync"));
+        for bad in [r#""0s""#, r#""soon""#, "0", r#""9000h""#] {
+            let errs = messages(&format!("type = SaveAsync, deadline = {bad}"));
+            assert!(errs[0].contains("`deadline` must be"), "{bad}: {errs:?}");
+        }
+        assert!(
+            messages(r#"type = SaveAsync, deadline = "1m", deadline = "2m""#)[0]
+                .contains("deadline")
+        );
     }
 
     #[test]
@@ -550,7 +612,7 @@ mod tests {
     fn unknown_and_case_sensitive_keys() {
         assert_eq!(
             messages("type = Async, foo = 1 + 2, remark = \"x\""),
-            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, crate"]
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, crate"]
         );
         let errs = messages("Type = Async");
         assert_eq!(errs.len(), 2, "{errs:?}");

@@ -239,6 +239,10 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Some(lit) => quote!(::core::option::Option::Some(#lit)),
         None => quote!(::core::option::Option::None),
     };
+    let deadline_ms = match args.deadline_ms {
+        Some((ms, _)) => quote!(::core::option::Option::Some(#ms)),
+        None => quote!(::core::option::Option::None),
+    };
 
     quote! {
         #(#attrs)*
@@ -266,6 +270,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
                 max_attempts: #max_attempts,
                 timeout_ms: #timeout_ms,
                 queue: #queue,
+                deadline_ms: #deadline_ms,
                 data: &[#(#data_needs),*],
                 secrets: &[#(#secrets),*],
                 run: #run_fn,
@@ -408,6 +413,7 @@ mod tests {
                     max_attempts: ::core::option::Option::None,
                     timeout_ms: ::core::option::Option::None,
                     queue: ::core::option::Option::None,
+                    deadline_ms: ::core::option::Option::None,
                     data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                     secrets: &[],
                     run: __async_exec_run,

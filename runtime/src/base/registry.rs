@@ -42,6 +42,9 @@ pub struct ExecutorDef {
     /// The attribute's `queue`: the queue whose limits its requests share
     /// ([`Builder::queue`](crate::Builder::queue)); `None`, its own queue, unlimited.
     pub queue: Option<&'static str>,
+    /// The attribute's `deadline`, in milliseconds: a call's request not started by then
+    /// goes `dead` (a call's own [`Call::deadline`](crate::Call::deadline) overrides it).
+    pub deadline_ms: Option<u64>,
     /// The `Data<T>` parameters of the body, checked at start.
     pub data: &'static [crate::base::data::DataNeed],
     /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
@@ -267,6 +270,7 @@ pub(crate) mod tests_support {
             max_attempts: None,
             timeout_ms: None,
             queue: None,
+            deadline_ms: None,
             data: &[],
             secrets,
             run: never,
@@ -293,6 +297,7 @@ mod tests {
             max_attempts: None,
             timeout_ms: None,
             queue: None,
+            deadline_ms: None,
             data: &[],
             secrets: &[],
             run: never,
@@ -344,6 +349,7 @@ mod data_tests {
         max_attempts: None,
         timeout_ms: None,
         queue: None,
+        deadline_ms: None,
         data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
         secrets: &[],
         run: never,

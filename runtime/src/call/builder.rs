@@ -103,7 +103,8 @@ impl Call {
         self
     }
 
-    /// Start within `deadline` of the call, or not at all (`SaveAsync` calls): a request
+    /// Start within `deadline` of the call, or not at all (`SaveAsync` calls; replaces the
+    /// attribute's `deadline = "..."`): a request
     /// not started by then goes `dead` with "deadline passed"; one still running at it is
     /// told to stop (its [`Context`](crate::Context) is cancelled, within about a second)
     /// and ends `cancelled` unless its body succeeds. Times are the database's. Between
@@ -197,7 +198,11 @@ impl Call {
                 format!("at most {MAX_DURATION:?} (a year); schedule longer waits yourself"),
             ));
         }
-        if let Some(deadline) = self.deadline {
+        // The call's own deadline, else the attribute's.
+        let deadline = self
+            .deadline
+            .or(self.def.deadline_ms.map(Duration::from_millis));
+        if let Some(deadline) = deadline {
             let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
                 Some(format!(
                     "only `SaveAsync` calls take a deadline; this executor's strategy is `{}`, \
@@ -223,7 +228,7 @@ impl Call {
             params,
             key: self.key,
             delay: self.delay,
-            deadline: self.deadline,
+            deadline,
             priority: self.priority,
             trace: TraceContext::capture(),
             sealed: false,

@@ -164,7 +164,6 @@ pub(crate) struct ClaimIds<'a> {
     pub(crate) lease_ms: i64,
 }
 
-
 /// The condition that keeps a claim from starting a request whose deadline passed, by
 /// the database's clock (`db_now`, the backend's expression of it): the deadline sweep
 /// makes those `dead`.

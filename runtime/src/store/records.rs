@@ -100,7 +100,8 @@ pub(crate) async fn cancel<S: SqlRunner + ?Sized>(
 ) -> Result<Option<Status>> {
     change(store, application, id, |status| {
         if status == Status::Running {
-            let mut s = store.sql("UPDATE async_req SET cancel_requested = COALESCE(cancel_requested, ");
+            let mut s =
+                store.sql("UPDATE async_req SET cancel_requested = COALESCE(cancel_requested, ");
             s.bind_int(now).push(")");
             let mut s = of_record(s, application, id);
             s.push(" AND status = 'running'");

@@ -222,6 +222,7 @@ mod tests {
         max_attempts: None,
         timeout_ms: None,
         queue: None,
+        deadline_ms: None,
         data: &[],
         secrets: &[],
         run: |_| Box::pin(async { Ok(()) }),

@@ -96,6 +96,7 @@ mod tests {
         max_attempts: None,
         timeout_ms: None,
         queue: None,
+        deadline_ms: None,
         data: &[],
         secrets: &[],
         run: |invocation| {

@@ -54,17 +54,14 @@ impl Stops {
 
     async fn round(&self) -> Result<StopsReport> {
         let told = self.tell_running().await?;
-        let expired = crate::sweeps::sweep::while_full(
-            EXPIRE_BATCH as u64,
-            STOPS_INTERVAL / 2,
-            || async {
+        let expired =
+            crate::sweeps::sweep::while_full(EXPIRE_BATCH as u64, STOPS_INTERVAL / 2, || async {
                 self.store
                     .ops()
                     .request_expire_deadlines(&self.application, self.clock.now_ms(), EXPIRE_BATCH)
                     .await
-            },
-        )
-        .await?;
+            })
+            .await?;
         crate::operate::metrics::swept(crate::operate::metrics::Sweep::Stops, "told", told);
         crate::operate::metrics::swept(crate::operate::metrics::Sweep::Stops, "expired", expired);
         if expired > 0 {

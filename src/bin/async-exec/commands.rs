@@ -288,7 +288,9 @@ impl Action {
         match self {
             Action::Retry => "queued to run again",
             Action::Replay => "queued to run again (replay)",
-            Action::Cancel => "cancelled (a running one: asked to stop, its body told within about a second)",
+            Action::Cancel => {
+                "cancelled (a running one: asked to stop, its body told within about a second)"
+            }
             Action::Delete => "deleted",
         }
     }
