@@ -48,6 +48,9 @@ pub struct RequestQuery {
     pub created_from: Option<i64>,
     /// Created before this time (unix ms).
     pub created_to: Option<i64>,
+    /// With this tag ([`Call::tag`](crate::Call::tag)), exactly.
+    #[serde(default)]
+    pub tag: Option<String>,
 }
 
 impl RequestQuery {
@@ -78,6 +81,23 @@ impl RequestQuery {
     /// The request with this id.
     pub fn id(mut self, id: RequestId) -> Self {
         self.id = Some(id);
+        self
+    }
+
+    /// Requests tagged `tag` ([`Call::tag`](crate::Call::tag)), exactly.
+    ///
+    /// ```no_run
+    /// # use async_exec::{Action, RequestQuery};
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// let query = RequestQuery::default().tag("subscription:42");
+    /// let page = rt.list(&query, &async_exec::PageSpec::default()).await?;
+    /// println!("{} requests of subscription 42", page.requests.len());
+    /// // The subscription ends: cancel every waiting request of it.
+    /// let cancelled = rt.act(Action::Cancel, &query, "billing").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
         self
     }
 

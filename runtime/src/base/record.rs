@@ -172,6 +172,9 @@ pub struct Request {
     /// (see [`Runtime::cancel`](crate::Runtime::cancel)).
     #[serde(default)]
     pub cancel_requested: Option<i64>,
+    /// Its tags ([`Call::tag`](crate::Call::tag)), in order.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// How far a body got: `done` of `total` (the body's own units: rows, files, pages).
@@ -278,6 +281,8 @@ pub(crate) struct NewRequest {
     pub(crate) run_at: i64,
     /// Not started by then (unix ms), it goes `dead`; `None`: no deadline.
     pub(crate) deadline_at: Option<i64>,
+    /// Its tags (`Call::tag`), written beside it; mostly none.
+    pub(crate) tags: Vec<String>,
     pub(crate) last_error: Option<String>,
     pub(crate) trace_json: Option<String>,
     pub(crate) now: i64,

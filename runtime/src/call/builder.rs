@@ -41,6 +41,7 @@ pub struct Call {
     key: Option<String>,
     delay: Option<Duration>,
     deadline: Option<Duration>,
+    tags: Vec<String>,
     priority: i32,
     runtime: Option<Runtime>,
     independent: bool,
@@ -55,12 +56,19 @@ impl std::fmt::Debug for Call {
             .field("key", &self.key)
             .field("delay", &self.delay)
             .field("deadline", &self.deadline)
+            .field("tags", &self.tags)
             .field("priority", &self.priority)
             .field("runtime", &self.runtime)
             .field("independent", &self.independent)
             .finish()
     }
 }
+
+/// The most tags a call may have ([`Call::tag`]).
+pub const MAX_TAGS: usize = 10;
+
+/// The longest tag, in characters (the tables hold 255).
+pub(crate) const MAX_TAG_CHARS: usize = 255;
 
 /// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
 pub(crate) const MAX_KEY_BYTES: usize = 1020;
@@ -76,6 +84,7 @@ impl Call {
             key: None,
             delay: None,
             deadline: None,
+            tags: Vec::new(),
             priority: 0,
             runtime: None,
             independent: false,
@@ -125,6 +134,32 @@ impl Call {
     /// ```
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Tags the request (`SaveAsync` calls), so that it can be found and acted on with
+    /// the others of the same thing: [`RequestQuery::tag`](crate::RequestQuery::tag) in
+    /// `rt.list`, the API, the CLI's `list --tag` and the console, and a cancel of all
+    /// of them (`rt.act(Action::Cancel, &RequestQuery::default().tag(..), ..)`). Up to
+    /// [`MAX_TAGS`](crate::MAX_TAGS) per call, each 1 to 255 characters without NUL (a
+    /// repeated one counts once); others, and tags on a call of another strategy, are
+    /// refused with [`Error::InvalidCall`] when the call is awaited. Written in the call's
+    /// transaction; nothing is written for a call without tags.
+    ///
+    /// ```no_run
+    /// # use async_exec::async_exec;
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn renew(subscription: i64) {}
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// renew(42).tag("subscription:42").tag("tenant:7").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        let tag = tag.into();
+        if !self.tags.contains(&tag) {
+            self.tags.push(tag);
+        }
         self
     }
 
@@ -223,12 +258,37 @@ impl Call {
                 return Err(invalid("deadline", reason));
             }
         }
+        if !self.tags.is_empty() {
+            let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
+                Some(format!(
+                    "only `SaveAsync` calls take tags; this executor's strategy is `{}`, \
+                     which writes no record at the call",
+                    self.def.strategy.as_str()
+                ))
+            } else if self.tags.len() > MAX_TAGS {
+                Some(format!("at most {MAX_TAGS} tags per call"))
+            } else if self
+                .tags
+                .iter()
+                .any(|t| t.is_empty() || t.chars().count() > MAX_TAG_CHARS || t.contains('\0'))
+            {
+                Some(format!(
+                    "a tag is 1 to {MAX_TAG_CHARS} characters without NUL"
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(invalid("tag", reason));
+            }
+        }
         let submission = Submission {
             def: self.def,
             params,
             key: self.key,
             delay: self.delay,
             deadline,
+            tags: self.tags,
             priority: self.priority,
             trace: TraceContext::capture(),
             sealed: false,

@@ -31,6 +31,8 @@ pub(crate) struct Submission {
     pub(crate) delay: Option<Duration>,
     /// Not started within this of the call, it goes `dead` (`SaveAsync` only).
     pub(crate) deadline: Option<Duration>,
+    /// Its tags (`SaveAsync` only).
+    pub(crate) tags: Vec<String>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
     /// Whether `params` has its `#[secret]` arguments sealed already
@@ -46,6 +48,7 @@ impl std::fmt::Debug for Submission {
             .field("key", &self.key)
             .field("delay", &self.delay)
             .field("deadline", &self.deadline)
+            .field("tags", &self.tags)
             .field("priority", &self.priority)
             .field("sealed", &self.sealed)
             .finish_non_exhaustive()

@@ -47,6 +47,7 @@ impl Submission {
             self.trace.as_ref(),
         );
         request.now = now;
+        request.tags = self.tags.clone();
         request.deadline_at = self
             .deadline
             .map(|deadline| now.saturating_add(deadline.as_millis() as i64));

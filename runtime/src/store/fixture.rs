@@ -30,6 +30,7 @@ pub(crate) fn new_request(
         priority: 0,
         run_at: now_ms(),
         deadline_at: None,
+        tags: Vec::new(),
         last_error: None,
         trace_json: None,
         now: now_ms(),

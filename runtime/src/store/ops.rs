@@ -31,7 +31,9 @@ pub(crate) trait OpsStore: SqlRunner {
         query: &RequestQuery,
         page: &PageSpec,
     ) -> Result<Page> {
-        super::page::request_page(self, application, query, page).await
+        let mut page = super::page::request_page(self, application, query, page).await?;
+        super::records::attach_tags(self, application, &mut page.requests).await?;
+        Ok(page)
     }
 
     /// How many requests of `application` match `query` and are in one of `statuses`
@@ -488,6 +490,38 @@ pub(crate) trait OpsStore: SqlRunner {
                 expired(&mut s);
                 s.push(" LIMIT ").bind_int(limit).push(") AND ");
                 expired(&mut s);
+            }
+        }
+        self.execute(&s).await
+    }
+
+    /// Deletes at most `limit` tags of `application` written before `before` whose
+    /// request is gone (deleted on success, purged, deleted by an operator); how many.
+    async fn tag_purge_orphans(&self, application: &str, before: i64, limit: i64) -> Result<u64> {
+        let orphaned = |s: &mut Sql| {
+            s.push("application_name = ")
+                .bind_text(application)
+                .push(" AND create_time < ")
+                .bind_int(before)
+                .push(
+                    " AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_tag.req_id)",
+                );
+        };
+        let mut s = self.sql("DELETE FROM async_tag WHERE ");
+        match self.dialect() {
+            // MySQL/MariaDB cannot read the table it deletes from in a sub-select.
+            Dialect::MySql => {
+                orphaned(&mut s);
+                s.push(" LIMIT ").bind_int(limit);
+            }
+            Dialect::Postgres | Dialect::Sqlite => {
+                let row = match self.dialect() {
+                    Dialect::Postgres => "ctid",
+                    _ => "rowid",
+                };
+                s.push(&format!("{row} IN (SELECT {row} FROM async_tag WHERE "));
+                orphaned(&mut s);
+                s.push(" LIMIT ").bind_int(limit).push(")");
             }
         }
         self.execute(&s).await

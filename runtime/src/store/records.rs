@@ -21,7 +21,38 @@ pub(crate) async fn get<S: SqlRunner + ?Sized>(
         "SELECT {REQUEST_COLUMNS} FROM async_req WHERE application_name = "
     ));
     s.bind_text(application).push(" AND id = ").bind_int(id);
-    Ok(store.fetch_requests(&s).await?.into_iter().next())
+    let mut found = store.fetch_requests(&s).await?;
+    attach_tags(store, application, &mut found).await?;
+    Ok(found.into_iter().next())
+}
+
+/// Fills in the tags of `requests` (of `application`): one read through the tag table's
+/// index of requests.
+pub(crate) async fn attach_tags<S: SqlRunner + ?Sized>(
+    store: &S,
+    application: &str,
+    requests: &mut [Request],
+) -> Result<()> {
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let mut s = store.sql("SELECT req_id, tag FROM async_tag WHERE req_id IN (");
+    for (i, request) in requests.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.bind_int(request.id);
+    }
+    s.push(") AND application_name = ")
+        .bind_text(application)
+        .push(" ORDER BY tag");
+    for mut row in store.fetch_rows(&s, &[Col::Int, Col::Text]).await? {
+        let (id, tag) = (row.int()?, row.text()?);
+        if let Some(request) = requests.iter_mut().find(|r| r.id == id) {
+            request.tags.push(tag);
+        }
+    }
+    Ok(())
 }
 
 /// How many records are in each status (statuses this version does not know left out).

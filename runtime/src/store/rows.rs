@@ -50,6 +50,7 @@ where
         ),
         deadline_at: row.try_get("deadline_at")?,
         cancel_requested: row.try_get("cancel_requested")?,
+        tags: Vec::new(),
     })
 }
 

@@ -50,6 +50,10 @@ static CANCEL_RUNNING: Statement = Statement::new(
 static STATUS_OF: Statement =
     Statement::new("SELECT status FROM async_req WHERE application_name = ? AND id = ?");
 
+static TAG_INSERT: Statement = Statement::new(
+    "INSERT INTO async_tag (application_name, tag, req_id, create_time) VALUES (?, ?, ?, ?)",
+);
+
 static LOG_INSERT: Statement = Statement::new(
     "INSERT INTO async_log (req_id, attempt, worker, started, finished, outcome, error) \
      VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -139,6 +143,29 @@ where
         .bind(&r.idempotency_key)
         .execute(DB::executor(conn))
         .await?;
+    Ok(())
+}
+
+/// Writes the tags of request `request_id` (`r`'s), in the transaction that writes it.
+pub(crate) async fn tags_insert<'q, DB>(
+    conn: &mut DB::Connection,
+    r: &'q NewRequest,
+    request_id: RequestId,
+) -> Result<()>
+where
+    DB: Backend + HasDialect,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    i64: Encode<'q, DB> + Type<DB>,
+{
+    for tag in &r.tags {
+        sqlx::query(TAG_INSERT.text(DB::DIALECT))
+            .bind(&*r.application_name)
+            .bind(tag.as_str())
+            .bind(request_id)
+            .bind(r.now)
+            .execute(DB::executor(&mut *conn))
+            .await?;
+    }
     Ok(())
 }
 

@@ -130,6 +130,14 @@ impl Sql {
         if let Some(id) = query.id {
             self.push(" AND id = ").bind(Bind::Int(id));
         }
+        if let Some(tag) = &query.tag {
+            // Through the tag table's primary key (application, tag, request).
+            self.push(" AND id IN (SELECT req_id FROM async_tag WHERE ")
+                .exact("application_name", application)
+                .push(" AND ")
+                .exact("tag", tag)
+                .push(")");
+        }
         if let Some(remark) = &query.remark {
             self.push(" AND ").contains("remark", remark);
         }

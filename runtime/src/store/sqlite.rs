@@ -192,6 +192,9 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     if r.idempotency_key.is_some() {
         crate::store::shared::key_assign::<sqlx::Sqlite>(&mut *conn, r, Some(id)).await?;
     }
+    if !r.tags.is_empty() {
+        crate::store::shared::tags_insert::<sqlx::Sqlite>(&mut *conn, r, id).await?;
+    }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
@@ -213,7 +216,9 @@ async fn insert_many(
 ) -> Result<Vec<Inserted>> {
     let mut inserted = vec![Inserted::New(0); requests.len()];
     let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
-        .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none());
+        .partition(|&i| requests[i].idempotency_key.is_none()
+                && requests[i].log.is_none()
+                && requests[i].tags.is_empty());
     for chunk in plain.chunks(INSERT_CHUNK) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \

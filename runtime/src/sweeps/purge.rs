@@ -124,5 +124,15 @@ pub(crate) async fn purge_all(
             break;
         }
     }
+    // The tags of requests that are gone (counted with nothing: they are an index).
+    loop {
+        let tags = store
+            .ops()
+            .tag_purge_orphans(application, before, purge.batch)
+            .await?;
+        if tags < purge.batch as u64 {
+            break;
+        }
+    }
     Ok(report)
 }

@@ -55,11 +55,14 @@ pub(crate) enum Command {
         #[arg(long)]
         replay: bool,
     },
-    /// Cancel requests that are waiting (`init` or `failed`).
+    /// Cancel requests that are waiting (`init` or `failed`); ask running ones to stop.
     Cancel {
         /// The requests' ids.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "tag", conflicts_with = "tag")]
         ids: Vec<RequestId>,
+        /// Instead of ids: cancel every waiting request with this tag.
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Delete requests (not running ones) and their attempt logs.
     Delete {
@@ -115,6 +118,9 @@ pub(crate) struct ListArgs {
     /// Only the request with this id.
     #[arg(long)]
     pub(crate) id: Option<RequestId>,
+    /// Only requests with this tag (exactly).
+    #[arg(long)]
+    pub(crate) tag: Option<String>,
     /// Only requests whose remark contains this text (exact case, no wildcards).
     #[arg(long)]
     pub(crate) remark: Option<String>,

@@ -91,6 +91,7 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
     query.executor = a.executor;
     query.key = a.key;
     query.id = a.id;
+    query.tag = a.tag;
     query.remark = a.remark;
     query.error = a.error;
     query.created_from = a.since;
@@ -355,6 +356,24 @@ pub(crate) async fn act(
         json: json!({ "action": action.name(), "results": results }),
         human,
         failed,
+    })
+}
+
+/// `cancel --tag TAG`: every waiting request with the tag, in one action (audited as the
+/// console's action on a filter is).
+pub(crate) async fn cancel_tagged(rt: &Runtime, tag: &str) -> Result<Printed, Failure> {
+    let query = RequestQuery::default().tag(tag);
+    let cancelled = rt
+        .act(async_exec::Action::Cancel, &query, &crate::operator::actor())
+        .await?;
+    Ok(Printed {
+        json: json!({ "action": "cancel", "tag": tag, "cancelled": cancelled }),
+        human: format!(
+            "{} with tag {} cancelled (running ones are not: cancel them by id)\n",
+            counted(cancelled, "waiting request"),
+            safe(tag)
+        ),
+        failed: None,
     })
 }
 

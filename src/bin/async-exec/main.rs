@@ -111,7 +111,8 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
             };
             commands::act(&rt, action, &ids).await
         }
-        Command::Cancel { ids } => commands::act(&rt, Action::Cancel, &ids).await,
+        Command::Cancel { ids, tag: None } => commands::act(&rt, Action::Cancel, &ids).await,
+        Command::Cancel { tag: Some(tag), .. } => commands::cancel_tagged(&rt, &tag).await,
         Command::Delete { ids } => commands::act(&rt, Action::Delete, &ids).await,
         Command::Pause { executor } => commands::pause(&rt, &executor, true).await,
         Command::Resume { executor } => commands::pause(&rt, &executor, false).await,

@@ -44,10 +44,13 @@ pub(crate) struct FilterForm {
     /// Created before.
     #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) to: Option<String>,
+    /// A tag, exactly (`subscription:42`).
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
+    pub(crate) tag: Option<String>,
 }
 
 /// The names of the fields, for a query string read with others.
-pub(crate) const FIELDS: [&str; 9] = [
+pub(crate) const FIELDS: [&str; 10] = [
     "status",
     "executor",
     "application",
@@ -57,6 +60,7 @@ pub(crate) const FIELDS: [&str; 9] = [
     "error",
     "from",
     "to",
+    "tag",
 ];
 
 /// A field's text: a string, or a number written as one (`"id": 42` in JSON).
@@ -134,6 +138,7 @@ impl FilterForm {
                     .map_err(|_| format!("id `{id}`: a request id is a whole number"))?,
             );
         }
+        query.tag = set(&self.tag);
         query.remark = set(&self.remark);
         query.error = set(&self.error);
         if let Some(from) = set(&self.from) {

@@ -172,6 +172,7 @@ fn filter_form(base: &str, filter: &FilterForm, order: Order) -> Markup {
             (field("executor", "executor", &filter.executor))
             (field("application", "application", &filter.application))
             (field("key", "key", &filter.key))
+            (field("tag", "tag", &filter.tag))
             (field("id", "id", &filter.id))
             (field("remark", "remark has", &filter.remark))
             (field("error", "error has", &filter.error))
@@ -195,6 +196,7 @@ pub(crate) fn hidden_filter(filter: &FilterForm) -> Markup {
         ("executor", &filter.executor),
         ("application", &filter.application),
         ("key", &filter.key),
+        ("tag", &filter.tag),
         ("id", &filter.id),
         ("remark", &filter.remark),
         ("error", &filter.error),
@@ -316,6 +318,19 @@ pub(crate) async fn request_detail(
             dt { "remark" } dd { (visible(&r.remark)) }
             dt { "key" } dd id="request-key" { (visible(r.idempotency_key.as_deref().unwrap_or("—"))) }
             dt { "priority" } dd { (r.priority) }
+            @if !r.tags.is_empty() {
+                dt { "tags" } dd id="request-tags" {
+                    @for tag in &r.tags {
+                        a.tag href={ (base) "/requests?" (serde_urlencoded::to_string([("tag", tag)]).unwrap_or_default()) } { (visible(tag)) } " "
+                    }
+                }
+            }
+            @if let Some(deadline) = r.deadline_at {
+                dt { "deadline" } dd id="request-deadline" { (time_el(deadline)) }
+            }
+            @if let (Some(asked), Status::Running) = (r.cancel_requested, r.status) {
+                dt { "cancel" } dd id="request-cancel-asked" { "asked at " (time_el(asked)) "; the body is told within about a second" }
+            }
             dt { "attempts" } dd id="request-attempts" { (r.exec_count) " of " (r.max_attempts) @if runs > 1 { " in run " (runs) } }
             dt { "created" } dd { (time_el(r.create_time)) }
             dt { "updated" } dd { (time_el(r.update_time)) }

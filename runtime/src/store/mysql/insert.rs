@@ -56,6 +56,9 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     if r.idempotency_key.is_some() {
         crate::store::shared::key_assign::<sqlx::MySql>(&mut *conn, r, Some(id)).await?;
     }
+    if !r.tags.is_empty() {
+        crate::store::shared::tags_insert::<sqlx::MySql>(&mut *conn, r, id).await?;
+    }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
@@ -86,7 +89,9 @@ pub(super) async fn insert_many(
         (Vec::new(), (0..requests.len()).collect())
     } else {
         (0..requests.len())
-            .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none())
+            .partition(|&i| requests[i].idempotency_key.is_none()
+                && requests[i].log.is_none()
+                && requests[i].tags.is_empty())
     };
     for chunk in plain.chunks(INSERT_CHUNK) {
         let mut query = sqlx::QueryBuilder::<MySql>::new(

@@ -51,6 +51,7 @@ pub(super) fn request_from_row(row: &MySqlRow) -> Result<Request> {
         ),
         deadline_at: row.try_get("deadline_at")?,
         cancel_requested: row.try_get("cancel_requested")?,
+        tags: Vec::new(),
     })
 }
 

@@ -62,6 +62,9 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     if r.idempotency_key.is_some() {
         crate::store::shared::key_assign::<sqlx::Postgres>(&mut *conn, r, Some(id)).await?;
     }
+    if !r.tags.is_empty() {
+        crate::store::shared::tags_insert::<sqlx::Postgres>(&mut *conn, r, id).await?;
+    }
     if let Some(log) = &r.log {
         let log = AttemptLog {
             request_id: id,
@@ -81,7 +84,9 @@ pub(super) async fn insert_many(
 ) -> Result<Vec<Inserted>> {
     let mut inserted = vec![Inserted::New(0); requests.len()];
     let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
-        .partition(|&i| requests[i].idempotency_key.is_none() && requests[i].log.is_none());
+        .partition(|&i| requests[i].idempotency_key.is_none()
+                && requests[i].log.is_none()
+                && requests[i].tags.is_empty());
     if !plain.is_empty() {
         let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();
         let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();

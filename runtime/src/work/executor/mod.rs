@@ -232,6 +232,7 @@ impl Executor {
             priority,
             run_at,
             deadline_at: None,
+            tags: Vec::new(),
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
             now: self.clock.now_ms(),
