@@ -308,7 +308,54 @@ async fn queue_limits_are_set_from_the_tool<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// `list --tag` lists a tag's requests and `cancel --tag` cancels the waiting ones, as an
+/// audited action; `cancel` of a running request asks it to stop.
+async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let later = std::time::Duration::from_secs(3_600);
+    let mut tagged = Vec::new();
+    for n in 0..3 {
+        let id = ok_job(n).tag("order:5").delay(later).on(&rt).await.unwrap();
+        tagged.push(id.id.unwrap());
+    }
+    let other = ok_job(9).tag("order:6").delay(later).on(&rt).await.unwrap();
+    let listed = tool(&db, "tests", &["--json", "list", "--tag", "order:5"])
+        .await
+        .ok()
+        .json();
+    let mut ids: Vec<i64> = listed["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, tagged, "{listed}");
+    assert_eq!(listed["requests"][0]["tags"], serde_json::json!(["order:5"]));
+    let cancelled = tool(&db, "tests", &["--json", "cancel", "--tag", "order:5"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(cancelled["cancelled"], 3, "{cancelled}");
+    for id in &tagged {
+        assert_eq!(
+            rt.get(*id).await.unwrap().unwrap().status,
+            async_exec::Status::Cancelled
+        );
+    }
+    let other = rt.get(other.id.unwrap()).await.unwrap().unwrap();
+    assert_eq!(other.status, async_exec::Status::Init);
+    let trail = rt.audit_trail(10).await.unwrap();
+    let action = trail.iter().find(|e| e.action == "cancel").expect("audited");
+    assert!(action.target.contains("order:5"), "{action:?}");
+    assert_eq!(action.affected, 3);
+    let both = tool(&db, "tests", &["cancel", "1", "--tag", "order:5"]).await;
+    assert_ne!(both.code, 0, "ids and a tag at once are refused");
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    tags_list_and_cancel_from_the_tool,
     queue_limits_are_set_from_the_tool,
     actions_are_audited_as_the_os_user,
     no_application_lists_those_with_records,
