@@ -89,6 +89,7 @@ pub use operate::health::{
 };
 pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
 pub use operate::operator::ExecutorInfo;
+pub use operate::policy::PolicyChange;
 pub use operate::signal::shutdown_signal;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;

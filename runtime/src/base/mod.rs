@@ -15,6 +15,7 @@ pub(crate) mod error;
 pub(crate) mod fault;
 pub(crate) mod identity;
 pub(crate) mod outcome;
+pub(crate) mod policy;
 pub mod query;
 pub(crate) mod queue;
 pub(crate) mod record;

@@ -458,8 +458,10 @@ pub struct Pause {
     pub paused_at: i64,
 }
 
-/// The limits of a queue set while the service runs ([`Runtime::set_queue_limits`](crate::Runtime::set_queue_limits)),
-/// which override the builder's on every instance; `None`: the builder's.
+/// The policy of a queue (or of an executor in no queue, under its name) set while the
+/// service runs ([`Runtime::policy`](crate::Runtime::policy),
+/// [`Runtime::set_queue_limits`](crate::Runtime::set_queue_limits)), which overrides the
+/// attribute's and the builder's on every instance within about a second; `None`: theirs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
 pub struct QueuePolicy {
@@ -471,6 +473,24 @@ pub struct QueuePolicy {
     pub per_instance: Option<i64>,
     /// Requests of the queue started per second over every instance.
     pub rate: Option<i64>,
+    /// Whether its requests are left waiting (no instance claims them).
+    #[serde(default)]
+    pub paused: bool,
+    /// The attempts a request gets.
+    #[serde(default)]
+    pub max_attempts: Option<i64>,
+    /// The first retry's delay (ms), doubled for each later one.
+    #[serde(default)]
+    pub backoff_base_ms: Option<i64>,
+    /// The longest delay between retries (ms).
+    #[serde(default)]
+    pub backoff_cap_ms: Option<i64>,
+    /// A body's timeout (ms).
+    #[serde(default)]
+    pub timeout_ms: Option<i64>,
+    /// Added to the priority of new requests.
+    #[serde(default)]
+    pub priority_boost: Option<i64>,
     /// Who set them last, if anyone did.
     pub changed_by: Option<String>,
     /// When (unix ms).

@@ -16,6 +16,7 @@ pub mod http;
 pub(crate) mod listeners;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+pub(crate) mod policy;
 pub(crate) mod pulse;
 pub(crate) mod requests;
 pub(crate) mod signal;

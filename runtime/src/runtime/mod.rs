@@ -195,6 +195,7 @@ impl Runtime {
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
         let owner: Arc<str> =
             crate::base::identity::instance_name(&settings.application_name).into();
+        let control = Arc::new(crate::work::control::Control::for_executors(registry.defs()));
         let shared = Shared {
             store,
             application: settings.application_name.as_str().into(),
@@ -203,7 +204,7 @@ impl Runtime {
             registry: Arc::new(registry),
             data: Arc::new(data),
             skip: Default::default(),
-            control: Default::default(),
+            control,
             queues: Arc::new(queues),
             shutdown: CancellationToken::new(),
             handed_back: Arc::new(AtomicU64::new(0)),

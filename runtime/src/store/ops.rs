@@ -545,20 +545,29 @@ pub(crate) trait OpsStore: SqlRunner {
     /// The queues of `application` that have a row: named by a service's executors, or
     /// given limits.
     async fn queue_policy_list(&self, application: &str) -> Result<Vec<QueuePolicy>> {
+        let d = self.dialect();
+        let ints = [
+            "concurrency",
+            "per_instance",
+            "rate",
+            "paused",
+            "max_attempts",
+            "backoff_base_ms",
+            "backoff_cap_ms",
+            "timeout_ms",
+            "priority_boost",
+        ]
+        .map(|c| d.int64(c))
+        .join(", ");
         let mut s = self.sql(&format!(
-            "SELECT name, {}, {}, {}, changed_by, changed_at FROM async_queue \
-             WHERE application_name = ",
-            self.dialect().int64("concurrency"),
-            self.dialect().int64("per_instance"),
-            self.dialect().int64("rate"),
+            "SELECT name, {ints}, changed_by, changed_at FROM async_queue \
+             WHERE application_name = "
         ));
         s.bind_text(application).push(" ORDER BY name");
-        let rows = self
-            .fetch_rows(
-                &s,
-                &[Col::Text, Col::Int, Col::Int, Col::Int, Col::Text, Col::Int],
-            )
-            .await?;
+        let mut columns = vec![Col::Text];
+        columns.extend([Col::Int; 9]);
+        columns.extend([Col::Text, Col::Int]);
+        let rows = self.fetch_rows(&s, &columns).await?;
         rows.into_iter()
             .map(|mut row| {
                 Ok(QueuePolicy {
@@ -566,11 +575,54 @@ pub(crate) trait OpsStore: SqlRunner {
                     concurrency: row.opt_int()?,
                     per_instance: row.opt_int()?,
                     rate: row.opt_int()?,
+                    paused: row.opt_int()?.is_some_and(|p| p != 0),
+                    max_attempts: row.opt_int()?,
+                    backoff_base_ms: row.opt_int()?,
+                    backoff_cap_ms: row.opt_int()?,
+                    timeout_ms: row.opt_int()?,
+                    priority_boost: row.opt_int()?,
                     changed_by: row.opt_text()?,
                     changed_at: row.opt_int()?,
                 })
             })
             .collect()
+    }
+
+    /// Writes the fields `change` sets of the policy row `name` (made if missing), NULL
+    /// for those it resets, as changed by `by` at `now`.
+    async fn policy_write(
+        &self,
+        application: &str,
+        name: &str,
+        change: &[(&'static str, Option<i64>)],
+        by: &str,
+        now: i64,
+    ) -> Result<()> {
+        let mut columns = String::from("application_name, name");
+        for (column, _) in change {
+            columns.push_str(", ");
+            columns.push_str(column);
+        }
+        let mut s = self.sql(&format!(
+            "INSERT INTO async_queue ({columns}, changed_by, changed_at) VALUES ("
+        ));
+        s.bind_text(application).push(", ").bind_text(name);
+        for (_, value) in change {
+            s.push(", ");
+            match value {
+                Some(n) => s.bind_int(*n),
+                None => s.push("NULL"),
+            };
+        }
+        s.push(", ").bind_text(by).push(", ").bind_int(now).push(")");
+        let mut updated: Vec<&str> = change.iter().map(|(c, _)| *c).collect();
+        updated.extend(["changed_by", "changed_at"]);
+        let upsert = self
+            .dialect()
+            .upsert("async_queue", "application_name, name", &[], &updated);
+        s.push(&upsert);
+        self.execute(&s).await?;
+        Ok(())
     }
 
     /// Writes an audit entry.

@@ -2,6 +2,10 @@
 //!
 //! - Pauses: executors listed in `async_pause` are not claimed. Each instance re-reads the
 //!   table every [`PAUSE_REFRESH`]; a pause made through this runtime counts at once.
+//! - Policies: the rows of `async_queue` (a queue's, or an executor's in no queue under
+//!   its name) are re-read with the pauses; a paused policy pauses its executors, and its
+//!   other overrides (attempts, backoff, timeout, priority boost) are what the executor
+//!   reads ([`Control::overrides_of`]).
 //! - Statistics: finished attempts are counted in memory per executor and minute and
 //!   added to `async_stat` every [`STAT_FLUSH`] (they survive `delete_on_success`); the
 //!   queue depth is sampled into `async_depth` once a minute. Rows older than
@@ -16,7 +20,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::base::query::{MinuteStat, StatDelta};
+use crate::base::policy::Overrides;
+use crate::base::query::{MinuteStat, QueuePolicy, StatDelta};
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
 use crate::sweeps::clock::Clock;
@@ -41,12 +46,57 @@ const STAT_KEEP_MS: i64 = 2 * 24 * 3600 * 1000;
 #[derive(Debug, Default)]
 pub(crate) struct Control {
     paused: RwLock<Arc<Vec<String>>>,
+    /// Each executor's policy name: its queue, or its own name.
+    policy_names: Vec<(&'static str, &'static str)>,
+    /// The policy overrides in force, by executor; empty when no policy overrides
+    /// anything (then a lookup is a read lock and an empty map's miss).
+    overrides: RwLock<Arc<FxHashMap<&'static str, Overrides>>>,
     /// `(executor, minute)` to succeeded, failed (dead), retried. Counted on every job:
     /// a fast hash (the keys are the binary's executor names and times).
     counts: Mutex<FxHashMap<(&'static str, i64), [i64; 3]>>,
 }
 
 impl Control {
+    /// The control of a runtime whose executors are `defs`.
+    pub(crate) fn for_executors<'a>(
+        defs: impl Iterator<Item = &'a crate::base::registry::ExecutorDef>,
+    ) -> Self {
+        Control {
+            policy_names: defs.map(|d| (d.name, d.queue.unwrap_or(d.name))).collect(),
+            ..Control::default()
+        }
+    }
+
+    /// What policies override of `executor` now.
+    pub(crate) fn overrides_of(&self, executor: &str) -> Overrides {
+        let overrides = self.overrides.read().expect("policy lock");
+        if overrides.is_empty() {
+            return Overrides::default();
+        }
+        overrides.get(executor).copied().unwrap_or_default()
+    }
+
+    /// Takes the stored policy rows: their overrides by executor. Returns the executors
+    /// that a paused policy pauses.
+    pub(crate) fn set_policies(&self, rows: &[QueuePolicy]) -> Vec<String> {
+        let mut by_executor = FxHashMap::default();
+        let mut paused = Vec::new();
+        for row in rows {
+            let overrides = Overrides::of(row);
+            if overrides.is_none() {
+                continue;
+            }
+            for &(executor, _) in self.policy_names.iter().filter(|(_, n)| *n == row.queue) {
+                by_executor.insert(executor, overrides);
+                if overrides.paused {
+                    paused.push(executor.to_string());
+                }
+            }
+        }
+        *self.overrides.write().expect("policy lock") = Arc::new(by_executor);
+        paused
+    }
+
     /// Whether claims of `executor` are paused.
     pub(crate) fn is_paused(&self, executor: &str) -> bool {
         self.paused
@@ -173,13 +223,16 @@ pub(crate) struct ControlPart {
 }
 
 impl ControlPart {
-    /// Re-reads the pauses of this application; wakes the producer when an executor was
-    /// resumed, so that its waiting records are claimed at once.
+    /// Re-reads the pauses and the policies of this application; wakes the producer when
+    /// an executor was resumed, so that its waiting records are claimed at once.
     pub(crate) async fn refresh_pauses(&self) -> crate::Result<()> {
-        let paused = self.store.ops().pause_list(&self.application).await?;
-        let resumed = self
-            .control
-            .set_paused(paused.into_iter().map(|p| p.executor).collect());
+        let ops = self.store.ops();
+        let paused = ops.pause_list(&self.application).await?;
+        let policies = ops.queue_policy_list(&self.application).await?;
+        let mut paused: Vec<String> = paused.into_iter().map(|p| p.executor).collect();
+        paused.extend(self.control.set_policies(&policies));
+        paused.dedup();
+        let resumed = self.control.set_paused(paused);
         if resumed {
             self.waker.look_in_store();
         }

@@ -195,15 +195,23 @@ impl Executor {
         self.control.count(executor, &completion.result, finished);
     }
 
-    /// The timeout of `def`'s bodies.
+    /// The timeout of `def`'s bodies: its policy's, else the attribute's, else the
+    /// runtime's.
     pub(crate) fn timeout_of(&self, def: &ExecutorDef) -> Duration {
+        if let Some(timeout) = self.control.overrides_of(def.name).timeout {
+            return timeout;
+        }
         def.timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(self.config.default_timeout)
     }
 
-    /// The attempts a record of `def` gets.
+    /// The attempts a new record of `def` gets: its policy's, else the attribute's, else
+    /// the runtime's.
     pub(crate) fn max_attempts_of(&self, def: &ExecutorDef) -> u32 {
+        if let Some(n) = self.control.overrides_of(def.name).max_attempts {
+            return n as u32;
+        }
         def.max_attempts.unwrap_or(self.config.default_max_attempts)
     }
 
@@ -217,6 +225,8 @@ impl Executor {
         run_at: i64,
         trace: Option<&TraceContext>,
     ) -> NewRequest {
+        // A policy's boost is added to the priority of new requests.
+        let priority = priority.saturating_add(self.control.overrides_of(def.name).priority_boost);
         NewRequest {
             application_name: self.application.clone(),
             executor: def.name,
@@ -427,7 +437,7 @@ impl Executor {
                 )
             }
             Err(failure) => (
-                self.failed_result(record.attempt, record.max_attempts, failure),
+                self.failed_result(job.def, record.attempt, record.max_attempts, failure),
                 Some(log(
                     failure.kind.as_str(),
                     Some(text::stored(&failure.message)),
@@ -454,6 +464,7 @@ impl Executor {
     /// its message sanitized and capped for storing.
     fn failed_result(
         &self,
+        def: &ExecutorDef,
         attempt: i32,
         max_attempts: i32,
         failure: &Failure,
@@ -471,6 +482,10 @@ impl Executor {
                 error: text::stored(&failure.message),
             };
         }
+        // A policy's attempts and backoff count for waiting requests too, from their next
+        // failure on.
+        let overrides = self.control.overrides_of(def.name);
+        let max_attempts = overrides.max_attempts.unwrap_or(max_attempts);
         if attempt >= max_attempts {
             return CompletionResult::Dead {
                 error: text::stored(&format!(
@@ -480,7 +495,10 @@ impl Executor {
             };
         }
         let settings = &self.config;
-        let delay = retry_delay(attempt, settings.retry_base_delay, settings.retry_max_delay);
+        let (base, cap) = overrides
+            .backoff
+            .unwrap_or((settings.retry_base_delay, settings.retry_max_delay));
+        let delay = retry_delay(attempt, base, cap);
         CompletionResult::Failed {
             error: text::stored(&failure.message),
             run_at: self.clock.now_ms() + delay.as_millis() as i64,
@@ -498,7 +516,7 @@ impl Executor {
     ) -> Option<NewRequest> {
         let failure = attempt.result.as_ref().err()?;
         let max_attempts = self.max_attempts_of(job.def) as i32;
-        let (status, run_at, error) = match self.failed_result(1, max_attempts, failure) {
+        let (status, run_at, error) = match self.failed_result(job.def, 1, max_attempts, failure) {
             CompletionResult::Failed { error, run_at } => (Status::Failed, run_at, error),
             // Written to run later; the attempt that snoozed is not counted.
             CompletionResult::Snoozed { note, run_at } => (Status::Init, run_at, note),
