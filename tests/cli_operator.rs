@@ -354,7 +354,62 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// `policy` changes a queue's and an executor's policy from the tool (an executor in no
+/// queue known from the instances' announcements), audited; `queues` shows it; a value
+/// out of range is refused with the range.
+async fn policies_are_changed_from_the_tool<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    tool(
+        &db,
+        "tests",
+        &["policy", "payments", "--paused", "true", "--timeout", "90s"],
+    )
+    .await
+    .ok();
+    tool(
+        &db,
+        "tests",
+        &[
+            "policy",
+            "cliop::ok",
+            "--max-attempts",
+            "2",
+            "--backoff-base",
+            "1s",
+            "--backoff-cap",
+            "1m",
+            "--priority-boost",
+            "-3",
+        ],
+    )
+    .await
+    .ok();
+    let policies = rt.queue_policies().await.unwrap();
+    let payments = policies.iter().find(|p| p.queue == "payments").unwrap();
+    assert!(payments.paused);
+    assert_eq!(payments.timeout_ms, Some(90_000));
+    let ok = policies.iter().find(|p| p.queue == "cliop::ok").unwrap();
+    assert_eq!(
+        (ok.max_attempts, ok.backoff_base_ms, ok.backoff_cap_ms, ok.priority_boost),
+        (Some(2), Some(1_000), Some(60_000), Some(-3))
+    );
+    assert_eq!(ok.changed_by.as_deref(), Some(&*format!("cli:{USER}")));
+    let listed = tool(&db, "tests", &["queues"]).await.ok().stdout;
+    assert!(listed.contains("paused") && listed.contains("90s"), "{listed}");
+    let refused = tool(&db, "tests", &["policy", "payments", "--max-attempts", "0"]).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("between 1 and"), "{}", refused.stderr);
+    tool(&db, "tests", &["policy", "payments", "--reset"]).await.ok();
+    let policies = rt.queue_policies().await.unwrap();
+    let payments = policies.iter().find(|p| p.queue == "payments").unwrap();
+    assert!(!payments.paused && payments.timeout_ms.is_none());
+    let trail = rt.audit_trail(20).await.unwrap();
+    assert_eq!(trail.iter().filter(|e| e.action == "policy").count(), 3);
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    policies_are_changed_from_the_tool,
     tags_list_and_cancel_from_the_tool,
     queue_limits_are_set_from_the_tool,
     actions_are_audited_as_the_os_user,

@@ -98,9 +98,49 @@ pub(crate) enum Command {
         #[arg(long)]
         rate: Option<u32>,
     },
+    /// Change the policy of a queue (or of an executor in no queue, by its name) on every
+    /// instance within about a second; options not given keep what is set.
+    Policy(PolicyArgs),
     /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
     /// logs of requests that are gone, older than --older-than, in batches.
     Purge(PurgeArgs),
+}
+
+/// What `policy` changes.
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArgs {
+    /// The queue, as the executors' `queue = "..."` names it, or an executor in no queue.
+    pub(crate) name: String,
+    /// First put every field back to what the service's code says.
+    #[arg(long)]
+    pub(crate) reset: bool,
+    /// `true`: no instance claims its requests (they wait); `false`: let them go.
+    #[arg(long)]
+    pub(crate) paused: Option<bool>,
+    /// Requests of the queue running at once over every instance.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// Requests of the queue running at once on each instance.
+    #[arg(long)]
+    pub(crate) per_instance: Option<u32>,
+    /// Requests of the queue started per second over every instance.
+    #[arg(long)]
+    pub(crate) rate: Option<u32>,
+    /// The attempts a request gets.
+    #[arg(long)]
+    pub(crate) max_attempts: Option<u32>,
+    /// The first retry's delay (`500ms`, `30s`, `5m`); with --backoff-cap.
+    #[arg(long, value_parser = crate::time::parse_duration, requires = "backoff_cap")]
+    pub(crate) backoff_base: Option<std::time::Duration>,
+    /// The longest delay between retries; with --backoff-base.
+    #[arg(long, value_parser = crate::time::parse_duration, requires = "backoff_base")]
+    pub(crate) backoff_cap: Option<std::time::Duration>,
+    /// A body's timeout (`30s`, `10m`).
+    #[arg(long, value_parser = crate::time::parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
+    /// Added to the priority of new requests.
+    #[arg(long, allow_hyphen_values = true)]
+    pub(crate) priority_boost: Option<i32>,
 }
 
 /// Filters and paging of `list`.

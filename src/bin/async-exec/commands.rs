@@ -429,28 +429,102 @@ pub(crate) async fn pause(rt: &Runtime, executor: &str, pause: bool) -> Result<P
 /// `queues`: the queues the services' executors name, and their limits set while running.
 pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
     let policies = rt.queue_policies().await?;
-    let limit = |n: Option<i64>| n.map_or("builder's".to_string(), |n| n.to_string());
+    let limit = |n: Option<i64>| n.map_or("code's".to_string(), |n| n.to_string());
+    let ms = |n: Option<i64>| {
+        n.map_or("code's".to_string(), |n| {
+            format!("{:?}", std::time::Duration::from_millis(n.max(0) as u64))
+        })
+    };
     let rows: Vec<Vec<String>> = policies
         .iter()
         .map(|p| {
             vec![
                 safe(&p.queue),
+                if p.paused { "paused" } else { "" }.to_string(),
                 limit(p.concurrency),
                 limit(p.per_instance),
                 limit(p.rate),
+                limit(p.max_attempts),
+                match (p.backoff_base_ms, p.backoff_cap_ms) {
+                    (Some(_), Some(_)) => {
+                        format!("{}..{}", ms(p.backoff_base_ms), ms(p.backoff_cap_ms))
+                    }
+                    _ => "code's".to_string(),
+                },
+                ms(p.timeout_ms),
+                p.priority_boost.map_or(String::new(), |b| format!("{b:+}")),
                 p.changed_by.as_deref().map_or(String::new(), safe),
             ]
         })
         .collect();
     let human = if rows.is_empty() {
-        "no service with queues has started on this database\n".to_string()
+        "no service with queues or policies has started on this database\n".to_string()
     } else {
         crate::render::table(
-            &["QUEUE", "CONCURRENCY", "PER INSTANCE", "CHANGED BY"],
+            &[
+                "QUEUE",
+                "PAUSED",
+                "CONCURRENCY",
+                "PER INSTANCE",
+                "RATE",
+                "ATTEMPTS",
+                "BACKOFF",
+                "TIMEOUT",
+                "BOOST",
+                "CHANGED BY",
+            ],
             &rows,
         )
     };
     Ok(Printed::ok(json!({ "queues": policies }), human))
+}
+
+/// `policy NAME [...]`, audited as `cli:<os user>`.
+pub(crate) async fn policy(
+    rt: &Runtime,
+    a: crate::args::PolicyArgs,
+) -> Result<Printed, Failure> {
+    let mut change = rt.policy(&a.name).by(crate::operator::actor());
+    if a.reset {
+        change = change.reset();
+    }
+    if let Some(paused) = a.paused {
+        change = change.paused(paused);
+    }
+    if let Some(n) = a.concurrency {
+        change = change.concurrency(n);
+    }
+    if let Some(n) = a.per_instance {
+        change = change.per_instance(n);
+    }
+    if let Some(n) = a.rate {
+        change = change.rate(n);
+    }
+    if let Some(n) = a.max_attempts {
+        change = change.max_attempts(n);
+    }
+    if let (Some(base), Some(cap)) = (a.backoff_base, a.backoff_cap) {
+        change = change.backoff(base, cap);
+    }
+    if let Some(timeout) = a.timeout {
+        change = change.timeout(timeout);
+    }
+    if let Some(boost) = a.priority_boost {
+        change = change.priority_boost(boost);
+    }
+    change.apply().await?;
+    let now = rt
+        .queue_policies()
+        .await?
+        .into_iter()
+        .find(|p| p.queue == a.name);
+    Ok(Printed::ok(
+        json!({ "policy": now }),
+        format!(
+            "{}: changed; every instance applies it within about a second (`async-exec queues` shows it)\n",
+            safe(&a.name)
+        ),
+    ))
 }
 
 /// `queue-limits QUEUE [--concurrency N] [--per-instance N] [--rate N]`, audited as

@@ -123,6 +123,7 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
             per_instance,
             rate,
         } => commands::queue_limits(&rt, &queue, (concurrency, per_instance, rate)).await,
+        Command::Policy(policy) => commands::policy(&rt, policy).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
     };
     let stopped = rt.shutdown().await;
