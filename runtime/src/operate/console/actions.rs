@@ -259,7 +259,7 @@ fn csrf_refused(base: &str, who: &Who) -> Response {
 }
 
 /// Refuses viewers and forms without the session's CSRF token.
-fn may_act(base: &str, who: &Who, csrf: Option<&str>) -> Option<Response> {
+pub(crate) fn may_act(base: &str, who: &Who, csrf: Option<&str>) -> Option<Response> {
     if who.role != Role::Operator {
         return Some(error_page(
             base,

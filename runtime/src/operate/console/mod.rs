@@ -37,6 +37,7 @@ mod guard;
 mod limiter;
 mod overview;
 mod pages;
+mod policies;
 mod reads;
 mod views;
 
@@ -109,6 +110,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/executors/pause", post(actions::pause))
         .route("/executors/resume", post(actions::resume))
         .route("/instances", get(fleet::instances))
+        .route("/policies", get(policies::policies).post(policies::apply))
         .route("/audit", get(fleet::audit))
         .route("/assets/console.css", get(css))
         .route("/health", get(health_of_state))

@@ -30,6 +30,8 @@ impl From<crate::Error> for Refused {
             crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
             crate::Error::NotFound(_) => StatusCode::NOT_FOUND,
             crate::Error::InvalidState { .. } => StatusCode::CONFLICT,
+            // A setting or policy out of range, named with its range.
+            crate::Error::Config { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status != StatusCode::INTERNAL_SERVER_ERROR {

@@ -29,6 +29,7 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
                         a id="nav-requests" href={ (base) "/requests" } { "Requests" }
                         a id="nav-executors" href={ (base) "/executors" } { "Executors" }
                         a id="nav-instances" href={ (base) "/instances" } { "Instances" }
+                        a id="nav-policies" href={ (base) "/policies" } { "Policies" }
                         a id="nav-audit" href={ (base) "/audit" } { "Audit" }
                         span.who id="who" data-role=(who.role.as_str()) {
                             (who.name) " · " (who.role.as_str())
@@ -155,6 +156,9 @@ impl NoticeParams {
             }
             "paused" => Some("Claims of the executor paused on every instance".into()),
             "resumed" => Some("Claims of the executor resumed".into()),
+            "policy" => Some(
+                "Policy changed: every instance applies it within about a second".into(),
+            ),
             _ => None,
         }
     }

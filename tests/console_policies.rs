@@ -1,0 +1,111 @@
+//! Issue 20: the console's policies page. Every queue's policy as stored; operators
+//! change one with its form (audited under their name, applied by every instance within
+//! about a second); viewers see no form and are refused; values out of range are refused
+//! with the range, and nothing is written.
+#![cfg(feature = "console")]
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use async_exec::{async_exec, Backend};
+use axum::http::StatusCode;
+use common::console::*;
+use common::TestDb;
+
+/// A report, in the `reports` queue.
+#[async_exec(type = SaveAsync, name = "console_policies::report", queue = "reports")]
+async fn report(n: i64) {
+    let _ = n;
+}
+
+async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
+    let rt = db.builder().start().await.unwrap();
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let page = get(&app, "/policies", alice).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains(r#"data-policy="reports""#), "{}", page.body);
+    assert!(page.body.contains("code's"));
+    assert!(page.body.contains(r#"id="nav-policies""#));
+
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("name", "reports"),
+        ("paused", "true"),
+        ("concurrency", "3"),
+        ("max_attempts", "4"),
+        ("backoff_base", "1s"),
+        ("backoff_cap", "1m"),
+        ("timeout", "90s"),
+        ("priority_boost", "-2"),
+    ];
+    let applied = post_form(&app, "/policies", alice, &form).await;
+    assert_eq!(applied.status, StatusCode::SEE_OTHER, "{}", applied.body);
+    let policies = rt.queue_policies().await.unwrap();
+    let reports = policies.iter().find(|p| p.queue == "reports").unwrap();
+    assert!(reports.paused);
+    assert_eq!(
+        (
+            reports.concurrency,
+            reports.max_attempts,
+            reports.backoff_base_ms,
+            reports.backoff_cap_ms,
+            reports.timeout_ms,
+            reports.priority_boost
+        ),
+        (Some(3), Some(4), Some(1_000), Some(60_000), Some(90_000), Some(-2))
+    );
+    assert_eq!(reports.changed_by.as_deref(), Some("alice"));
+    let location = applied.location.as_deref().unwrap();
+    let shown = get(&app, location.strip_prefix(MOUNT).unwrap(), alice).await;
+    assert!(shown.body.contains("Policy changed"), "{}", shown.body);
+    assert!(shown.body.contains("paused"));
+
+    // The form sets every field: empty ones go back to the code's.
+    let cleared = [("csrf", csrf.as_str()), ("name", "reports"), ("timeout", "5s")];
+    post_form(&app, "/policies", alice, &cleared).await;
+    let policies = rt.queue_policies().await.unwrap();
+    let reports = policies.iter().find(|p| p.queue == "reports").unwrap();
+    assert!(!reports.paused);
+    assert_eq!((reports.concurrency, reports.timeout_ms), (None, Some(5_000)));
+
+    // Out of range, half a backoff, an unknown name: refused, saying why.
+    for (field, value, says) in [
+        ("max_attempts", "0", "between 1 and"),
+        ("backoff_base", "1s", "give both"),
+        ("timeout", "soon", "not a duration"),
+        ("concurrency", "-1", "not a whole number"),
+    ] {
+        let bad = [("csrf", csrf.as_str()), ("name", "reports"), (field, value)];
+        let refused = post_form(&app, "/policies", alice, &bad).await;
+        assert!(
+            refused.status.is_client_error(),
+            "{field}={value}: {}",
+            refused.status
+        );
+        assert!(refused.body.contains(says), "{field}: {}", refused.body);
+    }
+    let unknown = [("csrf", csrf.as_str()), ("name", "reprots")];
+    let refused = post_form(&app, "/policies", alice, &unknown).await;
+    assert!(refused.status.is_client_error());
+    assert!(refused.body.contains("no queue or executor"), "{}", refused.body);
+
+    // A viewer sees the page, no form, and cannot post.
+    let (viewer_cookie, viewer_csrf) = login(&app, "victor", "viewer pass").await;
+    let victor = Auth::Cookie(&viewer_cookie);
+    let page = get(&app, "/policies", victor).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("<form class=\"policy\""), "{}", page.body);
+    let attempt = [("csrf", viewer_csrf.as_str()), ("name", "reports"), ("paused", "true")];
+    let refused = post_form(&app, "/policies", victor, &attempt).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let trail = rt.audit_trail(20).await.unwrap();
+    let changes: Vec<_> = trail.iter().filter(|e| e.action == "policy").collect();
+    assert_eq!(changes.len(), 2, "{trail:?}");
+    assert!(changes.iter().all(|e| e.actor == "alice"));
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(the_policies_page_shows_and_changes_a_policy);
