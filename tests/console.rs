@@ -472,6 +472,7 @@ async fn bearer_tokens_and_the_openapi_document<DB: Backend>(db: TestDb) {
         "/api/overview",
         "/api/instances",
         "/api/audit",
+        "/api/policies",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} documented");
     }

@@ -105,6 +105,24 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     let changes: Vec<_> = trail.iter().filter(|e| e.action == "policy").collect();
     assert_eq!(changes.len(), 2, "{trail:?}");
     assert!(changes.iter().all(|e| e.actor == "alice"));
+
+    // The JSON API: a list, and a change of the fields given (others kept), by operators.
+    let listed = get(&app, "/api/policies", alice).await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert!(listed.json().as_array().unwrap().iter().any(|p| p["queue"] == "reports"));
+    let body = serde_json::json!({"name": "reports", "max_attempts": 6});
+    let changed = post_json(&app, "/api/policies", alice, Some(&csrf), body.clone()).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
+    assert_eq!(changed.json()["max_attempts"], 6);
+    assert_eq!(changed.json()["timeout_ms"], 5_000, "kept");
+    let refused = post_json(&app, "/api/policies", victor, Some(&viewer_csrf), body).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let bad = serde_json::json!({"name": "reports", "max_attempts": 0});
+    let refused = post_json(&app, "/api/policies", alice, Some(&csrf), bad).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    let typo = serde_json::json!({"name": "reports", "max_attempt": 3});
+    let refused = post_json(&app, "/api/policies", alice, Some(&csrf), typo).await;
+    assert!(refused.status.is_client_error());
     rt.shutdown().await.unwrap();
 }
 

@@ -3,6 +3,7 @@
 //! the OpenAPI document at `api/openapi.json` (generated from these handlers).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State as Shared};
@@ -38,6 +39,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/executors/resume", post(resume_executor))
         .route("/api/instances", get(list_instances))
         .route("/api/audit", get(list_audit))
+        .route("/api/policies", get(list_policies).post(change_policy))
         .route("/api/actions/count", get(count_action))
         .route("/api/actions", post(run_action))
 }
@@ -252,6 +254,107 @@ async fn list_audit(
 ) -> Response {
     match state.rt.audit_trail(params.limit.unwrap_or(200)).await {
         Ok(entries) => Json(entries).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// The policies of the application's queues (and of executors given one), as stored.
+#[utoipa::path(get, path = "/api/policies", responses((status = 200, body = [crate::QueuePolicy]), (status = 401, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn list_policies(_caller: ApiWho, Shared(state): Shared<Arc<State>>) -> Response {
+    match state.rt.queue_policies().await {
+        Ok(policies) => Json(policies).into_response(),
+        Err(error) => failed(error),
+    }
+}
+
+/// A change of a policy: the fields given are set (`null` puts one back to the code's),
+/// those left out keep what is stored; `reset` first puts every field back.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyBody {
+    /// The queue, or an executor in no queue.
+    name: String,
+    #[serde(default)]
+    reset: bool,
+    #[serde(default)]
+    paused: Option<bool>,
+    #[serde(default)]
+    concurrency: Option<u32>,
+    #[serde(default)]
+    per_instance: Option<u32>,
+    #[serde(default)]
+    rate: Option<u32>,
+    #[serde(default)]
+    max_attempts: Option<u32>,
+    /// With `backoff_cap_ms`.
+    #[serde(default)]
+    backoff_base_ms: Option<u64>,
+    #[serde(default)]
+    backoff_cap_ms: Option<u64>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    priority_boost: Option<i32>,
+}
+
+/// Changes a policy on every instance (audited as `policy`); answers the policy as stored.
+#[utoipa::path(post, path = "/api/policies", request_body = PolicyBody,
+    responses((status = 200, body = crate::QueuePolicy), (status = 401, body = Problem), (status = 403, body = Problem), (status = 422, body = Problem)),
+    security(("session" = []), ("bearer" = [])))]
+async fn change_policy(
+    caller: ApiWho,
+    Shared(state): Shared<Arc<State>>,
+    Json(body): Json<PolicyBody>,
+) -> Response {
+    if let Some(refused) = may_act(&caller) {
+        return refused;
+    }
+    let mut change = state.rt.policy(body.name.clone()).by(caller.who.name.clone());
+    if body.reset {
+        change = change.reset();
+    }
+    if let Some(paused) = body.paused {
+        change = change.paused(paused);
+    }
+    if let Some(n) = body.concurrency {
+        change = change.concurrency(n);
+    }
+    if let Some(n) = body.per_instance {
+        change = change.per_instance(n);
+    }
+    if let Some(n) = body.rate {
+        change = change.rate(n);
+    }
+    if let Some(n) = body.max_attempts {
+        change = change.max_attempts(n);
+    }
+    match (body.backoff_base_ms, body.backoff_cap_ms) {
+        (Some(base), Some(cap)) => {
+            change = change.backoff(Duration::from_millis(base), Duration::from_millis(cap))
+        }
+        (None, None) => {}
+        _ => {
+            return problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "give both backoff_base_ms and backoff_cap_ms, or neither",
+            )
+        }
+    }
+    if let Some(ms) = body.timeout_ms {
+        change = change.timeout(Duration::from_millis(ms));
+    }
+    if let Some(boost) = body.priority_boost {
+        change = change.priority_boost(boost);
+    }
+    if let Err(error) = change.apply().await {
+        return failed(error);
+    }
+    match state.rt.queue_policies().await {
+        Ok(policies) => match policies.into_iter().find(|p| p.queue == body.name) {
+            Some(policy) => Json(policy).into_response(),
+            None => problem(StatusCode::NOT_FOUND, "the policy was written but is not listed"),
+        },
         Err(error) => failed(error),
     }
 }
@@ -472,7 +575,8 @@ impl utoipa::Modify for SecuritySchemes {
 #[openapi(
     info(title = "async-exec console API", description = "Requests, executors, instances and operator actions of an async-exec database."),
     paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
-        list_audit, count_action, run_action, pause_executor, resume_executor),
+        list_audit, count_action, run_action, pause_executor, resume_executor, list_policies,
+        change_policy),
     modifiers(&SecuritySchemes)
 )]
 struct ApiDoc;
