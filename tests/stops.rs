@@ -386,7 +386,39 @@ async fn the_attributes_deadline_applies_and_a_calls_own_replaces_it<DB: Backend
     rt.shutdown().await.unwrap();
 }
 
+/// A running request asked to stop whose instance died before it could tell the body:
+/// the rescue makes it `cancelled`, not `failed` to run again.
+async fn a_cancel_outlives_the_instance_that_ran_the_request<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .delete_on_success(false)
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_secs(1))
+        .start()
+        .await
+        .unwrap();
+    let id = patient(fresh())
+        .delay(Duration::from_secs(3_600))
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    // As a dead instance leaves it: running, its lease long over, a cancel asked for.
+    db.exec(&format!(
+        "UPDATE async_req SET status = 'running', exec_count = 1, lease_owner = 'gone@x:1:0', \
+         lease_until = 1000, cancel_requested = 2000 WHERE id = {id}"
+    ))
+    .await;
+    let rescued = rt.rescuer().run_once().await.unwrap();
+    assert_eq!(rescued.retried, vec![id], "{rescued:?}");
+    let request = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(request.status, Status::Cancelled, "{request:?}");
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_cancel_outlives_the_instance_that_ran_the_request,
     the_attributes_deadline_applies_and_a_calls_own_replaces_it,
     a_running_request_is_cancelled_from_another_instance,
     what_the_body_does_after_the_stop_decides,

@@ -342,7 +342,9 @@ impl Store for PostgresStore {
             );
             let dead = attempt >= max_attempts;
             let done = sqlx::query(&format!(
-                "UPDATE async_req SET status = $1, last_error = $2, run_at = $3, lease_owner = NULL, \
+                // A record asked to stop is not run again: `cancelled`.
+                "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+                 THEN 'cancelled' ELSE $1 END, last_error = $2, run_at = $3, lease_owner = NULL, \
                  lease_until = NULL, update_time = $3 WHERE id = $4 AND status = 'running' \
                  AND exec_count = $5 AND lease_until < {DB_NOW} - $6"
             ))

@@ -86,13 +86,18 @@ async fn complete_once<'a>(
             }
             Some((status, error, run_at)) => {
                 sqlx::query(
-                    "UPDATE async_req SET status = ?, run_at = COALESCE(?, run_at), \
+                    // A cancel asked for after the body ended, before this write: the
+                    // request it would put back to wait is cancelled instead.
+                    "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+                       AND ? IN ('failed', 'init') THEN 'cancelled' ELSE ? END, \
+                     run_at = COALESCE(?, run_at), \
                      last_error = ?, lease_owner = NULL, lease_until = NULL, \
                      max_attempts = CASE WHEN max_attempts < 2147483647 \
                        THEN max_attempts + ? ELSE max_attempts END, \
                      update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
                      AND exec_count = ?",
                 )
+                .bind(status)
                 .bind(status)
                 .bind(run_at)
                 .bind(error)

@@ -72,7 +72,8 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
            WHERE r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
            ORDER BY r.id FOR UPDATE OF r \
          ), updated AS ( \
-           UPDATE async_req r SET status = c.status, run_at = COALESCE(c.run_at, r.run_at), \
+           UPDATE async_req r SET status = CASE WHEN r.cancel_requested IS NOT NULL \
+               AND c.status IN ('failed', 'init') THEN 'cancelled' ELSE c.status END, run_at = COALESCE(c.run_at, r.run_at), \
              last_error = c.error, lease_owner = NULL, \
              max_attempts = CASE WHEN c.status = 'init' AND r.max_attempts < 2147483647 \
                THEN r.max_attempts + 1 ELSE r.max_attempts END, \

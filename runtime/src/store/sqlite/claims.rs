@@ -304,7 +304,9 @@ pub(super) async fn rescue(conn: &mut SqliteConnection, batch: RescueBatch<'_>) 
         );
         let dead = attempt >= max_attempts;
         let done = sqlx::query(&format!(
-            "UPDATE async_req SET status = ?, last_error = ?, run_at = ?, lease_owner = NULL, \
+            // A record asked to stop is not run again: `cancelled`.
+            "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+             THEN 'cancelled' ELSE ? END, last_error = ?, run_at = ?, lease_owner = NULL, \
              lease_until = NULL, update_time = ? WHERE id = ? AND status = 'running' AND exec_count = ? \
              AND lease_until < {DB_NOW} - ?"
         ))
