@@ -1,14 +1,15 @@
-//! Issue 20: the console's policies page. Every queue's policy as stored; operators
+//! Issue 20 in the console. The policies page: every queue's policy as stored; operators
 //! change one with its form (audited under their name, applied by every instance within
 //! about a second); viewers see no form and are refused; values out of range are refused
-//! with the range, and nothing is written.
+//! with the range, and nothing is written. A request's page: its result (a partial
+//! success said so), and for a running one, a button that asks it to stop.
 #![cfg(feature = "console")]
 #![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
 
 #[macro_use]
 mod common;
 
-use async_exec::{async_exec, Backend};
+use async_exec::{async_exec, Backend, Context, Partial, Status};
 use axum::http::StatusCode;
 use common::console::*;
 use common::TestDb;
@@ -126,4 +127,53 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
-backend_suite!(the_policies_page_shows_and_changes_a_policy);
+/// Imports, with one row refused.
+#[async_exec(type = SaveAsync, name = "console_policies::import")]
+async fn import(rows: u64) -> anyhow::Result<Partial> {
+    Ok(Partial::new(rows - 1, 1, serde_json::json!({ "rejected": ["row 3"] })))
+}
+
+/// Works until told to stop.
+#[async_exec(type = SaveAsync, name = "console_policies::long")]
+async fn long(n: i64, ctx: Context) -> anyhow::Result<()> {
+    let _ = n;
+    ctx.cancelled().await;
+    anyhow::bail!("stopped")
+}
+
+async fn a_requests_page_shows_its_result_and_stops_it<DB: Backend>(db: TestDb) {
+    let rt = db.builder().delete_on_success(false).start().await.unwrap();
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let imported = import(10).on(&rt).await.unwrap().id.unwrap();
+    wait_status(&rt, Status::Success, 1).await;
+    let page = get(&app, &format!("/requests/{imported}"), alice).await;
+    assert!(page.body.contains(r#"id="request-result""#), "{}", page.body);
+    assert!(page.body.contains("Partial success: 9 went through, 1 did not"));
+    assert!(page.body.contains("row 3"));
+
+    let running = long(1).on(&rt).await.unwrap().id.unwrap();
+    wait_status(&rt, Status::Running, 1).await;
+    let page = get(&app, &format!("/requests/{running}"), alice).await;
+    assert!(page.body.contains(r#"id="action-stop""#), "{}", page.body);
+    let (viewer_cookie, viewer_csrf) = login(&app, "victor", "viewer pass").await;
+    let victor = Auth::Cookie(&viewer_cookie);
+    let path = format!("/requests/{running}/cancel");
+    let refused = post_form(&app, &path, victor, &[("csrf", viewer_csrf.as_str())]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let asked = post_form(&app, &path, alice, &[("csrf", csrf.as_str())]).await;
+    assert_eq!(asked.status, StatusCode::SEE_OTHER, "{}", asked.body);
+    wait_status(&rt, Status::Cancelled, 1).await;
+    let trail = rt.audit_trail(10).await.unwrap();
+    assert!(
+        trail.iter().any(|e| e.action == "cancel" && e.actor == "alice" && e.affected == 1),
+        "{trail:?}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    the_policies_page_shows_and_changes_a_policy,
+    a_requests_page_shows_its_result_and_stops_it,
+);

@@ -183,8 +183,20 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
     let ret_span = Span::call_site().located_at(ret_span);
     let c_at_ret = respan(c.to_token_stream(), ret_span);
     let body_fn_at_ret = format_ident!("__async_exec_body", span = def_site.located_at(ret_span));
+    // The body's value is kept (its JSON) when it serializes and the record keeps it.
     let run_body = quote_spanned! {ret_span=>
-        #c_at_ret::__private::IntoOutcome::into_outcome(#body_fn_at_ret(#(#call_args),*).await)
+        {
+            let __async_exec_slot = #inv.__result_slot();
+            let __async_exec_out = #body_fn_at_ret(#(#call_args),*).await;
+            if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
+                #[allow(unused_imports)]
+                use #c_at_ret::__private::{KeepJson as _, NoJson as _};
+                __async_exec_slot.keep(
+                    (&&#c_at_ret::__private::ResultOf(&__async_exec_out)).__result_json(),
+                );
+            }
+            #c_at_ret::__private::IntoOutcome::into_outcome(__async_exec_out)
+        }
     };
     // A body whose future is not `Send` is reported at the `async` keyword.
     let async_span = match &sig.asyncness {
@@ -398,8 +410,18 @@ mod tests {
                 {
                     ::std::boxed::Box::pin(async move {
                         let __args: __AsyncExecArgs = __inv.decode()?;
-                        ::async_exec::__private::IntoOutcome::into_outcome(
-                            __async_exec_body(__args.user_id, __args.email, __inv.data::<Mailer>()?, __inv.context()).await)
+                        {
+                            let __async_exec_slot = __inv.__result_slot();
+                            let __async_exec_out = __async_exec_body(__args.user_id, __args.email, __inv.data::<Mailer>()?, __inv.context()).await;
+                            if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
+                                #[allow(unused_imports)]
+                                use ::async_exec::__private::{KeepJson as _, NoJson as _};
+                                __async_exec_slot.keep(
+                                    (&&::async_exec::__private::ResultOf(&__async_exec_out)).__result_json(),
+                                );
+                            }
+                            ::async_exec::__private::IntoOutcome::into_outcome(__async_exec_out)
+                        }
                     })
                 }
 

@@ -62,6 +62,7 @@ pub use base::data::Data;
 pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
+pub use base::results::Partial;
 pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, QueuePolicy, RequestQuery,
@@ -117,6 +118,7 @@ pub mod __private {
     pub use crate::base::data::DataNeed;
     pub use crate::base::outcome::{Failure, IntoOutcome};
     pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use crate::base::results::{KeepJson, NoJson, ResultOf, ResultSlot};
     pub use inventory;
     pub use serde;
 }

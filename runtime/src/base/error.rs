@@ -237,6 +237,19 @@ pub enum Error {
     #[error("no request with id {0}")]
     NotFound(i64),
 
+    /// A request's kept result does not decode into the type asked for.
+    #[error(
+        "the result of request {id} does not decode into the type asked for: {source}; \
+         ask for the type its executor's body returns (or `serde_json::Value`)"
+    )]
+    ResultType {
+        /// The request.
+        id: i64,
+        /// serde's reason.
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// No request holds this idempotency key (it was never used, or its retention ended).
     #[error("no request holds key {0:?}: it was never used, or its retention ended")]
     KeyNotFound(String),

@@ -21,6 +21,7 @@ pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod redact;
 pub(crate) mod registry;
+pub(crate) mod results;
 pub(crate) mod secret;
 pub(crate) mod settings;
 pub(crate) mod strategy;

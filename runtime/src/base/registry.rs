@@ -81,6 +81,8 @@ pub struct Invocation {
     pub(crate) stored_sign: Option<Arc<str>>,
     pub(crate) context: Context,
     pub(crate) data: Arc<DataMap>,
+    /// Where the body's value goes when its record keeps it (`None`: nothing is kept).
+    pub(crate) result: Option<crate::base::results::ResultSlot>,
 }
 
 impl fmt::Debug for Invocation {
@@ -132,6 +134,12 @@ impl Invocation {
                 ),
             )
         })
+    }
+
+    /// Where the macro's code leaves the JSON of the body's value, when it is kept.
+    #[doc(hidden)]
+    pub fn __result_slot(&self) -> Option<crate::base::results::ResultSlot> {
+        self.result.clone()
     }
 
     /// The execution's [`Context`].

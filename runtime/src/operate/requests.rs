@@ -42,6 +42,44 @@ impl Runtime {
         self.inner.store.request_get(&self.inner.app, id).await
     }
 
+    /// What the body of request `id` returned, when its record keeps it: the `Ok` value
+    /// of a body returning `Result<T, E>` with `T: Serialize` (a [`Partial`](crate::Partial)
+    /// for batch work), written with the record when it succeeded and is kept
+    /// (`delete_on_success(false)`; a deleted record keeps nothing). `Ok(None)` while it
+    /// has not succeeded, or when the body returned `()`; [`Error::NotFound`] without such
+    /// a request; [`Error::ResultType`](crate::Error::ResultType) when the value does not
+    /// decode into `T`.
+    ///
+    /// ```no_run
+    /// use async_exec::{async_exec, Runtime};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Invoice { number: String, total_cents: i64 }
+    ///
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn make_invoice(order: i64) -> anyhow::Result<Invoice> {
+    ///     Ok(Invoice { number: format!("INV-{order}"), total_cents: 4_200 })
+    /// }
+    ///
+    /// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+    /// let id = make_invoice(42).on(&rt).await?.id.unwrap();
+    /// // ... later, once it ran:
+    /// if let Some(invoice) = rt.result::<Invoice>(id).await? {
+    ///     println!("{} for {} cents", invoice.number, invoice.total_cents);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn result<T: serde::de::DeserializeOwned>(&self, id: RequestId) -> Result<Option<T>> {
+        let ops = self.inner.store.ops();
+        match ops.request_result(&self.inner.app, id).await? {
+            None => Err(Error::NotFound(id)),
+            Some(None) => Ok(None),
+            Some(Some(json)) => serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|source| Error::ResultType { id, source }),
+        }
+    }
+
     /// A page of the requests that match `query` (of this application unless it names
     /// another), in id order (the order they were written in), newest first unless
     /// `page` says otherwise. Keyset paging: pass the page's [`Page::next`] to

@@ -127,6 +127,9 @@ pub(crate) struct Completion {
     pub(crate) finished: i64,
     /// The `async_log` row to write, if any.
     pub(crate) log: Option<AttemptLog>,
+    /// The JSON of the body's value, kept with a record marked `success` (`None`
+    /// otherwise, and written as NULL).
+    pub(crate) result_json: Option<String>,
     /// What the outcome listeners are told of the request (not written).
     pub(crate) subject: crate::base::outcome::Subject,
 }

@@ -418,6 +418,18 @@ pub(crate) trait OpsStore: SqlRunner {
         Ok(self.execute(&s).await? > 0)
     }
 
+    /// The kept result of record `id` of `application`: `None` without such a record,
+    /// `Some(None)` when it keeps none.
+    async fn request_result(&self, application: &str, id: i64) -> Result<Option<Option<String>>> {
+        let mut s = self.sql("SELECT result_json FROM async_req WHERE application_name = ");
+        s.bind_text(application).push(" AND id = ").bind_int(id);
+        let mut rows = self.fetch_rows(&s, &[Col::Text]).await?;
+        match rows.pop() {
+            None => Ok(None),
+            Some(mut row) => Ok(Some(row.opt_text()?)),
+        }
+    }
+
     /// Of the records `held` ((id, attempt) pairs) that `owner` runs, those asked to stop:
     /// a cancel was asked for, or their deadline passed by `now`.
     async fn request_stops(

@@ -22,6 +22,7 @@ fn done(id: RequestId, owner: &str, attempt: i32, result: CompletionResult) -> C
         result,
         finished: now_ms(),
         log: None,
+        result_json: None,
         subject: Default::default(),
     }
 }

@@ -1,7 +1,7 @@
 //! The subcommands: each returns what to print, as JSON and for people.
 
 use async_exec::{
-    AttemptLog, Error, Order, PageSpec, Purge, Request, RequestId, RequestQuery, Runtime,
+    AttemptLog, Error, Order, PageSpec, Purge, Request, RequestId, RequestQuery, Runtime, Status,
 };
 use serde_json::{json, Value};
 
@@ -169,7 +169,15 @@ pub(crate) async fn show(rt: &Runtime, id: RequestId) -> Result<Printed, Failure
         return Err(not_found(rt, id));
     };
     let attempts = rt.attempts(id).await?;
-    let human = show_human(&request, &attempts);
+    // What the body returned, when the record keeps it.
+    let result = rt.result::<Value>(id).await.ok().flatten();
+    let mut human = show_human(&request, &attempts);
+    if let Some(value) = &result {
+        human.push_str("result\n");
+        human.push_str(&indented(
+            &serde_json::to_string_pretty(value).unwrap_or_default(),
+        ));
+    }
     // Each attempt numbered by its run: a replay's attempts count from 1 again, the runs
     // go on.
     let numbered: Vec<Value> = attempts
@@ -182,7 +190,7 @@ pub(crate) async fn show(rt: &Runtime, id: RequestId) -> Result<Printed, Failure
         })
         .collect();
     Ok(Printed::ok(
-        json!({ "request": request, "attempts": numbered }),
+        json!({ "request": request, "attempts": numbered, "result": result }),
         human,
     ))
 }
@@ -224,6 +232,15 @@ fn show_human(r: &Request, attempts: &[AttemptLog]) -> String {
     }
     if let Some(p) = r.progress {
         fields.push(("progress", progress_text(p)));
+    }
+    if !r.tags.is_empty() {
+        fields.push(("tags", safe(&r.tags.join(", "))));
+    }
+    if let Some(deadline) = r.deadline_at {
+        fields.push(("deadline", format_ms(deadline)));
+    }
+    if let (Some(asked), Status::Running) = (r.cancel_requested, r.status) {
+        fields.push(("cancel", format!("asked at {}", format_ms(asked))));
     }
     let mut out = String::new();
     for (name, value) in fields {

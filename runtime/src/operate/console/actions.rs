@@ -423,6 +423,32 @@ async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: 
     .into_response()
 }
 
+/// Asks a running request to stop (`rt.cancel`), audited as `cancel` on its id.
+pub(crate) async fn cancel_running(
+    PageWho { who, base }: PageWho,
+    Shared(state): Shared<Arc<State>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    if let Some(refused) = may_act(&base, &who, form.csrf.as_deref()) {
+        return refused;
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return error_page(&base, &who, StatusCode::BAD_REQUEST, "a request id is a whole number");
+    };
+    let done = state.rt.cancel(id).await;
+    let target = serde_json::json!({ "id": id }).to_string();
+    let audited = state
+        .rt
+        .audit_action(&who.name, "cancel", &target, u64::from(done.is_ok()))
+        .await;
+    if let Err(error) = done.and(audited) {
+        let refused = Refused::from(error);
+        return error_page(&base, &who, refused.status, &refused.message);
+    }
+    Redirect::to(&format!("{base}/requests/{id}?notice=stop")).into_response()
+}
+
 /// Pauses an executor's claims.
 pub(crate) async fn pause(
     PageWho { who, base }: PageWho,

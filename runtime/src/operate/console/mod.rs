@@ -105,6 +105,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/logout", post(actions::logout))
         .route("/requests", get(pages::requests))
         .route("/requests/{id}", get(pages::request_detail))
+        .route("/requests/{id}/cancel", post(actions::cancel_running))
         .route("/actions", post(actions::action))
         .route("/executors", get(fleet::executors))
         .route("/executors/pause", post(actions::pause))

@@ -307,6 +307,14 @@ pub(crate) async fn request_detail(
     };
     let r = &request;
     let runs = attempts.last().map_or(1, |a| a.run);
+    // What the body returned, when the record keeps it (a failed read shows nothing).
+    let result = match r.status {
+        Status::Success => state.rt.result::<serde_json::Value>(id).await.ok().flatten(),
+        _ => None,
+    };
+    let partial = result
+        .as_ref()
+        .and_then(|v| serde_json::from_value::<crate::Partial>(v.clone()).ok());
     let body = html! {
         (notice(params.text().as_deref(), None))
         dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
@@ -354,6 +362,20 @@ pub(crate) async fn request_detail(
                 } @else {
                     dt { "last error" } dd { pre.error-text id="request-error" { (visible(error)) } }
                 }
+            }
+        }
+        @if let Some(value) = &result {
+            h2 { "Result" }
+            @if let Some(p) = &partial {
+                p id="request-partial" { "Partial success: " (p.ok) " went through, " (p.failed) " did not" }
+            }
+            pre.json id="request-result" { (visible(&serde_json::to_string_pretty(value).unwrap_or_default())) }
+        }
+        @if can_act(&who) && r.status == Status::Running {
+            form.inline method="post" action={ (base) "/requests/" (r.id) "/cancel" } {
+                (csrf_field(&who))
+                button id="action-stop" type="submit" { "Ask it to stop" }
+                span.hint { " its body is told within about a second (" code { "ctx.is_cancelled()" } "); it ends cancelled unless it succeeds" }
             }
         }
         h2 { "Arguments" }

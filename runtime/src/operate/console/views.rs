@@ -156,6 +156,10 @@ impl NoticeParams {
             }
             "paused" => Some("Claims of the executor paused on every instance".into()),
             "resumed" => Some("Claims of the executor resumed".into()),
+            "stop" => Some(
+                "Asked to stop: its body is told within about a second; it ends cancelled unless it succeeds"
+                    .into(),
+            ),
             "policy" => Some(
                 "Policy changed: every instance applies it within about a second".into(),
             ),

@@ -29,7 +29,8 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut errors, mut run_ats, mut nows) = (
+    let (mut errors, mut run_ats, mut nows, mut results) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -56,6 +57,7 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
         errors.push(error);
         run_ats.push(run_at);
         nows.push(c.finished);
+        results.push(c.result_json.as_deref());
         if let Some(log) = &c.log {
             // The 1-based position of this completion among those sent.
             log_for.push(ids.len() as i64);
@@ -65,8 +67,8 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
     let missed: Option<Vec<i64>> = sqlx::query_scalar(
         "WITH c AS ( \
            SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::INTEGER[], $4::TEXT[], \
-             $5::TEXT[], $6::BIGINT[], $7::BIGINT[]) \
-             WITH ORDINALITY AS c(id, owner, attempt, status, error, run_at, now, n) \
+             $5::TEXT[], $6::BIGINT[], $7::BIGINT[], $16::TEXT[]) \
+             WITH ORDINALITY AS c(id, owner, attempt, status, error, run_at, now, result, n) \
          ), locked AS ( \
            SELECT r.id FROM async_req r JOIN c ON r.id = c.id \
            WHERE r.status = 'running' AND r.lease_owner = c.owner AND r.exec_count = c.attempt \
@@ -74,7 +76,7 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
          ), updated AS ( \
            UPDATE async_req r SET status = CASE WHEN r.cancel_requested IS NOT NULL \
                AND c.status IN ('failed', 'init') THEN 'cancelled' ELSE c.status END, run_at = COALESCE(c.run_at, r.run_at), \
-             last_error = c.error, lease_owner = NULL, \
+             last_error = c.error, result_json = c.result, lease_owner = NULL, \
              max_attempts = CASE WHEN c.status = 'init' AND r.max_attempts < 2147483647 \
                THEN r.max_attempts + 1 ELSE r.max_attempts END, \
              lease_until = NULL, update_time = c.now \
@@ -116,6 +118,7 @@ pub(super) async fn complete_many(pool: &PgPool, completions: &[Completion]) -> 
     .bind(logs.iter().map(|l| l.finished).collect::<Vec<_>>())
     .bind(logs.iter().map(|l| l.outcome.as_str()).collect::<Vec<_>>())
     .bind(logs.iter().map(|l| l.error.as_deref()).collect::<Vec<_>>())
+    .bind(&results)
     .fetch_one(pool)
     .await?;
     let missed = missed.unwrap_or_default();

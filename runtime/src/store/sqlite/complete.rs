@@ -112,7 +112,7 @@ async fn write_all<'a>(
                     "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
                        AND ? IN ('failed', 'init') THEN 'cancelled' ELSE ? END, \
                      run_at = COALESCE(?, run_at), \
-                     last_error = ?, lease_owner = NULL, lease_until = NULL, \
+                     last_error = ?, result_json = ?, lease_owner = NULL, lease_until = NULL, \
                      max_attempts = CASE WHEN max_attempts < 2147483647 \
                        THEN max_attempts + ? ELSE max_attempts END, \
                      update_time = ? WHERE id = ? AND status = 'running' AND lease_owner = ? \
@@ -122,6 +122,7 @@ async fn write_all<'a>(
                 .bind(status)
                 .bind(run_at)
                 .bind(error)
+                .bind(c.result_json.as_deref())
                 // A snooze (the one outcome that writes `init`): one more attempt.
                 .bind(i32::from(status == "init"))
                 .bind(now)

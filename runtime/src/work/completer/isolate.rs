@@ -305,6 +305,7 @@ mod tests {
             result,
             finished: crate::base::record::now_ms(),
             log: None,
+            result_json: None,
             subject: Default::default(),
         }
     }

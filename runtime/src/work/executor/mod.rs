@@ -72,6 +72,8 @@ pub(crate) struct Attempt {
     pub(crate) result: Result<(), Failure>,
     /// Whether its record asked the body to stop (a cancel, its deadline) while it ran.
     pub(crate) stopped: Option<crate::base::record::StopAsked>,
+    /// The JSON of the body's value, when its record keeps it.
+    pub(crate) result_json: Option<String>,
 }
 
 /// The settings the executor reads, taken from [`Settings`] (validated there).
@@ -352,6 +354,9 @@ impl Executor {
         if let Some(caller) = trace.span {
             span.follows_from(tracing::Id::from_u64(caller));
         }
+        // A value is kept only with a record that is kept after a success.
+        let result_slot = (job.record.is_some() && !self.config.delete_on_success)
+            .then(crate::base::results::ResultSlot::default);
         let params = match self.secrets.open(def.name, &job.params) {
             Ok(None) => Ok(job.params.clone()),
             Ok(Some(opened)) => Ok(opened.into()),
@@ -370,6 +375,7 @@ impl Executor {
                 progress: job.record.is_some().then(|| self.progress.clone()),
             },
             data: self.data.clone(),
+            result: result_slot.clone(),
         };
         let timeout = self.timeout_of(def);
         let started = self.clock.now_ms();
@@ -400,6 +406,7 @@ impl Executor {
             finished,
             result,
             stopped: None,
+            result_json: result_slot.and_then(|slot| slot.take()),
         }
     }
 
@@ -444,6 +451,10 @@ impl Executor {
                 )),
             ),
         };
+        let result_json = match &result {
+            CompletionResult::Succeeded => attempt.result_json.clone(),
+            _ => None,
+        };
         Some(Completion {
             id: record.id,
             attempt: record.attempt,
@@ -452,6 +463,7 @@ impl Executor {
             result,
             finished: attempt.finished,
             log,
+            result_json,
             subject: Subject {
                 key: record.key.take(),
                 remark: job.def.remark,
