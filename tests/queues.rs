@@ -56,6 +56,24 @@ impl History {
         self.0.lock().unwrap().most.get(queue).copied().unwrap_or(0)
     }
 
+    /// The most bodies of any queue that ran at once, from every run's start and end.
+    fn most_overall(&self) -> usize {
+        let seen = self.0.lock().unwrap();
+        let mut edges: Vec<(u128, i32)> = Vec::new();
+        for &(_, _, started, ended) in &seen.runs {
+            edges.push((started, 1));
+            edges.push((ended, -1));
+        }
+        // An end before a start at the same millisecond: a slot handed on is not overlap.
+        edges.sort();
+        let (mut now, mut most) = (0i32, 0i32);
+        for (_, step) in edges {
+            now += step;
+            most = most.max(now);
+        }
+        most as usize
+    }
+
     fn runs(&self, queue: &str) -> Vec<(u64, u128, u128)> {
         let seen = self.0.lock().unwrap();
         let mut runs: Vec<_> = seen
@@ -364,7 +382,56 @@ async fn a_rate_limit_holds_across_instances<DB: Backend>(db: TestDb) {
     b.shutdown().await.unwrap();
 }
 
+/// With a limit over every queue, two instances never run more than it at once, in all:
+/// mails (in no queue), charges (a queue of 2) and exports together; each queue's own
+/// limit still holds; the limit changes while running (`rt.policy("(all)")`).
+async fn a_global_limit_holds_over_every_queue<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let mut rts = Vec::new();
+    for _ in 0..2 {
+        let rt = db
+            .builder()
+            .concurrency(8)
+            .poll_interval(Duration::from_millis(50))
+            .data(history.clone())
+            .queue("payments", QueueLimits::new().concurrency(2))
+            .global_concurrency(3)
+            .start()
+            .await
+            .unwrap();
+        rts.push(rt);
+    }
+    batch((200..212).map(mail)).on(&rts[0]).await.unwrap();
+    batch((0..8).map(|n| charge(n * 4 + 1))).on(&rts[1]).await.unwrap();
+    batch((300..306).map(export)).on(&rts[0]).await.unwrap();
+    history.wait_runs("mails", 12, Duration::from_secs(30)).await;
+    history.wait_runs("payments", 8, Duration::from_secs(30)).await;
+    history.wait_runs("exports", 6, Duration::from_secs(30)).await;
+    let most = history.most_overall();
+    assert_eq!(most, 3, "at most 3 at once over every queue: {most}");
+    assert!(history.most("payments") <= 2);
+    // Raised while running: more at once, still bounded.
+    rts[0]
+        .policy("(all)")
+        .concurrency(6)
+        .apply()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    history.reset_most();
+    let before = history.runs("mails").len();
+    batch((400..424).map(mail)).on(&rts[0]).await.unwrap();
+    history
+        .wait_runs("mails", before + 24, Duration::from_secs(30))
+        .await;
+    assert!(history.most("mails") <= 6, "{}", history.most("mails"));
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
 backend_suite!(
+    a_global_limit_holds_over_every_queue,
     a_rate_limit_holds_across_instances,
     limits_set_while_running_apply_at_once,
     a_queue_limit_holds_across_instances,

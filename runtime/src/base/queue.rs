@@ -148,9 +148,17 @@ pub(crate) struct QueuePlan {
     /// Executors in no queue: claimed by id after commit and by the sweeps.
     unlimited: Vec<&'static str>,
     /// Every queue an executor names: claimed only by the producer, one queue at a time,
-    /// within the limits in effect (the builder's, or those set while running).
+    /// within the limits in effect (the builder's, or those set while running). With a
+    /// limit over every queue, the executors in no queue are one more, named
+    /// [`GLOBAL_QUEUE`].
     queues: Vec<NamedQueue>,
+    /// The limit over every queue (`Builder::global_concurrency`), if any.
+    global: Option<QueueLimits>,
 }
+
+/// The name of the limit over every queue, and of the queue of the executors in none
+/// when it is set. An executor may not name it.
+pub(crate) const GLOBAL_QUEUE: &str = "(all)";
 
 impl QueuePlan {
     /// The plan for `defs` under the builder's `queues`. Limits for a queue that no
@@ -162,7 +170,20 @@ impl QueuePlan {
         let mut named: Vec<&'static str> = defs.iter().filter_map(|d| d.queue).collect();
         named.sort_unstable();
         named.dedup();
-        if let Some(unknown) = limits.keys().find(|l| !named.contains(&l.as_str())) {
+        if named.contains(&GLOBAL_QUEUE) {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "the queue name {GLOBAL_QUEUE:?} is the limit over every queue's; give \
+                     the executor another"
+                ),
+            });
+        }
+        let global = limits.get(GLOBAL_QUEUE).copied();
+        if let Some(unknown) = limits
+            .keys()
+            .find(|l| *l != GLOBAL_QUEUE && !named.contains(&l.as_str()))
+        {
             return Err(Error::Config {
                 setting: "queue",
                 reason: format!(
@@ -176,7 +197,7 @@ impl QueuePlan {
                 ),
             });
         }
-        let queues = named
+        let queues: Vec<NamedQueue> = named
             .iter()
             .map(|&name| NamedQueue {
                 name: name.to_string(),
@@ -188,12 +209,31 @@ impl QueuePlan {
                 limits: limits.get(name).copied().unwrap_or_default(),
             })
             .collect();
-        let unlimited = defs
+        let mut queues: Vec<NamedQueue> = queues;
+        let mut unlimited: Vec<&'static str> = defs
             .iter()
             .filter(|d| d.queue.is_none())
             .map(|d| d.name)
             .collect();
-        Ok(QueuePlan { unlimited, queues })
+        if let Some(limits) = global {
+            // Under a limit over every queue, nothing is claimed outside one: the
+            // executors in none become one more, claimed under that limit alone.
+            queues.push(NamedQueue {
+                name: GLOBAL_QUEUE.to_string(),
+                executors: std::mem::take(&mut unlimited),
+                limits,
+            });
+        }
+        Ok(QueuePlan {
+            unlimited,
+            queues,
+            global,
+        })
+    }
+
+    /// The limit over every queue, if any.
+    pub(crate) fn global(&self) -> Option<QueueLimits> {
+        self.global
     }
 
     /// The executors in no queue.

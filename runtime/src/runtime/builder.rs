@@ -204,6 +204,27 @@ impl Builder {
         self
     }
 
+    /// At most `n` requests of the application run at once over every instance, whatever
+    /// their queue (1 to 100,000): a limit over the queues' own. Every claim then counts
+    /// the application's running requests under one lock (the row `(all)` of
+    /// `async_queue`), so claims of every queue take turns: a cost in throughput that
+    /// only this setting brings. Changed while running with
+    /// `rt.policy("(all)").concurrency(n)`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // The database behind the bodies takes 20 connections: never more bodies than that.
+    /// let rt = async_exec::Runtime::builder().global_concurrency(20).start().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn global_concurrency(mut self, n: u32) -> Self {
+        self.settings.queues.insert(
+            crate::base::queue::GLOBAL_QUEUE.to_string(),
+            crate::QueueLimits::new().concurrency(n),
+        );
+        self
+    }
+
     /// Registers a value that bodies receive as a `Data<T>` parameter.
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.data.insert(Arc::new(value));

@@ -151,6 +151,10 @@ pub(crate) struct ClaimDue<'a> {
     pub(crate) skip: &'a [String],
     /// A queue's limits: set for (and only for) a claim of one queue's executors.
     pub(crate) cap: Option<QueueCap<'a>>,
+    /// The application's limit over every queue (`Builder::global_concurrency`), when
+    /// set: the claim first locks its row (`base::queue::GLOBAL_QUEUE`) and counts every
+    /// running record of the application, then the queue's.
+    pub(crate) global: Option<QueueCap<'a>>,
 }
 
 /// Parameters of [`Store::request_claim_ids`].

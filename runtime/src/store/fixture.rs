@@ -58,6 +58,7 @@ pub(crate) async fn claim_due(
             limit: 10,
             skip: &[],
             cap: None,
+            global: None,
         })
         .await
         .unwrap()

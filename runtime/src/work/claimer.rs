@@ -146,20 +146,28 @@ impl Claimer {
     /// [`claim_queue`](Self::claim_queue).
     pub(crate) async fn claim_due(&self, kind: DueKind, limit: i64) -> Result<Vec<Job>> {
         let executors = self.control.claimable(self.queues.unlimited());
-        self.claim(kind, limit, &executors, None).await
+        self.claim(kind, limit, &executors, None, None).await
     }
 
     /// Claims up to `limit` due records of `queue` for this instance, within the queue's
     /// limits (counted in the store, so that they hold across instances).
     pub(crate) async fn claim_queue(&self, queue: &NamedQueue, limit: i64) -> Result<Vec<Job>> {
         let executors = self.control.claimable(&queue.executors);
-        let cap = QueueCap {
-            name: &queue.name,
-            concurrency: queue.limits.concurrency_limit().map(i64::from),
-            per_instance: queue.limits.per_instance_limit().map(i64::from),
-            rate: queue.limits.rate_limit().map(i64::from),
+        let cap_of = |name, limits: crate::QueueLimits| QueueCap {
+            name,
+            concurrency: limits.concurrency_limit().map(i64::from),
+            per_instance: limits.per_instance_limit().map(i64::from),
+            rate: limits.rate_limit().map(i64::from),
         };
-        self.claim(DueKind::Ready, limit, &executors, Some(cap))
+        // Under a limit over every queue, every claim keeps it first; the executors in no
+        // queue keep it alone.
+        let global = self
+            .queues
+            .global()
+            .map(|limits| cap_of(crate::base::queue::GLOBAL_QUEUE, limits));
+        let cap = (queue.name != crate::base::queue::GLOBAL_QUEUE)
+            .then(|| cap_of(&queue.name, queue.limits));
+        self.claim(DueKind::Ready, limit, &executors, cap, global)
             .await
     }
 
@@ -184,6 +192,7 @@ impl Claimer {
         limit: i64,
         executors: &[&'static str],
         cap: Option<QueueCap<'_>>,
+        global: Option<QueueCap<'_>>,
     ) -> Result<Vec<Job>> {
         let now = self.clock.now_ms();
         let lease_until = now + self.lease_ms();
@@ -203,6 +212,7 @@ impl Claimer {
                 limit,
                 skip: &skip,
                 cap,
+                global,
             })
             .await?;
         if claimed.iter().any(|c| self.is_foreign(c)) {

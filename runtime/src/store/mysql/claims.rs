@@ -155,6 +155,22 @@ impl MySqlStore {
         let mut tx = self.begin().await?;
         let mut limit = p.limit;
         let mut bucket = None;
+        // The limit over every queue first (every claim takes this lock first: no
+        // deadlock), counting every running record of the application.
+        if let Some(global) = p.global {
+            let row = lock_queue(&mut tx, p.application, global.name).await?;
+            let all: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM async_req WHERE application_name = ? AND status = 'running'",
+            )
+            .bind(p.application)
+            .fetch_one(&mut *tx)
+            .await?;
+            limit = global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots;
+            if limit <= 0 {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
+        }
         if let Some(cap) = p.cap {
             // Claims of one queue take turns on its row; the count that follows (READ
             // COMMITTED) sees every claim committed before this one got the lock.
@@ -173,7 +189,7 @@ impl MySqlStore {
             } else {
                 (0, 0)
             };
-            let plan = cap.plan(p.limit, running, &row, p.now);
+            let plan = cap.plan(limit, running, &row, p.now);
             limit = plan.slots;
             bucket = Some((plan, cap.name));
             if limit <= 0 {

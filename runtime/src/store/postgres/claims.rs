@@ -18,13 +18,37 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
-    let rows = match p.cap {
-        None => {
+    let rows = match (p.cap, p.global) {
+        (None, None) => {
             let sql = claim_sql(p);
             bind_claim(&sql, p, p.limit).fetch_all(pool).await?
         }
-        Some(cap) => {
+        (cap, global) => {
             let mut tx = crate::store::begin::begin_whole(pool, None).await?;
+            // The limit over every queue first (every claim takes this lock first: no
+            // deadlock), counting every running record of the application.
+            let mut limit = p.limit;
+            if let Some(global) = global {
+                let row = lock_queue(&mut tx, p.application, global.name).await?;
+                let (all,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM async_req \
+                     WHERE application_name = $1 AND status = 'running'",
+                )
+                .bind(p.application)
+                .fetch_one(&mut *tx)
+                .await?;
+                limit = global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots;
+            }
+            let Some(cap) = cap else {
+                let rows = if limit > 0 {
+                    let sql = claim_sql(p);
+                    bind_claim(&sql, p, limit).fetch_all(&mut *tx).await?
+                } else {
+                    Vec::new()
+                };
+                tx.commit().await?;
+                return rows.iter().map(claimed_from_row).collect();
+            };
             let row = lock_queue(&mut tx, p.application, cap.name).await?;
             let cap = cap.with_policy(&row);
             let running = if cap.counts_running() {
@@ -40,7 +64,7 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
             } else {
                 (0, 0)
             };
-            let plan = cap.plan(p.limit, running, &row, p.now);
+            let plan = cap.plan(limit, running, &row, p.now);
             let rows = if plan.slots > 0 {
                 let sql = claim_sql(p);
                 bind_claim(&sql, p, plan.slots).fetch_all(&mut *tx).await?

@@ -59,10 +59,37 @@ pub(super) async fn claim_due(
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
-    match p.cap {
-        None => claim_up_to(conn, &p, p.limit).await,
-        Some(cap) => claim_queue(conn, &p, cap).await,
+    match (p.cap, p.global) {
+        (None, None) => claim_up_to(conn, &p, p.limit).await,
+        (cap, global) => claim_queue(conn, &p, cap, global).await,
     }
+}
+
+/// The most of `limit` that the application's limit over every queue (`global`) lets a
+/// claim take, in the claim's transaction: its row for the limit set while running, and
+/// the count of every running record of the application.
+async fn global_slots(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    global: QueueCap<'_>,
+    limit: i64,
+) -> Result<i64> {
+    let row: Option<QueueRowColumns> = sqlx::query_as(
+        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
+         WHERE application_name = ?1 AND name = ?2",
+    )
+    .bind(p.application)
+    .bind(global.name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let row = row.map_or_else(QueueRow::default, QueueRow::from);
+    let (all,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM async_req WHERE application_name = ?1 AND status = 'running'",
+    )
+    .bind(p.application)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots)
 }
 
 /// A queue's claim, in one IMMEDIATE transaction (SQLite's write lock, which every other
@@ -72,9 +99,19 @@ pub(super) async fn claim_due(
 async fn claim_queue(
     conn: &mut SqliteConnection,
     p: &ClaimDue<'_>,
-    cap: QueueCap<'_>,
+    cap: Option<QueueCap<'_>>,
+    global: Option<QueueCap<'_>>,
 ) -> Result<Vec<SqliteRow>> {
     let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
+    let limit = match global {
+        Some(global) => global_slots(&mut tx, p, global, p.limit).await?,
+        None => p.limit,
+    };
+    let Some(cap) = cap else {
+        let rows = claim_up_to(&mut tx, p, limit).await?;
+        tx.commit().await?;
+        return Ok(rows);
+    };
     let row: Option<QueueRowColumns> = sqlx::query_as(
         "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
          WHERE application_name = ?1 AND name = ?2",
@@ -99,7 +136,7 @@ async fn claim_queue(
     } else {
         (0, 0)
     };
-    let plan = cap.plan(p.limit, running, &row, p.now);
+    let plan = cap.plan(limit, running, &row, p.now);
     let rows = if plan.slots > 0 {
         claim_up_to(&mut tx, p, plan.slots).await?
     } else {
