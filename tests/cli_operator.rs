@@ -331,7 +331,10 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
         .collect();
     ids.sort_unstable();
     assert_eq!(ids, tagged, "{listed}");
-    assert_eq!(listed["requests"][0]["tags"], serde_json::json!(["order:5"]));
+    assert_eq!(
+        listed["requests"][0]["tags"],
+        serde_json::json!(["order:5"])
+    );
     let cancelled = tool(&db, "tests", &["--json", "cancel", "--tag", "order:5"])
         .await
         .ok()
@@ -346,7 +349,10 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
     let other = rt.get(other.id.unwrap()).await.unwrap().unwrap();
     assert_eq!(other.status, async_exec::Status::Init);
     let trail = rt.audit_trail(10).await.unwrap();
-    let action = trail.iter().find(|e| e.action == "cancel").expect("audited");
+    let action = trail
+        .iter()
+        .find(|e| e.action == "cancel")
+        .expect("audited");
     assert!(action.target.contains("order:5"), "{action:?}");
     assert_eq!(action.affected, 3);
     let both = tool(&db, "tests", &["cancel", "1", "--tag", "order:5"]).await;
@@ -390,16 +396,30 @@ async fn policies_are_changed_from_the_tool<DB: Backend>(db: TestDb) {
     assert_eq!(payments.timeout_ms, Some(90_000));
     let ok = policies.iter().find(|p| p.queue == "cliop::ok").unwrap();
     assert_eq!(
-        (ok.max_attempts, ok.backoff_base_ms, ok.backoff_cap_ms, ok.priority_boost),
+        (
+            ok.max_attempts,
+            ok.backoff_base_ms,
+            ok.backoff_cap_ms,
+            ok.priority_boost
+        ),
         (Some(2), Some(1_000), Some(60_000), Some(-3))
     );
     assert_eq!(ok.changed_by.as_deref(), Some(&*format!("cli:{USER}")));
     let listed = tool(&db, "tests", &["queues"]).await.ok().stdout;
-    assert!(listed.contains("paused") && listed.contains("90s"), "{listed}");
+    assert!(
+        listed.contains("paused") && listed.contains("90s"),
+        "{listed}"
+    );
     let refused = tool(&db, "tests", &["policy", "payments", "--max-attempts", "0"]).await;
     assert_ne!(refused.code, 0);
-    assert!(refused.stderr.contains("between 1 and"), "{}", refused.stderr);
-    tool(&db, "tests", &["policy", "payments", "--reset"]).await.ok();
+    assert!(
+        refused.stderr.contains("between 1 and"),
+        "{}",
+        refused.stderr
+    );
+    tool(&db, "tests", &["policy", "payments", "--reset"])
+        .await
+        .ok();
     let policies = rt.queue_policies().await.unwrap();
     let payments = policies.iter().find(|p| p.queue == "payments").unwrap();
     assert!(!payments.paused && payments.timeout_ms.is_none());

@@ -27,7 +27,11 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     let alice = Auth::Cookie(&cookie);
     let page = get(&app, "/policies", alice).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    assert!(page.body.contains(r#"data-policy="reports""#), "{}", page.body);
+    assert!(
+        page.body.contains(r#"data-policy="reports""#),
+        "{}",
+        page.body
+    );
     assert!(page.body.contains("code's"));
     assert!(page.body.contains(r#"id="nav-policies""#));
 
@@ -56,7 +60,14 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
             reports.timeout_ms,
             reports.priority_boost
         ),
-        (Some(3), Some(4), Some(1_000), Some(60_000), Some(90_000), Some(-2))
+        (
+            Some(3),
+            Some(4),
+            Some(1_000),
+            Some(60_000),
+            Some(90_000),
+            Some(-2)
+        )
     );
     assert_eq!(reports.changed_by.as_deref(), Some("alice"));
     let location = applied.location.as_deref().unwrap();
@@ -65,12 +76,19 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     assert!(shown.body.contains("paused"));
 
     // The form sets every field: empty ones go back to the code's.
-    let cleared = [("csrf", csrf.as_str()), ("name", "reports"), ("timeout", "5s")];
+    let cleared = [
+        ("csrf", csrf.as_str()),
+        ("name", "reports"),
+        ("timeout", "5s"),
+    ];
     post_form(&app, "/policies", alice, &cleared).await;
     let policies = rt.queue_policies().await.unwrap();
     let reports = policies.iter().find(|p| p.queue == "reports").unwrap();
     assert!(!reports.paused);
-    assert_eq!((reports.concurrency, reports.timeout_ms), (None, Some(5_000)));
+    assert_eq!(
+        (reports.concurrency, reports.timeout_ms),
+        (None, Some(5_000))
+    );
 
     // Out of range, half a backoff, an unknown name: refused, saying why.
     for (field, value, says) in [
@@ -91,15 +109,27 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     let unknown = [("csrf", csrf.as_str()), ("name", "reprots")];
     let refused = post_form(&app, "/policies", alice, &unknown).await;
     assert!(refused.status.is_client_error());
-    assert!(refused.body.contains("no queue or executor"), "{}", refused.body);
+    assert!(
+        refused.body.contains("no queue or executor"),
+        "{}",
+        refused.body
+    );
 
     // A viewer sees the page, no form, and cannot post.
     let (viewer_cookie, viewer_csrf) = login(&app, "victor", "viewer pass").await;
     let victor = Auth::Cookie(&viewer_cookie);
     let page = get(&app, "/policies", victor).await;
     assert_eq!(page.status, StatusCode::OK);
-    assert!(!page.body.contains("<form class=\"policy\""), "{}", page.body);
-    let attempt = [("csrf", viewer_csrf.as_str()), ("name", "reports"), ("paused", "true")];
+    assert!(
+        !page.body.contains("<form class=\"policy\""),
+        "{}",
+        page.body
+    );
+    let attempt = [
+        ("csrf", viewer_csrf.as_str()),
+        ("name", "reports"),
+        ("paused", "true"),
+    ];
     let refused = post_form(&app, "/policies", victor, &attempt).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     let trail = rt.audit_trail(20).await.unwrap();
@@ -110,7 +140,12 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     // The JSON API: a list, and a change of the fields given (others kept), by operators.
     let listed = get(&app, "/api/policies", alice).await;
     assert_eq!(listed.status, StatusCode::OK);
-    assert!(listed.json().as_array().unwrap().iter().any(|p| p["queue"] == "reports"));
+    assert!(listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["queue"] == "reports"));
     let body = serde_json::json!({"name": "reports", "max_attempts": 6});
     let changed = post_json(&app, "/api/policies", alice, Some(&csrf), body.clone()).await;
     assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
@@ -120,7 +155,12 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     let bad = serde_json::json!({"name": "reports", "max_attempts": 0});
     let refused = post_json(&app, "/api/policies", alice, Some(&csrf), bad).await;
-    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
     let typo = serde_json::json!({"name": "reports", "max_attempt": 3});
     let refused = post_json(&app, "/api/policies", alice, Some(&csrf), typo).await;
     assert!(refused.status.is_client_error());
@@ -130,7 +170,11 @@ async fn the_policies_page_shows_and_changes_a_policy<DB: Backend>(db: TestDb) {
 /// Imports, with one row refused.
 #[async_exec(type = SaveAsync, name = "console_policies::import")]
 async fn import(rows: u64) -> anyhow::Result<Partial> {
-    Ok(Partial::new(rows - 1, 1, serde_json::json!({ "rejected": ["row 3"] })))
+    Ok(Partial::new(
+        rows - 1,
+        1,
+        serde_json::json!({ "rejected": ["row 3"] }),
+    ))
 }
 
 /// Works until told to stop.
@@ -149,8 +193,14 @@ async fn a_requests_page_shows_its_result_and_stops_it<DB: Backend>(db: TestDb) 
     let imported = import(10).on(&rt).await.unwrap().id.unwrap();
     wait_status(&rt, Status::Success, 1).await;
     let page = get(&app, &format!("/requests/{imported}"), alice).await;
-    assert!(page.body.contains(r#"id="request-result""#), "{}", page.body);
-    assert!(page.body.contains("Partial success: 9 went through, 1 did not"));
+    assert!(
+        page.body.contains(r#"id="request-result""#),
+        "{}",
+        page.body
+    );
+    assert!(page
+        .body
+        .contains("Partial success: 9 went through, 1 did not"));
     assert!(page.body.contains("row 3"));
 
     let running = long(1).on(&rt).await.unwrap().id.unwrap();
@@ -167,7 +217,9 @@ async fn a_requests_page_shows_its_result_and_stops_it<DB: Backend>(db: TestDb) 
     wait_status(&rt, Status::Cancelled, 1).await;
     let trail = rt.audit_trail(10).await.unwrap();
     assert!(
-        trail.iter().any(|e| e.action == "cancel" && e.actor == "alice" && e.affected == 1),
+        trail
+            .iter()
+            .any(|e| e.action == "cancel" && e.actor == "alice" && e.affected == 1),
         "{trail:?}"
     );
     rt.shutdown().await.unwrap();

@@ -60,9 +60,11 @@ async fn attempts_backoff_and_timeout_follow_the_policy<DB: Backend>(db: TestDb)
         .await
         .unwrap();
     let id = flaky(1).on(&rt).await.unwrap().id.unwrap();
-    wait_until("dead after the policy's 2 attempts", Duration::from_secs(5), async || {
-        rt.get(id).await.unwrap().unwrap().status == Status::Dead
-    })
+    wait_until(
+        "dead after the policy's 2 attempts",
+        Duration::from_secs(5),
+        async || rt.get(id).await.unwrap().unwrap().status == Status::Dead,
+    )
     .await;
     let request = rt.get(id).await.unwrap().unwrap();
     assert_eq!((request.exec_count, request.max_attempts), (2, 2));
@@ -84,14 +86,18 @@ async fn attempts_backoff_and_timeout_follow_the_policy<DB: Backend>(db: TestDb)
     .await;
     rt.policy("policies::slow").reset().apply().await.unwrap();
     let fine = slow(2).on(&rt).await.unwrap().id.unwrap();
-    wait_until("the attribute's timeout again", Duration::from_secs(5), async || {
-        rt.get(fine).await.unwrap().unwrap().status == Status::Success
-    })
+    wait_until(
+        "the attribute's timeout again",
+        Duration::from_secs(5),
+        async || rt.get(fine).await.unwrap().unwrap().status == Status::Success,
+    )
     .await;
     let trail = rt.audit_trail(10).await.unwrap();
     let changes: Vec<_> = trail.iter().filter(|e| e.action == "policy").collect();
     assert_eq!(changes.len(), 3, "{trail:?}");
-    assert!(changes.iter().any(|e| e.actor == "ops" && e.target.contains("max_attempts")));
+    assert!(changes
+        .iter()
+        .any(|e| e.actor == "ops" && e.target.contains("max_attempts")));
     rt.shutdown().await.unwrap();
 }
 
@@ -125,9 +131,11 @@ async fn another_instance_applies_a_change_within_a_second<DB: Backend>(db: Test
         .apply()
         .await
         .unwrap();
-    wait_until("the mail runs once let go", Duration::from_secs(3), async || {
-        worker.get(held).await.unwrap().unwrap().status == Status::Success
-    })
+    wait_until(
+        "the mail runs once let go",
+        Duration::from_secs(3),
+        async || worker.get(held).await.unwrap().unwrap().status == Status::Success,
+    )
     .await;
     let boosted = mail(2).priority(3).on(&operator).await.unwrap().id.unwrap();
     assert_eq!(operator.get(boosted).await.unwrap().unwrap().priority, 10);
@@ -162,7 +170,10 @@ async fn bad_policies_are_refused<DB: Backend>(db: TestDb) {
             .await,
         "no longer than the cap",
     );
-    refused(rt.policy("mail").concurrency(0).apply().await, "between 1 and 100000");
+    refused(
+        rt.policy("mail").concurrency(0).apply().await,
+        "between 1 and 100000",
+    );
     refused(
         rt.policy("mial").paused(true).apply().await,
         "no queue or executor is named \"mial\"",

@@ -402,21 +402,25 @@ async fn a_global_limit_holds_over_every_queue<DB: Backend>(db: TestDb) {
         rts.push(rt);
     }
     batch((200..212).map(mail)).on(&rts[0]).await.unwrap();
-    batch((0..8).map(|n| charge(n * 4 + 1))).on(&rts[1]).await.unwrap();
+    batch((0..8).map(|n| charge(n * 4 + 1)))
+        .on(&rts[1])
+        .await
+        .unwrap();
     batch((300..306).map(export)).on(&rts[0]).await.unwrap();
-    history.wait_runs("mails", 12, Duration::from_secs(30)).await;
-    history.wait_runs("payments", 8, Duration::from_secs(30)).await;
-    history.wait_runs("exports", 6, Duration::from_secs(30)).await;
+    history
+        .wait_runs("mails", 12, Duration::from_secs(30))
+        .await;
+    history
+        .wait_runs("payments", 8, Duration::from_secs(30))
+        .await;
+    history
+        .wait_runs("exports", 6, Duration::from_secs(30))
+        .await;
     let most = history.most_overall();
     assert_eq!(most, 3, "at most 3 at once over every queue: {most}");
     assert!(history.most("payments") <= 2);
     // Raised while running: more at once, still bounded.
-    rts[0]
-        .policy("(all)")
-        .concurrency(6)
-        .apply()
-        .await
-        .unwrap();
+    rts[0].policy("(all)").concurrency(6).apply().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     history.reset_most();
     let before = history.runs("mails").len();

@@ -93,7 +93,10 @@ async fn a_bodys_value_is_kept_and_read_back<DB: Backend>(db: TestDb) {
     assert_eq!(rt.result::<i64>(dead).await.unwrap(), None);
     assert_eq!(rt.result::<i64>(later).await.unwrap(), None, "not run yet");
     let wrong = rt.result::<Vec<String>>(invoice).await.unwrap_err();
-    assert!(matches!(wrong, Error::ResultType { id, .. } if id == invoice), "{wrong}");
+    assert!(
+        matches!(wrong, Error::ResultType { id, .. } if id == invoice),
+        "{wrong}"
+    );
     assert!(wrong.to_string().contains("does not decode"), "{wrong}");
     assert!(matches!(
         rt.result::<i64>(invoice + 1_000).await,
@@ -114,4 +117,7 @@ async fn a_deleted_record_keeps_no_value<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
-backend_suite!(a_bodys_value_is_kept_and_read_back, a_deleted_record_keeps_no_value);
+backend_suite!(
+    a_bodys_value_is_kept_and_read_back,
+    a_deleted_record_keeps_no_value
+);

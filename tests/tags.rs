@@ -86,7 +86,10 @@ async fn tags_are_written_with_the_call_and_found<DB: Backend>(db: TestDb) {
     assert_eq!(ids_tagged(&rt, "subscription:1").await, vec![a]);
     assert_eq!(ids_tagged(&rt, "tenant:7").await, vec![a, b]);
     assert_eq!(ids_tagged(&rt, "subscription:4").await, vec![c]);
-    assert!(ids_tagged(&rt, "tenant:").await.is_empty(), "exact, not a prefix");
+    assert!(
+        ids_tagged(&rt, "tenant:").await.is_empty(),
+        "exact, not a prefix"
+    );
     assert!(ids_tagged(&rt, "Tenant:7").await.is_empty(), "exact case");
     let request = rt.get(a).await.unwrap().unwrap();
     assert_eq!(request.tags, vec!["subscription:1", "tenant:7"]);

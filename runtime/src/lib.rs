@@ -62,7 +62,6 @@ pub use base::data::Data;
 pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
-pub use base::results::Partial;
 pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, QueuePolicy, RequestQuery,
@@ -73,6 +72,7 @@ pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
 #[doc(hidden)]
 pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
+pub use base::results::Partial;
 pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;

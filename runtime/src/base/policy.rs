@@ -159,15 +159,17 @@ impl Overrides {
         let ms = |n: i64| Duration::from_millis(n.clamp(1, MAX_MS) as u64);
         Overrides {
             paused: row.paused,
-            max_attempts: row.max_attempts.map(|n| n.clamp(1, i64::from(i32::MAX)) as i32),
+            max_attempts: row
+                .max_attempts
+                .map(|n| n.clamp(1, i64::from(i32::MAX)) as i32),
             backoff: match (row.backoff_base_ms, row.backoff_cap_ms) {
                 (Some(base), Some(cap)) => Some((ms(base).min(ms(cap)), ms(cap))),
                 _ => None,
             },
             timeout: row.timeout_ms.map(ms),
-            priority_boost: row
-                .priority_boost
-                .map_or(0, |b| b.clamp(-i64::from(MAX_BOOST), i64::from(MAX_BOOST)) as i32),
+            priority_boost: row.priority_boost.map_or(0, |b| {
+                b.clamp(-i64::from(MAX_BOOST), i64::from(MAX_BOOST)) as i32
+            }),
         }
     }
 

@@ -195,7 +195,9 @@ impl Runtime {
         let (dispatcher, inbox) = Dispatcher::new(settings.channel_capacity);
         let owner: Arc<str> =
             crate::base::identity::instance_name(&settings.application_name).into();
-        let control = Arc::new(crate::work::control::Control::for_executors(registry.defs()));
+        let control = Arc::new(crate::work::control::Control::for_executors(
+            registry.defs(),
+        ));
         let shared = Shared {
             store,
             application: settings.application_name.as_str().into(),

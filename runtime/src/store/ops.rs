@@ -515,9 +515,7 @@ pub(crate) trait OpsStore: SqlRunner {
                 .bind_text(application)
                 .push(" AND create_time < ")
                 .bind_int(before)
-                .push(
-                    " AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_tag.req_id)",
-                );
+                .push(" AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_tag.req_id)");
         };
         let mut s = self.sql("DELETE FROM async_tag WHERE ");
         match self.dialect() {
@@ -626,7 +624,11 @@ pub(crate) trait OpsStore: SqlRunner {
                 None => s.push("NULL"),
             };
         }
-        s.push(", ").bind_text(by).push(", ").bind_int(now).push(")");
+        s.push(", ")
+            .bind_text(by)
+            .push(", ")
+            .bind_int(now)
+            .push(")");
         let mut updated: Vec<&str> = change.iter().map(|(c, _)| *c).collect();
         updated.extend(["changed_by", "changed_at"]);
         let upsert = self

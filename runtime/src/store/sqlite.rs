@@ -215,10 +215,11 @@ async fn insert_many(
     requests: &[NewRequest],
 ) -> Result<Vec<Inserted>> {
     let mut inserted = vec![Inserted::New(0); requests.len()];
-    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
-        .partition(|&i| requests[i].idempotency_key.is_none()
-                && requests[i].log.is_none()
-                && requests[i].tags.is_empty());
+    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len()).partition(|&i| {
+        requests[i].idempotency_key.is_none()
+            && requests[i].log.is_none()
+            && requests[i].tags.is_empty()
+    });
     for chunk in plain.chunks(INSERT_CHUNK) {
         let mut query = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \

@@ -131,12 +131,17 @@ impl ExecutorPool {
             .insert(id, InFlight::new(attempt, lease_until));
     }
 
-    /// Notes that a stored job's body has run to its end.
-    pub(super) fn mark_done(&self, id: RequestId, attempt: i32) {
+    /// Notes that a stored job's body has run to its end; returns why its record asked it
+    /// to stop, if it did (one lock for both: this is on every job's path).
+    pub(super) fn mark_done(
+        &self,
+        id: RequestId,
+        attempt: i32,
+    ) -> Option<crate::base::record::StopAsked> {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
-        if let Some(flight) = in_flight.get_mut(&id).filter(|f| f.attempt == attempt) {
-            flight.done = true;
-        }
+        let flight = in_flight.get_mut(&id).filter(|f| f.attempt == attempt)?;
+        flight.done = true;
+        flight.stop
     }
 
     /// How many stored jobs' bodies are running now.
@@ -296,19 +301,6 @@ impl ExecutorPool {
             }
             None => false,
         }
-    }
-
-    /// Why the body of `id` at `attempt` was asked to stop by its record, if it was.
-    pub(crate) fn stop_asked(
-        &self,
-        id: RequestId,
-        attempt: i32,
-    ) -> Option<crate::base::record::StopAsked> {
-        let in_flight = self.in_flight.lock().expect("in-flight lock");
-        in_flight
-            .get(&id)
-            .filter(|f| f.attempt == attempt)
-            .and_then(|f| f.stop)
     }
 
     /// Whether this instance holds record `id` (waiting, running, or with an outcome not

@@ -381,7 +381,11 @@ pub(crate) async fn act(
 pub(crate) async fn cancel_tagged(rt: &Runtime, tag: &str) -> Result<Printed, Failure> {
     let query = RequestQuery::default().tag(tag);
     let cancelled = rt
-        .act(async_exec::Action::Cancel, &query, &crate::operator::actor())
+        .act(
+            async_exec::Action::Cancel,
+            &query,
+            &crate::operator::actor(),
+        )
         .await?;
     Ok(Printed {
         json: json!({ "action": "cancel", "tag": tag, "cancelled": cancelled }),
@@ -497,10 +501,7 @@ pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
 }
 
 /// `policy NAME [...]`, audited as `cli:<os user>`.
-pub(crate) async fn policy(
-    rt: &Runtime,
-    a: crate::args::PolicyArgs,
-) -> Result<Printed, Failure> {
+pub(crate) async fn policy(rt: &Runtime, a: crate::args::PolicyArgs) -> Result<Printed, Failure> {
     let mut change = rt.policy(&a.name).by(crate::operator::actor());
     if a.reset {
         change = change.reset();

@@ -434,7 +434,12 @@ pub(crate) async fn cancel_running(
         return refused;
     }
     let Ok(id) = id.parse::<i64>() else {
-        return error_page(&base, &who, StatusCode::BAD_REQUEST, "a request id is a whole number");
+        return error_page(
+            &base,
+            &who,
+            StatusCode::BAD_REQUEST,
+            "a request id is a whole number",
+        );
     };
     let done = state.rt.cancel(id).await;
     let target = serde_json::json!({ "id": id }).to_string();

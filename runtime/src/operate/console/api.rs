@@ -310,7 +310,10 @@ async fn change_policy(
     if let Some(refused) = may_act(&caller) {
         return refused;
     }
-    let mut change = state.rt.policy(body.name.clone()).by(caller.who.name.clone());
+    let mut change = state
+        .rt
+        .policy(body.name.clone())
+        .by(caller.who.name.clone());
     if body.reset {
         change = change.reset();
     }
@@ -353,7 +356,10 @@ async fn change_policy(
     match state.rt.queue_policies().await {
         Ok(policies) => match policies.into_iter().find(|p| p.queue == body.name) {
             Some(policy) => Json(policy).into_response(),
-            None => problem(StatusCode::NOT_FOUND, "the policy was written but is not listed"),
+            None => problem(
+                StatusCode::NOT_FOUND,
+                "the policy was written but is not listed",
+            ),
         },
         Err(error) => failed(error),
     }

@@ -309,7 +309,12 @@ pub(crate) async fn request_detail(
     let runs = attempts.last().map_or(1, |a| a.run);
     // What the body returned, when the record keeps it (a failed read shows nothing).
     let result = match r.status {
-        Status::Success => state.rt.result::<serde_json::Value>(id).await.ok().flatten(),
+        Status::Success => state
+            .rt
+            .result::<serde_json::Value>(id)
+            .await
+            .ok()
+            .flatten(),
         _ => None,
     };
     let partial = result

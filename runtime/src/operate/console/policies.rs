@@ -223,6 +223,9 @@ pub(crate) async fn apply(
         let refused = Refused::from(error);
         return error_page(&base, &who, refused.status, &refused.message);
     }
-    Redirect::to(&format!("{base}/policies?notice=policy&name={}", urlencode(&name)))
-        .into_response()
+    Redirect::to(&format!(
+        "{base}/policies?notice=policy&name={}",
+        urlencode(&name)
+    ))
+    .into_response()
 }

@@ -165,7 +165,10 @@ impl MySqlStore {
             .bind(p.application)
             .fetch_one(&mut *tx)
             .await?;
-            limit = global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots;
+            limit = global
+                .with_policy(&row)
+                .plan(limit, (all, 0), &row, p.now)
+                .slots;
             if limit <= 0 {
                 tx.commit().await?;
                 return Ok(Vec::new());

@@ -88,10 +88,11 @@ pub(super) async fn insert_many(
     let (plain, special): (Vec<usize>, Vec<usize>) = if lock_mode == 2 {
         (Vec::new(), (0..requests.len()).collect())
     } else {
-        (0..requests.len())
-            .partition(|&i| requests[i].idempotency_key.is_none()
+        (0..requests.len()).partition(|&i| {
+            requests[i].idempotency_key.is_none()
                 && requests[i].log.is_none()
-                && requests[i].tags.is_empty())
+                && requests[i].tags.is_empty()
+        })
     };
     for chunk in plain.chunks(INSERT_CHUNK) {
         let mut query = sqlx::QueryBuilder::<MySql>::new(

@@ -37,7 +37,10 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
                 .bind(p.application)
                 .fetch_one(&mut *tx)
                 .await?;
-                limit = global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots;
+                limit = global
+                    .with_policy(&row)
+                    .plan(limit, (all, 0), &row, p.now)
+                    .slots;
             }
             let Some(cap) = cap else {
                 let rows = if limit > 0 {

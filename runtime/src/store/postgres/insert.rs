@@ -83,10 +83,11 @@ pub(super) async fn insert_many(
     requests: &[NewRequest],
 ) -> Result<Vec<Inserted>> {
     let mut inserted = vec![Inserted::New(0); requests.len()];
-    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len())
-        .partition(|&i| requests[i].idempotency_key.is_none()
-                && requests[i].log.is_none()
-                && requests[i].tags.is_empty());
+    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len()).partition(|&i| {
+        requests[i].idempotency_key.is_none()
+            && requests[i].log.is_none()
+            && requests[i].tags.is_empty()
+    });
     if !plain.is_empty() {
         let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();
         let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();

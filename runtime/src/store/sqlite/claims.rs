@@ -89,7 +89,10 @@ async fn global_slots(
     .bind(p.application)
     .fetch_one(&mut *conn)
     .await?;
-    Ok(global.with_policy(&row).plan(limit, (all, 0), &row, p.now).slots)
+    Ok(global
+        .with_policy(&row)
+        .plan(limit, (all, 0), &row, p.now)
+        .slots)
 }
 
 /// A queue's claim, in one IMMEDIATE transaction (SQLite's write lock, which every other

@@ -281,8 +281,7 @@ impl Executor {
             let mut attempt_run = executor.run_body_told(&job, lease_lost).await;
             drop(permit);
             if let Some((id, attempt)) = record {
-                attempt_run.stopped = executor.pool.stop_asked(id, attempt);
-                executor.pool.mark_done(id, attempt);
+                attempt_run.stopped = executor.pool.mark_done(id, attempt);
             }
             let attempt = attempt_run;
             executor.finish(job, attempt).await;
