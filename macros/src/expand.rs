@@ -191,9 +191,11 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
                 #[allow(unused_imports)]
                 use #c_at_ret::__private::{KeepJson as _, NoJson as _};
-                __async_exec_slot.keep(
-                    (&&#c_at_ret::__private::ResultOf(&__async_exec_out)).__result_json(),
-                );
+                // The two `&` choose between the traits (autoref specialization).
+                #[allow(clippy::needless_borrow)]
+                let __async_exec_json =
+                    (&&#c_at_ret::__private::ResultOf(&__async_exec_out)).__result_json();
+                __async_exec_slot.keep(__async_exec_json);
             }
             #c_at_ret::__private::IntoOutcome::into_outcome(__async_exec_out)
         }
@@ -416,9 +418,10 @@ mod tests {
                             if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
                                 #[allow(unused_imports)]
                                 use ::async_exec::__private::{KeepJson as _, NoJson as _};
-                                __async_exec_slot.keep(
-                                    (&&::async_exec::__private::ResultOf(&__async_exec_out)).__result_json(),
-                                );
+                                #[allow(clippy::needless_borrow)]
+                                let __async_exec_json =
+                                    (&&::async_exec::__private::ResultOf(&__async_exec_out)).__result_json();
+                                __async_exec_slot.keep(__async_exec_json);
                             }
                             ::async_exec::__private::IntoOutcome::into_outcome(__async_exec_out)
                         }

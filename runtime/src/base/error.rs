@@ -237,6 +237,22 @@ pub enum Error {
     #[error("no request with id {0}")]
     NotFound(i64),
 
+    /// A call would make more requests wait than a quota allows; nothing was written.
+    #[error(
+        "quota exceeded: {scope} lets at most {limit} requests wait, and {waiting} do; \
+         nothing was written: try again once some have run, or raise the quota ({how})"
+    )]
+    QuotaExceeded {
+        /// Whose quota: `the application`, `queue "payments"`, `owner "tenant-7"`.
+        scope: String,
+        /// The most requests that may wait.
+        limit: u64,
+        /// How many wait now (this transaction's calls included).
+        waiting: u64,
+        /// Where the quota is set.
+        how: &'static str,
+    },
+
     /// A request's kept result does not decode into the type asked for.
     #[error(
         "the result of request {id} does not decode into the type asked for: {source}; \

@@ -36,6 +36,7 @@ pub struct QueueLimits {
     concurrency: Option<u32>,
     per_instance: Option<u32>,
     rate: Option<u32>,
+    waiting: Option<u32>,
 }
 
 impl QueueLimits {
@@ -66,6 +67,19 @@ impl QueueLimits {
         self
     }
 
+    /// At most `n` of the queue's requests may wait (`init`, `failed`) when a call is made:
+    /// past it, a `SaveAsync` call of the queue is refused with
+    /// [`Error::QuotaExceeded`](crate::Error::QuotaExceeded) and nothing is written.
+    pub fn max_waiting(mut self, n: u32) -> Self {
+        self.waiting = Some(n);
+        self
+    }
+
+    /// The quota of waiting requests, if any.
+    pub fn max_waiting_limit(&self) -> Option<u32> {
+        self.waiting
+    }
+
     /// The starts per second over every instance, if limited.
     pub fn rate_limit(&self) -> Option<u32> {
         self.rate
@@ -82,7 +96,10 @@ impl QueueLimits {
     }
 
     fn is_limited(&self) -> bool {
-        self.concurrency.is_some() || self.per_instance.is_some() || self.rate.is_some()
+        self.concurrency.is_some()
+            || self.per_instance.is_some()
+            || self.rate.is_some()
+            || self.waiting.is_some()
     }
 }
 
@@ -114,6 +131,11 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
         return fail(format!(
             "queue {name:?} has no limit; give QueueLimits::new().concurrency(n), \
              .per_instance(n) or .rate(n), or leave the queue out"
+        ));
+    }
+    if limits.waiting == Some(0) {
+        return fail(format!(
+            "queue {name:?}: max_waiting must be at least 1, not 0"
         ));
     }
     for (what, limit) in [

@@ -145,6 +145,14 @@ pub struct Settings {
     /// name must be an executor's `queue`. Empty by default: nothing is limited but by
     /// `concurrency`.
     pub queues: std::collections::BTreeMap<String, crate::base::queue::QueueLimits>,
+    /// The most requests of the application that may wait (`init`, `failed`) when a
+    /// `SaveAsync` call is made: past it the call is refused with
+    /// [`Error::QuotaExceeded`](crate::Error::QuotaExceeded) and nothing is written
+    /// (default `None`: no quota). 1 to 1,000,000,000.
+    pub max_waiting: Option<u64>,
+    /// The same, for the requests of each owner ([`Call::owner`](crate::Call::owner));
+    /// calls without an owner are not counted (default `None`).
+    pub max_waiting_per_owner: Option<u64>,
     /// The keys that seal and open `#[secret]` arguments (ids only in `Debug`).
     pub(crate) secrets: crate::base::secret::Keyring,
 }
@@ -187,6 +195,8 @@ impl Default for Settings {
             health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
             queues: Default::default(),
+            max_waiting: None,
+            max_waiting_per_owner: None,
             secrets: crate::base::secret::Keyring::default(),
         }
     }
@@ -226,6 +236,8 @@ impl std::fmt::Debug for Settings {
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("queue_sample_interval", &self.queue_sample_interval)
+            .field("max_waiting", &self.max_waiting)
+            .field("max_waiting_per_owner", &self.max_waiting_per_owner)
             .field("degrade_to_memory", &self.degrade_to_memory)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
             .field("sqlite_busy_timeout", &self.sqlite_busy_timeout)
@@ -244,6 +256,9 @@ impl std::fmt::Debug for Settings {
 /// The longest duration any setting accepts: a year. Longer ones are mistakes (and
 /// `Duration::MAX` would overflow the millisecond times the records hold).
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The largest quota of waiting requests.
+pub(crate) const MAX_QUOTA: u64 = 1_000_000_000;
 
 /// The shortest `queue_sample_interval`.
 pub(crate) const MIN_QUEUE_SAMPLE: Duration = Duration::from_millis(100);
@@ -265,6 +280,17 @@ impl Settings {
         let fail = |setting: &'static str, reason: String| Err(Error::Config { setting, reason });
         self.secrets.validate()?;
         crate::base::queue::validate(&self.queues)?;
+        for (setting, quota) in [
+            ("max_waiting", self.max_waiting),
+            ("max_waiting_per_owner", self.max_waiting_per_owner),
+        ] {
+            if quota.is_some_and(|n| !(1..=MAX_QUOTA).contains(&n)) {
+                return fail(
+                    setting,
+                    format!("must be between 1 and {MAX_QUOTA} requests, not {quota:?}"),
+                );
+            }
+        }
         let name = &self.application_name;
         if name.trim().is_empty() {
             return fail("application_name", "must not be empty".into());

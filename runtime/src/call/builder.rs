@@ -42,6 +42,7 @@ pub struct Call {
     delay: Option<Duration>,
     deadline: Option<Duration>,
     tags: Vec<String>,
+    owner: Option<String>,
     priority: i32,
     runtime: Option<Runtime>,
     independent: bool,
@@ -57,6 +58,7 @@ impl std::fmt::Debug for Call {
             .field("delay", &self.delay)
             .field("deadline", &self.deadline)
             .field("tags", &self.tags)
+            .field("owner", &self.owner)
             .field("priority", &self.priority)
             .field("runtime", &self.runtime)
             .field("independent", &self.independent)
@@ -85,6 +87,7 @@ impl Call {
             delay: None,
             deadline: None,
             tags: Vec::new(),
+            owner: None,
             priority: 0,
             runtime: None,
             independent: false,
@@ -160,6 +163,28 @@ impl Call {
         if !self.tags.contains(&tag) {
             self.tags.push(tag);
         }
+        self
+    }
+
+    /// Whose request this is (a tenant, a customer): kept as the tag `owner:<owner>`
+    /// (findable as any tag), and counted against
+    /// [`max_waiting_per_owner`](crate::Builder::max_waiting_per_owner) when the runtime
+    /// sets one (`SaveAsync` calls; 1 to 249 characters without NUL).
+    ///
+    /// ```no_run
+    /// # use async_exec::async_exec;
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn export(report: i64) {}
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // One tenant cannot fill the queue: past its quota its calls are refused.
+    /// export(7).owner("tenant-7").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        let owner = owner.into();
+        self = self.tag(format!("{}{owner}", crate::call::quota::OWNER_TAG));
+        self.owner = Some(owner);
         self
     }
 
@@ -258,6 +283,15 @@ impl Call {
                 return Err(invalid("deadline", reason));
             }
         }
+        if let Some(owner) = &self.owner {
+            let most = MAX_TAG_CHARS - crate::call::quota::OWNER_TAG.len();
+            if owner.is_empty() || owner.chars().count() > most || owner.contains('\0') {
+                return Err(invalid(
+                    "owner",
+                    format!("an owner is 1 to {most} characters without NUL"),
+                ));
+            }
+        }
         if !self.tags.is_empty() {
             let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
                 Some(format!(
@@ -289,6 +323,7 @@ impl Call {
             delay: self.delay,
             deadline,
             tags: self.tags,
+            owner: self.owner,
             priority: self.priority,
             trace: TraceContext::capture(),
             sealed: false,

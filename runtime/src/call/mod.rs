@@ -13,6 +13,7 @@ pub(crate) mod delayed;
 pub(crate) mod keys;
 pub(crate) mod nested;
 pub(crate) mod open_tx;
+pub(crate) mod quota;
 pub(crate) mod receipt;
 pub(crate) mod scope;
 pub(crate) mod submit;

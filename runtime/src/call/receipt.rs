@@ -33,6 +33,8 @@ pub(crate) struct Submission {
     pub(crate) deadline: Option<Duration>,
     /// Its tags (`SaveAsync` only).
     pub(crate) tags: Vec<String>,
+    /// Its owner (`Call::owner`), for the owner's quota; also among its tags.
+    pub(crate) owner: Option<String>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
     /// Whether `params` has its `#[secret]` arguments sealed already

@@ -8,6 +8,7 @@ use crate::base::record::{Inserted, NewRequest, RequestId};
 use crate::base::settings::TestMode;
 use crate::base::strategy::Strategy;
 use crate::call::delayed::STORED_TIMER_HORIZON;
+use crate::call::quota::Quota;
 use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
 use crate::runtime::{Inner, Runtime};
@@ -87,6 +88,12 @@ trait Writer {
         let _ = (id, written_at);
     }
     fn in_transaction(&self) -> bool;
+    /// Checks, before writing, that `quotas` (each with how many requests would be added
+    /// under it) are kept; only a transaction can (autocommit calls under a quota are
+    /// made in one: [`Inner::submit_under_quota`]).
+    async fn check_quotas(&mut self, inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()>;
+    /// Notes requests written under `quota`.
+    fn quota_added(&mut self, quota: &Quota, n: u64);
 }
 
 struct Autocommit;
@@ -129,6 +136,14 @@ impl Writer for Autocommit {
     fn in_transaction(&self) -> bool {
         false
     }
+    async fn check_quotas(&mut self, _inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
+        debug_assert!(
+            quotas.is_empty(),
+            "calls under a quota are made in a transaction"
+        );
+        Ok(())
+    }
+    fn quota_added(&mut self, _quota: &Quota, _n: u64) {}
 }
 
 impl<DB: Backend> Writer for Tx<DB> {
@@ -161,6 +176,12 @@ impl<DB: Backend> Writer for Tx<DB> {
     fn in_transaction(&self) -> bool {
         true
     }
+    async fn check_quotas(&mut self, inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
+        crate::call::quota::check(inner, self, quotas).await
+    }
+    fn quota_added(&mut self, quota: &Quota, n: u64) {
+        Tx::quota_added(self, &quota.key, n);
+    }
 }
 
 impl Inner {
@@ -189,6 +210,10 @@ impl Inner {
     /// A call outside any transaction.
     pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
         self.check_open()?;
+        if !self.quotas_of(&call).is_empty() {
+            let mut receipts = self.submit_under_quota(vec![call], false).await?;
+            return Ok(receipts.remove(0));
+        }
         self.submit_with(call, &mut Autocommit).await
     }
 
@@ -216,8 +241,16 @@ impl Inner {
         match call.def.strategy {
             Strategy::SaveAsync => {
                 let request = call.request(self);
+                let quotas: Vec<(Quota, u64)> =
+                    self.quotas_of(&call).into_iter().map(|q| (q, 1)).collect();
+                if !quotas.is_empty() {
+                    writer.check_quotas(self, &quotas).await?;
+                }
                 match writer.insert(self, &request).await {
                     Ok(Inserted::New(id)) => {
+                        for (quota, n) in &quotas {
+                            writer.quota_added(quota, *n);
+                        }
                         if call.delay.is_some() {
                             writer.delayed(id, request.now);
                         }
@@ -294,6 +327,9 @@ impl Inner {
         calls: Vec<Submission>,
     ) -> Result<Vec<Receipt>> {
         self.check_open()?;
+        if calls.iter().any(|call| !self.quotas_of(call).is_empty()) {
+            return self.submit_under_quota(calls, true).await;
+        }
         self.submit_batch_with(calls, &mut Autocommit).await
     }
 
@@ -343,7 +379,23 @@ impl Inner {
             }
             let requests: Vec<NewRequest> =
                 stored.iter().map(|(_, call)| call.request(self)).collect();
+            // Every quota the batch's calls are under, with how many of them it adds.
+            let mut quotas: Vec<(Quota, u64)> = Vec::new();
+            for (_, call) in &stored {
+                for quota in self.quotas_of(call) {
+                    match quotas.iter_mut().find(|(q, _)| q.key == quota.key) {
+                        Some((_, n)) => *n += 1,
+                        None => quotas.push((quota, 1)),
+                    }
+                }
+            }
+            if !quotas.is_empty() {
+                writer.check_quotas(self, &quotas).await?;
+            }
             let inserted = writer.insert_many(self, &requests).await?;
+            for (quota, n) in &quotas {
+                writer.quota_added(quota, *n);
+            }
             let mut jobs = Vec::with_capacity(stored.len());
             for (((i, mut call), inserted), request) in
                 stored.into_iter().zip(inserted).zip(&requests)

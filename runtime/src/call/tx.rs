@@ -67,6 +67,9 @@ macro_rules! define_tx {
             /// Counts this transaction as open in the task that began it, until it ends: a call
             /// made there without `.within(&mut tx)` is refused.
             open: OpenTx,
+            /// Requests written here under each quota (by the quota's row): not committed,
+            /// so not in the count a quota's check reads.
+            pub(crate) quota_used: Vec<(String, u64)>,
         }
 
     };
@@ -88,6 +91,22 @@ impl<DB: Backend> Tx<DB> {
     }
 
     /// The connection, for the runtime's own statements in generic code.
+    /// Requests written in this transaction under the quota `key`.
+    pub(crate) fn quota_used(&self, key: &str) -> u64 {
+        self.quota_used
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Notes `n` more requests written here under the quota `key`.
+    pub(crate) fn quota_added(&mut self, key: &str, n: u64) {
+        match self.quota_used.iter_mut().find(|(k, _)| k == key) {
+            Some((_, used)) => *used += n,
+            None => self.quota_used.push((key.to_string(), n)),
+        }
+    }
+
     pub(crate) fn raw_conn(&mut self) -> &mut DB::Connection {
         &mut self.tx
     }
@@ -153,6 +172,7 @@ impl<DB: Backend> Tx<DB> {
             write_failed,
             proven_open,
             open,
+            quota_used: _,
         } = self;
         let carries = !pending.is_empty() || !delayed.is_empty();
         if write_failed || (carries && !proven_open) {
@@ -217,6 +237,7 @@ impl Runtime {
             write_failed: false,
             proven_open: false,
             open: self.inner.open_txs.open(),
+            quota_used: Vec::new(),
         })
     }
 
@@ -231,6 +252,7 @@ impl Runtime {
             write_failed: false,
             proven_open: false,
             open: self.inner.open_txs.open(),
+            quota_used: Vec::new(),
         }
     }
 }

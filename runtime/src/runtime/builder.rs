@@ -135,6 +135,12 @@ impl Builder {
         /// # Ok(()) }
         /// ```
         retention: Option<Duration>;
+        /// The most requests of the application that may wait when a `SaveAsync` call is
+        /// made (default `None`); see [`Settings::max_waiting`].
+        max_waiting: Option<u64>;
+        /// The most requests of each owner (`Call::owner`) that may wait (default `None`);
+        /// see [`Settings::max_waiting_per_owner`].
+        max_waiting_per_owner: Option<u64>;
         /// Age of the oldest due waiting request above which health reports `degraded`
         /// (default 5 minutes); see [`Settings::health_backlog_threshold`].
         health_backlog_threshold: Duration;

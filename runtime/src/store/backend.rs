@@ -120,6 +120,13 @@ pub(crate) mod sealed {
             now: i64,
         ) -> BoxFuture<'c, Result<std::result::Result<(), Option<crate::base::record::Status>>>>;
 
+        /// Locks the row of quota `scope` inside the caller's transaction, until it ends.
+        fn quota_lock_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            scope: &'c str,
+        ) -> BoxFuture<'c, Result<()>>;
+
         /// Records the key of a `SyncSave` call whose body ran, inside the caller's
         /// transaction, unless the key is in use and has not expired.
         fn key_record_in<'c>(

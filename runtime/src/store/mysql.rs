@@ -235,6 +235,18 @@ impl BackendOps for MySql {
         result.rows_affected()
     }
 
+    fn quota_lock_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        scope: &'c str,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(crate::store::shared::quota_lock::<sqlx::MySql>(
+            conn,
+            application,
+            scope,
+        ))
+    }
+
     fn cancel_in<'c>(
         conn: &'c mut MySqlConnection,
         application: &'c str,

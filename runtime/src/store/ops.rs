@@ -418,6 +418,75 @@ pub(crate) trait OpsStore: SqlRunner {
         Ok(self.execute(&s).await? > 0)
     }
 
+    /// Makes the row of quota `scope` of `application` unless it has one (autocommit). A
+    /// plain read first: on MySQL/MariaDB an `INSERT IGNORE` of a row that a submission
+    /// holds locked waits for that transaction.
+    async fn quota_register(&self, application: &str, scope: &str) -> Result<()> {
+        let mut found = self.sql("SELECT COUNT(*) FROM async_quota WHERE application_name = ");
+        found
+            .bind_text(application)
+            .push(" AND scope = ")
+            .bind_text(scope);
+        if self.fetch_ints(&found).await?.first().copied().flatten() == Some(1) {
+            return Ok(());
+        }
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_quota (application_name, scope) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(scope)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// How many requests of `application` wait (`init`, `failed`), counted up to `limit`
+    /// at most: all of them, those of `executors`, or those tagged `tag`.
+    async fn quota_count(
+        &self,
+        application: &str,
+        executors: Option<&[&'static str]>,
+        tag: Option<&str>,
+        limit: i64,
+    ) -> Result<i64> {
+        let mut s = match tag {
+            Some(tag) => {
+                let mut s = self.sql(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM async_tag t JOIN async_req r \
+                     ON r.id = t.req_id WHERE t.application_name = ",
+                );
+                s.bind_text(application)
+                    .push(" AND t.tag = ")
+                    .bind_text(tag)
+                    .push(" AND r.status IN ('init', 'failed')");
+                s
+            }
+            None => {
+                let mut s = self
+                    .sql("SELECT COUNT(*) FROM (SELECT 1 FROM async_req WHERE application_name = ");
+                s.bind_text(application)
+                    .push(" AND status IN ('init', 'failed')");
+                if let Some(executors) = executors {
+                    s.push(" AND executor IN (");
+                    for (i, executor) in executors.iter().enumerate() {
+                        if i > 0 {
+                            s.push(", ");
+                        }
+                        s.bind_text(executor);
+                    }
+                    s.push(")");
+                }
+                s
+            }
+        };
+        s.push(" LIMIT ").bind_int(limit).push(") AS waiting");
+        let counted = self.fetch_ints(&s).await?;
+        Ok(counted.first().copied().flatten().unwrap_or(0))
+    }
+
     /// The kept result of record `id` of `application`: `None` without such a record,
     /// `Some(None)` when it keeps none.
     async fn request_result(&self, application: &str, id: i64) -> Result<Option<Option<String>>> {

@@ -134,6 +134,18 @@ impl BackendOps for Postgres {
         result.rows_affected()
     }
 
+    fn quota_lock_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        scope: &'c str,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(crate::store::shared::quota_lock::<sqlx::Postgres>(
+            conn,
+            application,
+            scope,
+        ))
+    }
+
     fn cancel_in<'c>(
         conn: &'c mut PgConnection,
         application: &'c str,

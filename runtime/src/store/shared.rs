@@ -8,7 +8,7 @@
 
 use sqlx::{Encode, FromRow, Type};
 
-use super::sql::{HasDialect, Statement};
+use super::sql::{Dialect, HasDialect, Statement};
 use super::{Backend, StoredKey, KEY_PENDING};
 use crate::base::error::Result;
 use crate::base::record::{AttemptLog, NewRequest, RequestId, Status};
@@ -49,6 +49,13 @@ static CANCEL_RUNNING: Statement = Statement::new(
 
 static STATUS_OF: Statement =
     Statement::new("SELECT status FROM async_req WHERE application_name = ? AND id = ?");
+
+static QUOTA_MAKE_SQLITE: Statement =
+    Statement::new("INSERT OR IGNORE INTO async_quota (application_name, scope) VALUES (?, ?)");
+
+static QUOTA_LOCK: Statement = Statement::new(
+    "SELECT scope FROM async_quota WHERE application_name = ? AND scope = ? FOR UPDATE",
+);
 
 static TAG_INSERT: Statement = Statement::new(
     "INSERT INTO async_tag (application_name, tag, req_id, create_time) VALUES (?, ?, ?, ?)",
@@ -141,6 +148,33 @@ where
         .bind(request_id)
         .bind(&*r.application_name)
         .bind(&r.idempotency_key)
+        .execute(DB::executor(conn))
+        .await?;
+    Ok(())
+}
+
+/// Locks the row of quota `scope` of `application` (made before, on a connection of its
+/// own) until the caller's transaction ends: submissions under one quota take turns.
+pub(crate) async fn quota_lock<'q, DB>(
+    conn: &mut DB::Connection,
+    application: &'q str,
+    scope: &'q str,
+) -> Result<()>
+where
+    DB: Backend + HasDialect,
+    &'q str: Encode<'q, DB> + Type<DB>,
+{
+    // On PostgreSQL and MySQL/MariaDB the row exists (made on a connection of its own,
+    // `OpsStore::quota_register`: two transactions making it at once deadlock on
+    // MySQL/MariaDB). SQLite's lock is its write lock, which the write that makes the row
+    // (or finds it made) takes.
+    let lock = match DB::DIALECT {
+        Dialect::Sqlite => &QUOTA_MAKE_SQLITE,
+        Dialect::Postgres | Dialect::MySql => &QUOTA_LOCK,
+    };
+    sqlx::query(lock.text(DB::DIALECT))
+        .bind(application)
+        .bind(scope)
         .execute(DB::executor(conn))
         .await?;
     Ok(())

@@ -279,6 +279,18 @@ impl BackendOps for Sqlite {
         result.rows_affected()
     }
 
+    fn quota_lock_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        scope: &'c str,
+    ) -> BoxFuture<'c, Result<()>> {
+        Box::pin(crate::store::shared::quota_lock::<sqlx::Sqlite>(
+            conn,
+            application,
+            scope,
+        ))
+    }
+
     fn cancel_in<'c>(
         conn: &'c mut SqliteConnection,
         application: &'c str,
