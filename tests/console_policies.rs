@@ -225,7 +225,68 @@ async fn a_requests_page_shows_its_result_and_stops_it<DB: Backend>(db: TestDb) 
     rt.shutdown().await.unwrap();
 }
 
+/// Queues on the overview and the policies page: paused or not, running and waiting; a
+/// waiting request of a paused queue says so; live pages refresh themselves (the script is
+/// served, the pages carry their interval), a finished request's page does not.
+async fn queues_show_their_load_and_pages_refresh<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .run_workers(false)
+        .delete_on_success(false)
+        .start()
+        .await
+        .unwrap();
+    let app = mounted(&rt);
+    let (cookie, _) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let later = std::time::Duration::from_secs(3_600);
+    let mut waiting = Vec::new();
+    for n in 0..3 {
+        waiting.push(report(n).delay(later).on(&rt).await.unwrap().id.unwrap());
+    }
+    rt.policy("reports").paused(true).apply().await.unwrap();
+    let overview = get(&app, "", alice).await;
+    assert!(
+        overview.body.contains(r#"id="queues""#),
+        "{}",
+        overview.body
+    );
+    assert!(
+        overview
+            .body
+            .contains(r#"data-queue="reports" data-paused="true""#),
+        "{}",
+        overview.body
+    );
+    assert!(overview.body.contains("data-refresh=\"10\""));
+    let policies = get(&app, "/policies", alice).await;
+    let row = policies
+        .body
+        .split(r#"data-policy="reports""#)
+        .nth(1)
+        .unwrap();
+    assert!(row.contains(r#"<td class="num waiting">3</td>"#), "{row}");
+    let request = get(&app, &format!("/requests/{}", waiting[0]), alice).await;
+    assert!(
+        request.body.contains(r#"id="request-paused""#),
+        "{}",
+        request.body
+    );
+    assert!(request.body.contains("data-refresh=\"5\""));
+    let script = get(&app, "/assets/console.js", Auth::None).await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(script.body.contains("data-refresh"));
+    rt.cancel(waiting[1]).await.unwrap();
+    let finished = get(&app, &format!("/requests/{}", waiting[1]), alice).await;
+    assert!(
+        !finished.body.contains("data-refresh"),
+        "a finished request's page stays"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    queues_show_their_load_and_pages_refresh,
     the_policies_page_shows_and_changes_a_policy,
     a_requests_page_shows_its_result_and_stops_it,
 );

@@ -268,6 +268,7 @@ pub(crate) async fn instances(
         }
     };
     let body = html! {
+        (super::views::refreshing(10))
         table id="instances" {
             thead { tr { th { "instance" } th { "application" } th { "workers" } th { "started" } th { "last heartbeat" } th.num { "running now" } th { "executors" } } }
             tbody {

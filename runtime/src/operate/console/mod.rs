@@ -114,6 +114,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/policies", get(policies::policies).post(policies::apply))
         .route("/audit", get(fleet::audit))
         .route("/assets/console.css", get(css))
+        .route("/assets/console.js", get(js))
         .route("/health", get(health_of_state))
         .merge(api::routes())
         .layer(axum::extract::DefaultBodyLimit::max(guard::MAX_BODY))
@@ -189,6 +190,19 @@ async fn health_of_state(
         axum::Json(serde_json::json!({ "ready": ready })),
     )
         .into_response()
+}
+
+/// The console's one script: pages that refresh themselves while open.
+const JS: &str = include_str!("assets/console.js");
+
+async fn js() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        JS,
+    )
 }
 
 async fn css() -> impl IntoResponse {

@@ -97,7 +97,37 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
             .insert(c.status.as_str(), c.count);
     }
     let depth = &o.queue_depth;
+    // The queues (and policies): paused or not, running and waiting, their limit.
+    let policies = state.rt.queue_policies().await?;
+    let queue_of = |executor: &str| {
+        state
+            .rt
+            .inner
+            .registry
+            .defs()
+            .find(|d| d.name == executor)
+            .map_or(executor.to_string(), |d| {
+                d.queue.unwrap_or(d.name).to_string()
+            })
+    };
+    let mut load: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for c in &o.by_executor {
+        let (running, waiting) = match c.status {
+            Status::Running => (c.count, 0),
+            Status::Init | Status::Failed => (0, c.count),
+            _ => continue,
+        };
+        for name in [
+            queue_of(&c.executor),
+            crate::base::queue::GLOBAL_QUEUE.to_string(),
+        ] {
+            let entry = load.entry(name).or_default();
+            entry.0 += running;
+            entry.1 += waiting;
+        }
+    }
     Ok(html! {
+        (super::views::refreshing(10))
         section.cards {
             @for c in &o.by_status {
                 div.card id={ "count-" (c.status.as_str()) } data-count=(c.count) {
@@ -123,6 +153,24 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
         (charts::finished_bars("chart-hour", "Finished per minute, last hour", "minute", &hour, now))
         (charts::finished_bars("chart-day", "Finished per 15 minutes, last day", "15 minutes", &quarter_hours, now))
         (charts::depth_line("chart-depth", "Queue depth, last day", depth, now - 24 * 3600 * 1000, now))
+        @if !policies.is_empty() {
+            h2 { a href={ (base) "/policies" } { "Queues" } }
+            table id="queues" {
+                thead { tr { th { "queue" } th { "state" } th.num { "running" } th.num { "waiting" } th.num { "concurrency" } } }
+                tbody {
+                    @for p in &policies {
+                        @let (running, waiting) = load.get(&p.queue).copied().unwrap_or_default();
+                        tr data-queue=(p.queue) data-paused=(p.paused) {
+                            td { (p.queue) }
+                            td { @if p.paused { span.badge.dead { "paused" } } @else { "running" } }
+                            td.num { (running) }
+                            td.num { (waiting) }
+                            td.num { (p.concurrency.map_or("code's".to_string(), |n| n.to_string())) }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "By executor" }
         table id="executor-counts" {
             thead { tr { th { "executor" } @for status in Status::ALL { th.num { (status.as_str()) } } } }
@@ -237,6 +285,7 @@ pub(crate) async fn requests(
         )
     });
     let body = html! {
+        (super::views::refreshing(10))
         (notice(params.notice.text().as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
         table id="requests" {
@@ -320,8 +369,43 @@ pub(crate) async fn request_detail(
     let partial = result
         .as_ref()
         .and_then(|v| serde_json::from_value::<crate::Partial>(v.clone()).ok());
+    // A request that may still change refreshes itself; a finished one stays.
+    let live = matches!(r.status, Status::Init | Status::Running | Status::Failed);
+    // Waiting for a paused executor (a pause, or its queue's policy) waits until resumed.
+    let paused = matches!(r.status, Status::Init | Status::Failed)
+        && state
+            .rt
+            .paused()
+            .await
+            .map(|p| p.iter().any(|p| p.executor == r.executor))
+            .unwrap_or(false);
+    let queue = state
+        .rt
+        .inner
+        .registry
+        .defs()
+        .find(|d| d.name == r.executor)
+        .map(|d| d.queue.unwrap_or(d.name));
+    let policy_paused = matches!(r.status, Status::Init | Status::Failed)
+        && match queue {
+            Some(queue) => state
+                .rt
+                .queue_policies()
+                .await
+                .map(|p| p.iter().any(|p| p.queue == queue && p.paused))
+                .unwrap_or(false),
+            None => false,
+        };
     let body = html! {
+        @if live { (super::views::refreshing(5)) }
         (notice(params.text().as_deref(), None))
+        @if paused || policy_paused {
+            p.notice id="request-paused" {
+                span.badge.dead { "paused" }
+                @if policy_paused { " its queue's policy is paused: it waits until the policy lets it go (Policies)" }
+                @else { " its executor is paused: it waits until resumed (Executors)" }
+            }
+        }
         dl.fields id="request" data-request-id=(r.id) data-status=(r.status.as_str()) {
             dt { "status" } dd id="request-status" { (badge(r.status)) }
             dt { "executor" } dd { (r.executor) }

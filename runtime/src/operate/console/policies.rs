@@ -26,14 +26,47 @@ pub(crate) async fn policies(
     Shared(state): Shared<Arc<State>>,
     Query(params): Query<NoticeParams>,
 ) -> Response {
-    let rows = match state.rt.queue_policies().await {
-        Ok(rows) => rows,
-        Err(error) => {
+    let (rows, counts) = match (
+        state.rt.queue_policies().await,
+        state.rt.counts_by_executor().await,
+    ) {
+        (Ok(rows), Ok(counts)) => (rows, counts),
+        (Err(error), _) | (_, Err(error)) => {
             let refused = Refused::from(error);
             return error_page(&base, &who, refused.status, &refused.message);
         }
     };
+    // Running and waiting requests by policy: a queue's executors (those this binary
+    // links), an executor in no queue by its name, `(all)` everything.
+    let policy_of = |executor: &str| {
+        state
+            .rt
+            .inner
+            .registry
+            .defs()
+            .find(|d| d.name == executor)
+            .map_or(executor.to_string(), |d| {
+                d.queue.unwrap_or(d.name).to_string()
+            })
+    };
+    let mut load: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for c in &counts {
+        let (running, waiting) = match c.status {
+            crate::Status::Running => (c.count, 0),
+            crate::Status::Init | crate::Status::Failed => (0, c.count),
+            _ => continue,
+        };
+        for name in [
+            policy_of(&c.executor),
+            crate::base::queue::GLOBAL_QUEUE.to_string(),
+        ] {
+            let entry = load.entry(name).or_default();
+            entry.0 += running;
+            entry.1 += waiting;
+        }
+    }
     let body = html! {
+        (super::views::refreshing(10))
         (notice(params.text().as_deref(), None))
         p.hint {
             "A policy overrides what the code says, for a queue (every executor in it) or an "
@@ -43,7 +76,8 @@ pub(crate) async fn policies(
         }
         table id="policies" {
             thead { tr {
-                th { "queue / executor" } th { "state" } th.num { "concurrency" }
+                th { "queue / executor" } th { "state" } th.num { "running" } th.num { "waiting" }
+                th.num { "concurrency" }
                 th.num { "per instance" } th.num { "rate /s" } th.num { "attempts" }
                 th { "backoff" } th { "timeout" } th.num { "boost" } th { "changed" }
             } }
@@ -52,6 +86,9 @@ pub(crate) async fn policies(
                     tr data-policy=(p.queue) data-paused=(p.paused) {
                         td { a href={ (base) "/requests?executor=" (urlencode(&p.queue)) } { (p.queue) } }
                         td { @if p.paused { span.badge.dead { "paused" } } @else { "running" } }
+                        @let (running, waiting) = load.get(&p.queue).copied().unwrap_or_default();
+                        td.num.running { (running) }
+                        td.num.waiting { (waiting) }
                         td.num { (or_code(p.concurrency.map(|n| n.to_string()))) }
                         td.num { (or_code(p.per_instance.map(|n| n.to_string()))) }
                         td.num { (or_code(p.rate.map(|n| n.to_string()))) }
@@ -65,7 +102,7 @@ pub(crate) async fn policies(
                         td { @if let (Some(by), Some(at)) = (&p.changed_by, p.changed_at) { (by) " " (time_el(at)) } }
                     }
                     @if can_act(&who) {
-                        tr.policy-form { td colspan="10" { (form(&base, &who, p)) } }
+                        tr.policy-form { td colspan="12" { (form(&base, &who, p)) } }
                     }
                 }
             }
@@ -91,7 +128,10 @@ pub(crate) async fn policies(
             }))
         }
     };
-    page(StatusCode::OK, layout(&base, Some(&who), "Policies", body))
+    page(
+        StatusCode::OK,
+        layout(&base, Some(&who), "Queues and policies", body),
+    )
 }
 
 fn or_code(value: Option<String>) -> Markup {

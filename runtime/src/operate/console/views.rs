@@ -20,6 +20,7 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · async-exec console" }
                 link rel="stylesheet" href={ (base) "/assets/console.css" };
+                script src={ (base) "/assets/console.js" } defer {}
             }
             body {
                 @if let Some(who) = who {
@@ -47,6 +48,12 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
             }
         }
     }
+}
+
+/// Marks a page as one that refreshes itself every `seconds` while open (the console's
+/// script; without it the page stays as it is).
+pub(crate) fn refreshing(seconds: u32) -> Markup {
+    html! { span.refresh hidden data-refresh=(seconds) {} }
 }
 
 /// The overview's address: the mount path itself (`/console`; axum routes `/console/`
