@@ -2,7 +2,7 @@
 //! transaction; `RequestQuery::tag` finds the requests of a tag (`rt.list`, and through
 //! it the API, the CLI and the console), `rt.get` and pages show a request's tags, an
 //! action on a tag's filter cancels them in bulk, and the tags of requests that are gone
-//! are purged.
+//! are purged. Searches in the arguments (a path and a value) and in any case.
 #![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
 
 #[macro_use]
@@ -17,6 +17,19 @@ use common::TestDb;
 #[async_exec(type = SaveAsync)]
 async fn remind(subscription: i64) {
     let _ = subscription;
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Order {
+    customer: i64,
+    email: String,
+    express: bool,
+}
+
+/// An order to ship, with nested arguments.
+#[async_exec(type = SaveAsync, remark = "Ship the ORDER")]
+async fn ship(order: Order, note: String) {
+    let _ = (order, note);
 }
 
 /// Runs at once, in memory: takes no tags.
@@ -199,7 +212,91 @@ async fn bad_tags_are_refused<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// A value at a path of the arguments finds the requests that hold it (numbers, text,
+/// booleans as JSON writes them), also for the API's and the console's `arg` field;
+/// a bad path is refused; remark and error are searched in any case on request.
+async fn arguments_and_any_case_are_searched<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let order = |customer, email: &str, express| Order {
+        customer,
+        email: email.into(),
+        express,
+    };
+    let a = ship(order(4711, "ann@example.com", true), "fragile".into())
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let b = ship(order(42, "bob@example.com", false), "4711".into())
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let found = |query: RequestQuery| {
+        let rt = rt.clone();
+        async move {
+            let mut ids: Vec<i64> = rt
+                .list(&query, &PageSpec::default())
+                .await
+                .unwrap()
+                .requests
+                .iter()
+                .map(|r| r.id)
+                .collect();
+            ids.sort_unstable();
+            ids
+        }
+    };
+    assert_eq!(
+        found(RequestQuery::default().arg("order.customer", "4711")).await,
+        vec![a]
+    );
+    assert_eq!(
+        found(RequestQuery::default().arg("note", "4711")).await,
+        vec![b]
+    );
+    assert_eq!(
+        found(RequestQuery::default().arg("order.email", "bob@example.com")).await,
+        vec![b]
+    );
+    assert!(found(RequestQuery::default().arg("order.customer", "471"))
+        .await
+        .is_empty());
+    assert!(found(RequestQuery::default().arg("order.nothing", "1"))
+        .await
+        .is_empty());
+    let bad = rt
+        .list(
+            &RequestQuery::default().arg("order['x']", "1"),
+            &PageSpec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, Error::InvalidFilter(_)), "{bad}");
+    // Exact case unless asked.
+    assert!(
+        found(RequestQuery::default().remark_contains("ship the order"))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        found(
+            RequestQuery::default()
+                .remark_contains("ship the order")
+                .any_case()
+        )
+        .await,
+        vec![a, b]
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    arguments_and_any_case_are_searched,
     tags_are_written_with_the_call_and_found,
     a_tag_cancels_in_bulk,
     the_tags_of_requests_that_are_gone_are_purged,

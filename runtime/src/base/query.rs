@@ -51,6 +51,13 @@ pub struct RequestQuery {
     /// With this tag ([`Call::tag`](crate::Call::tag)), exactly.
     #[serde(default)]
     pub tag: Option<String>,
+    /// Whose arguments hold this value at this path: `("user.id", "42")`, as Oban Web's
+    /// `args.user.id:42` (see [`RequestQuery::arg`]).
+    #[serde(default)]
+    pub arg: Option<(String, String)>,
+    /// Whether the remark and last error are searched in any case (`false`: exact case).
+    #[serde(default)]
+    pub any_case: bool,
 }
 
 impl RequestQuery {
@@ -113,10 +120,50 @@ impl RequestQuery {
         self
     }
 
-    /// Whether it searches text (remark or last error): rows read one by one, within a
-    /// search window.
+    /// Requests whose arguments hold `value` at `path`: the names of nested fields joined
+    /// by dots (`user.id`; letters, digits and `_` in each), the value as JSON writes it
+    /// without quotes (`42`, `alice@example.com`; a boolean is `true` on PostgreSQL and
+    /// MySQL/MariaDB, `1` on SQLite). Arguments marked `#[secret]`
+    /// are sealed and not searched. Each record's arguments are read: a page looks at
+    /// [`PageSpec::search_window`] requests at most, as for text.
+    ///
+    /// ```
+    /// # use async_exec::RequestQuery;
+    /// let query = RequestQuery::default().arg("order.customer", "4711");
+    /// assert_eq!(query.arg, Some(("order.customer".into(), "4711".into())));
+    /// ```
+    pub fn arg(mut self, path: impl Into<String>, value: impl Into<String>) -> Self {
+        self.arg = Some((path.into(), value.into()));
+        self
+    }
+
+    /// Searches the remark and the last error in any case (SQLite: ASCII letters only).
+    pub fn any_case(mut self) -> Self {
+        self.any_case = true;
+        self
+    }
+
+    /// Whether it searches text (remark, last error, arguments): rows read one by one,
+    /// within a search window.
     pub(crate) fn searches_text(&self) -> bool {
-        self.remark.is_some() || self.error.is_some()
+        self.remark.is_some() || self.error.is_some() || self.arg.is_some()
+    }
+
+    /// The path of [`RequestQuery::arg`] as its parts, or what is wrong with it.
+    pub(crate) fn arg_path(&self) -> Option<std::result::Result<Vec<&str>, String>> {
+        let (path, _) = self.arg.as_ref()?;
+        let parts: Vec<&str> = path.split('.').collect();
+        let fine = parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        Some(if fine && parts.len() <= 16 {
+            Ok(parts)
+        } else {
+            Err(format!(
+                "argument path `{path}`: write the names of nested fields joined by dots \
+                 (`user.id`), each of letters, digits and `_`, at most 16"
+            ))
+        })
     }
 
     /// Requests created in `[from, to)` (unix ms; either end open when `None`).

@@ -21,7 +21,11 @@ fn check_query(query: &RequestQuery) -> Result<()> {
         ("remark", &query.remark),
         ("error", &query.error),
     ];
-    for (field, text) in texts {
+    if let Some(Err(reason)) = query.arg_path() {
+        return Err(Error::InvalidFilter(reason));
+    }
+    let arg_value = query.arg.as_ref().map(|(_, value)| value.clone());
+    for (field, text) in texts.into_iter().chain([("arg", &arg_value)]) {
         if let Some(text) = text.as_deref().filter(|t| t.len() > MAX_FILTER_TEXT) {
             return Err(Error::InvalidFilter(format!(
                 "`{field}` is {} bytes long: filter by at most {MAX_FILTER_TEXT} bytes of it",

@@ -139,11 +139,18 @@ impl Sql {
                 .push(")");
         }
         if let Some(remark) = &query.remark {
-            self.push(" AND ").contains("remark", remark);
+            self.push(" AND ")
+                .contains("remark", remark, query.any_case);
         }
         if let Some(error) = &query.error {
-            self.push(" AND last_error IS NOT NULL AND ")
-                .contains("last_error", error);
+            self.push(" AND last_error IS NOT NULL AND ").contains(
+                "last_error",
+                error,
+                query.any_case,
+            );
+        }
+        if let (Some((_, value)), Some(Ok(parts))) = (&query.arg, query.arg_path()) {
+            self.push(" AND ").arg_is(&parts, value);
         }
         if let Some(from) = query.created_from {
             self.push(" AND create_time >= ").bind(Bind::Int(from));
@@ -167,9 +174,42 @@ impl Sql {
         self
     }
 
-    /// `column` contains `needle`, case and every character as given.
-    fn contains(&mut self, column: &str, needle: &str) -> &mut Self {
-        let needle = Bind::Text(sanitized(needle).into_owned());
+    /// The value at `path` (checked names) in the stored arguments, as text, is `value`.
+    fn arg_is(&mut self, path: &[&str], value: &str) -> &mut Self {
+        let value = Bind::Text(sanitized(value).into_owned());
+        match self.dialect {
+            // `json_extract` answers SQL values (42, not '42'): compared as text.
+            Dialect::Sqlite => self
+                .push("CAST(json_extract(param_json, ")
+                .bind(Bind::Text(format!("$.{}", path.join("."))))
+                .push(") AS TEXT) = ")
+                .bind(value),
+            Dialect::Postgres => self
+                .push("(CASE WHEN param_json LIKE '{%' THEN param_json::jsonb #>> ")
+                .bind(Bind::Text(format!("{{{}}}", path.join(","))))
+                .push("::text[] END) = ")
+                .bind(value),
+            Dialect::MySql => self
+                .push(
+                    "(CASE WHEN JSON_VALID(param_json) THEN JSON_UNQUOTE(JSON_EXTRACT(param_json, ",
+                )
+                .bind(Bind::Text(format!("$.{}", path.join("."))))
+                .push(")) END) = ")
+                .bind(value),
+        }
+    }
+
+    /// `column` contains `needle`, every character as given, in exact case unless
+    /// `any_case` (then both lowered; SQLite lowers ASCII letters only).
+    fn contains(&mut self, column: &str, needle: &str, any_case: bool) -> &mut Self {
+        let lowered;
+        let (column, needle) = if any_case {
+            lowered = format!("LOWER({column})");
+            (lowered.as_str(), needle.to_lowercase())
+        } else {
+            (column, needle.to_string())
+        };
+        let needle = Bind::Text(sanitized(&needle).into_owned());
         match self.dialect {
             Dialect::Sqlite => self
                 .push(&format!("instr({column}, "))

@@ -161,6 +161,13 @@ pub(crate) struct ListArgs {
     /// Only requests with this tag (exactly).
     #[arg(long)]
     pub(crate) tag: Option<String>,
+    /// Only requests whose arguments hold this value: `path:value`, the path the names of
+    /// nested fields joined by dots (`user.id:42`).
+    #[arg(long)]
+    pub(crate) arg: Option<String>,
+    /// Search --remark and --error in any case (SQLite: ASCII letters only).
+    #[arg(long)]
+    pub(crate) any_case: bool,
     /// Only requests whose remark contains this text (exact case, no wildcards).
     #[arg(long)]
     pub(crate) remark: Option<String>,

@@ -92,6 +92,15 @@ pub(crate) async fn list(rt: &Runtime, a: ListArgs) -> Result<Printed, Failure> 
     query.key = a.key;
     query.id = a.id;
     query.tag = a.tag;
+    if let Some(arg) = &a.arg {
+        let Some((path, value)) = arg.split_once(':') else {
+            return Err(Failure::Failed(format!(
+                "--arg {arg}: write the path and the value as `user.id:42`"
+            )));
+        };
+        query.arg = Some((path.trim().to_string(), value.to_string()));
+    }
+    query.any_case = a.any_case;
     query.remark = a.remark;
     query.error = a.error;
     query.created_from = a.since;

@@ -47,10 +47,17 @@ pub(crate) struct FilterForm {
     /// A tag, exactly (`subscription:42`).
     #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
     pub(crate) tag: Option<String>,
+    /// A value in the arguments: `path:value`, the path the names of nested fields joined
+    /// by dots (`user.id:42`).
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
+    pub(crate) arg: Option<String>,
+    /// `on` (or `true`): the remark and last error in any case.
+    #[serde(default, skip_serializing_if = "is_blank", deserialize_with = "text")]
+    pub(crate) any_case: Option<String>,
 }
 
 /// The names of the fields, for a query string read with others.
-pub(crate) const FIELDS: [&str; 10] = [
+pub(crate) const FIELDS: [&str; 12] = [
     "status",
     "executor",
     "application",
@@ -61,6 +68,8 @@ pub(crate) const FIELDS: [&str; 10] = [
     "from",
     "to",
     "tag",
+    "arg",
+    "any_case",
 ];
 
 /// A field's text: a string, or a number written as one (`"id": 42` in JSON).
@@ -139,6 +148,18 @@ impl FilterForm {
             );
         }
         query.tag = set(&self.tag);
+        if let Some(arg) = set(&self.arg) {
+            let Some((path, value)) = arg.split_once(':') else {
+                return Err(format!(
+                    "arg `{arg}`: write the path and the value as `user.id:42`"
+                ));
+            };
+            query.arg = Some((path.trim().to_string(), value.to_string()));
+            if let Some(Err(reason)) = query.arg_path() {
+                return Err(reason);
+            }
+        }
+        query.any_case = matches!(set(&self.any_case).as_deref(), Some("on" | "true" | "1"));
         query.remark = set(&self.remark);
         query.error = set(&self.error);
         if let Some(from) = set(&self.from) {

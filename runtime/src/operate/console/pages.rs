@@ -221,9 +221,14 @@ fn filter_form(base: &str, filter: &FilterForm, order: Order) -> Markup {
             (field("application", "application", &filter.application))
             (field("key", "key", &filter.key))
             (field("tag", "tag", &filter.tag))
+            (field("arg", "argument path:value", &filter.arg))
             (field("id", "id", &filter.id))
             (field("remark", "remark has", &filter.remark))
             (field("error", "error has", &filter.error))
+            label for="filter-any_case" {
+                input id="filter-any_case" type="checkbox" name="any_case" value="on" checked[filter.any_case.as_deref() == Some("on")];
+                " any case"
+            }
             (field("from", "created from", &filter.from))
             (field("to", "created before", &filter.to))
             label for="filter-order" { "order" }
@@ -245,6 +250,8 @@ pub(crate) fn hidden_filter(filter: &FilterForm) -> Markup {
         ("application", &filter.application),
         ("key", &filter.key),
         ("tag", &filter.tag),
+        ("arg", &filter.arg),
+        ("any_case", &filter.any_case),
         ("id", &filter.id),
         ("remark", &filter.remark),
         ("error", &filter.error),
