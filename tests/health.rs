@@ -35,6 +35,7 @@ const PARTS: [&str; 10] = [
     "retention",
     "heartbeat",
     "queue sampler",
+    "stops",
     "control",
 ];
 
