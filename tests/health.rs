@@ -25,7 +25,7 @@ async fn waiting(db: &TestDb, application: &str, run_at: i64) {
     .await;
 }
 
-const PARTS: [&str; 10] = [
+const PARTS: [&str; 11] = [
     "completer",
     "clock",
     "presence",
