@@ -285,7 +285,67 @@ async fn queues_show_their_load_and_pages_refresh<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Ticked rows: the action changes those ticked and no other, audited one by one;
+/// nothing ticked, or a viewer, is refused.
+async fn an_action_on_ticked_rows_changes_those_only<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let later = std::time::Duration::from_secs(3_600);
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(report(n).delay(later).on(&rt).await.unwrap().id.unwrap());
+    }
+    let page = get(&app, "/requests", alice).await;
+    assert!(page.body.contains(r#"id="selected-form""#), "{}", page.body);
+    assert!(page.body.contains(r#"form="selected-form""#));
+    let (a, b) = (ids[0].to_string(), ids[2].to_string());
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("action", "cancel"),
+        ("back", "/requests"),
+        ("id", a.as_str()),
+        ("id", b.as_str()),
+    ];
+    let done = post_form(&app, "/actions/selected", alice, &fields).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert!(done.location.unwrap().contains("changed=2"));
+    for (i, id) in ids.iter().enumerate() {
+        let status = rt.get(*id).await.unwrap().unwrap().status;
+        let expected = if i == 0 || i == 2 {
+            Status::Cancelled
+        } else {
+            Status::Init
+        };
+        assert_eq!(status, expected, "request {id}");
+    }
+    let trail = rt.audit_trail(10).await.unwrap();
+    assert_eq!(
+        trail
+            .iter()
+            .filter(|e| e.action == "cancel" && e.actor == "alice")
+            .count(),
+        2
+    );
+    let none = [("csrf", csrf.as_str()), ("action", "cancel")];
+    let refused = post_form(&app, "/actions/selected", alice, &none).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let (viewer, viewer_csrf) = login(&app, "victor", "viewer pass").await;
+    let c = ids[1].to_string();
+    let attempt = [
+        ("csrf", viewer_csrf.as_str()),
+        ("action", "cancel"),
+        ("id", c.as_str()),
+    ];
+    let refused = post_form(&app, "/actions/selected", Auth::Cookie(&viewer), &attempt).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(rt.get(ids[1]).await.unwrap().unwrap().status, Status::Init);
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    an_action_on_ticked_rows_changes_those_only,
     queues_show_their_load_and_pages_refresh,
     the_policies_page_shows_and_changes_a_policy,
     a_requests_page_shows_its_result_and_stops_it,

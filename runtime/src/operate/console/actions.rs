@@ -423,6 +423,79 @@ async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: 
     .into_response()
 }
 
+/// The most requests one action on ticked rows may name (a page holds at most 1,000).
+const MAX_SELECTED: usize = 1_000;
+
+/// An action on the requests ticked on a page: each one that the action applies to is
+/// changed (audited one by one, as the console's action on one request is); the others
+/// are counted as left.
+pub(crate) async fn act_on_selected(
+    PageWho { who, base }: PageWho,
+    Shared(state): Shared<Arc<State>>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Response {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    if let Some(refused) = may_act(&base, &who, field("csrf")) {
+        return refused;
+    }
+    let Some(action) = field("action").and_then(Action::parse) else {
+        return error_page(&base, &who, StatusCode::BAD_REQUEST, "say which action");
+    };
+    let ids: Result<Vec<i64>, _> = fields
+        .iter()
+        .filter(|(k, _)| k == "id")
+        .map(|(_, v)| v.parse::<i64>())
+        .collect();
+    let ids = match ids {
+        Ok(ids) if ids.is_empty() => {
+            return error_page(
+                &base,
+                &who,
+                StatusCode::BAD_REQUEST,
+                "no request is ticked: tick the ones to act on",
+            )
+        }
+        Ok(ids) if ids.len() > MAX_SELECTED => {
+            let message = format!("at most {MAX_SELECTED} ticked requests at once");
+            return error_page(&base, &who, StatusCode::BAD_REQUEST, &message);
+        }
+        Ok(ids) => ids,
+        Err(_) => {
+            return error_page(
+                &base,
+                &who,
+                StatusCode::BAD_REQUEST,
+                "a request id is a whole number",
+            )
+        }
+    };
+    let mut changed = 0i64;
+    for id in &ids {
+        let query = crate::RequestQuery::default().id(*id);
+        match state.rt.act(action, &query, &who.name).await {
+            Ok(n) => changed += n as i64,
+            Err(error) => {
+                let refused = Refused::from(error);
+                return error_page(&base, &who, refused.status, &refused.message);
+            }
+        }
+    }
+    let back = field("back")
+        .filter(|b| b.starts_with("/requests"))
+        .unwrap_or("/requests");
+    let sep = if back.contains('?') { "&" } else { "?" };
+    Redirect::to(&format!(
+        "{base}{back}{sep}notice=done&action={}&changed={changed}",
+        action.as_str()
+    ))
+    .into_response()
+}
+
 /// Asks a running request to stop (`rt.cancel`), audited as `cancel` on its id.
 pub(crate) async fn cancel_running(
     PageWho { who, base }: PageWho,

@@ -107,6 +107,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/requests/{id}", get(pages::request_detail))
         .route("/requests/{id}/cancel", post(actions::cancel_running))
         .route("/actions", post(actions::action))
+        .route("/actions/selected", post(actions::act_on_selected))
         .route("/executors", get(fleet::executors))
         .route("/executors/pause", post(actions::pause))
         .route("/executors/resume", post(actions::resume))

@@ -295,11 +295,30 @@ pub(crate) async fn requests(
         (super::views::refreshing(10))
         (notice(params.notice.text().as_deref(), None))
         (filter_form(&base, &params.filter, page_spec.order))
+        @let operator = can_act(&who);
+        @if operator && !rows.is_empty() {
+            // The ticked rows' boxes belong to this form (`form=` on each).
+            form.actions id="selected-form" method="post" action={ (base) "/actions/selected" } {
+                (csrf_field(&who))
+                input type="hidden" name="back" value={ "/requests?" (filter_qs) };
+                label for="selected-action" { "On the ticked requests:" }
+                select id="selected-action" name="action" {
+                    @for a in Action::ALL { @if a != Action::ReplayDead { option value=(a.as_str()) { (action_label(a)) } } }
+                }
+                button id="selected-submit" type="submit" { "Act" }
+            }
+        }
         table id="requests" {
-            thead { tr { th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" } } }
+            thead { tr {
+                @if operator { th { span.hint { "pick" } } }
+                th { "id" } th { "status" } th { "executor" } th.num { "attempts" } th { "key" } th { "created" } th { "last error" }
+            } }
             tbody {
                 @for r in rows {
                     tr data-request-id=(r.id) data-status=(r.status.as_str()) {
+                        @if operator {
+                            td { input.pick type="checkbox" name="id" value=(r.id) form="selected-form" aria-label={ "request " (r.id) }; }
+                        }
                         td { a.request-link href={ (base) "/requests/" (r.id) } { (r.id) } }
                         td { (badge(r.status)) }
                         td { (r.executor) }
