@@ -464,6 +464,79 @@ mod chromium {
         .await;
         println!("screenshots: {} {}", overview.display(), detail.display());
 
+        // The policies page: an executor in no queue given 3 attempts, from its form.
+        client.goto(&format!("{base}/policies")).await.unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("policies"))
+            .await
+            .unwrap();
+        let form = "form.policy[data-policy='']";
+        client
+            .find(Locator::Css(&format!("{form} input[name=name]")))
+            .await
+            .unwrap()
+            .send_keys("browser::send_mail")
+            .await
+            .unwrap();
+        client
+            .find(Locator::Css(&format!("{form} input[name=max_attempts]")))
+            .await
+            .unwrap()
+            .send_keys("3")
+            .await
+            .unwrap();
+        client
+            .find(Locator::Css(&format!("{form} button[type=submit]")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("notice"))
+            .await
+            .unwrap();
+        let policies = rt.queue_policies().await.unwrap();
+        let mail = policies
+            .iter()
+            .find(|p| p.queue == "browser::send_mail")
+            .expect("the policy is written");
+        assert_eq!(mail.max_attempts, Some(3));
+        assert_eq!(mail.changed_by.as_deref(), Some(USER));
+        // A page that refreshes itself does so while open (every 10 s).
+        client
+            .find(Locator::Id("nav-overview"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        client
+            .wait()
+            .for_element(Locator::Id("count-dead"))
+            .await
+            .unwrap();
+        let mut refreshed = serde_json::Value::Null;
+        for _ in 0..30 {
+            refreshed = client
+                .execute(
+                    "return document.querySelector('main').getAttribute('data-refreshed');",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            if !refreshed.is_null() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(
+            !refreshed.is_null(),
+            "the overview did not refresh itself within 15 s"
+        );
+
         client.close().await.unwrap();
         rt.shutdown().await.unwrap();
     }
