@@ -82,7 +82,14 @@ fn applied_by_another(e: &sqlx::migrate::MigrateError) -> bool {
         // or SQLITE_BUSY_SNAPSHOT, 517: no busy wait can help a stale snapshot). Seen with
         // four runtimes starting on one new file. The transaction was rolled back: run
         // again, and the migrator finds what the other one applied.
-        ExecuteMigration(sqlx::Error::Database(d), _) => is_busy(&**d),
+        ExecuteMigration(sqlx::Error::Database(d), _) => {
+            // SQLite's `ALTER TABLE ... ADD COLUMN` has no `IF NOT EXISTS`: a runtime whose
+            // migrator read the applied list before another runtime's transaction added
+            // the column (and recorded the migration) finds the column there once that
+            // commits. Seen with four runtimes starting on one new file (CI, migration
+            // 20261206000003). Rolled back: run again, and the migrator finds it applied.
+            is_busy(&**d) || d.message().starts_with("duplicate column name")
+        }
         _ => false,
     }
 }
