@@ -249,20 +249,26 @@ mod mysql_only {
             other.commit().await
         });
         let watch = MySqlPool::connect(url).await.unwrap();
-        common::wait_for(|| {
-            let watch = watch.clone();
-            async move {
-                let (n,): (i64,) = sqlx::query_as(
-                    "SELECT COUNT(*) FROM information_schema.innodb_trx \
-                     WHERE trx_state = 'LOCK WAIT'",
-                )
-                .fetch_one(&watch)
-                .await
-                .unwrap();
-                n > 0
+        // Until the other transaction waits for this one's row (a state, not a time: a
+        // loaded CI machine once took longer than the 5 s of `common::wait_for`).
+        let began = std::time::Instant::now();
+        loop {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM information_schema.innodb_trx \
+                 WHERE trx_state = 'LOCK WAIT'",
+            )
+            .fetch_one(&watch)
+            .await
+            .unwrap();
+            if n > 0 {
+                break;
             }
-        })
-        .await;
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the other transaction never waited for this one's row"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let lost = sqlx::query("UPDATE rows2 SET v = v + 1 WHERE id = 2")
             .execute(tx.conn())
             .await
