@@ -99,33 +99,7 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
     let depth = &o.queue_depth;
     // The queues (and policies): paused or not, running and waiting, their limit.
     let policies = state.rt.queue_policies().await?;
-    let queue_of = |executor: &str| {
-        state
-            .rt
-            .inner
-            .registry
-            .defs()
-            .find(|d| d.name == executor)
-            .map_or(executor.to_string(), |d| {
-                d.queue.unwrap_or(d.name).to_string()
-            })
-    };
-    let mut load: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-    for c in &o.by_executor {
-        let (running, waiting) = match c.status {
-            Status::Running => (c.count, 0),
-            Status::Init | Status::Failed => (0, c.count),
-            _ => continue,
-        };
-        for name in [
-            queue_of(&c.executor),
-            crate::base::queue::GLOBAL_QUEUE.to_string(),
-        ] {
-            let entry = load.entry(name).or_default();
-            entry.0 += running;
-            entry.1 += waiting;
-        }
-    }
+    let load = super::policies::queue_load(state, &o.by_executor);
     Ok(html! {
         (super::views::refreshing(10))
         section.cards {

@@ -65,6 +65,20 @@ pub(super) async fn claim_due(
     }
 }
 
+/// A queue's row (limits set while running, the rate's bucket); the builder's when it has
+/// none yet.
+async fn queue_row(conn: &mut SqliteConnection, application: &str, name: &str) -> Result<QueueRow> {
+    let row: Option<QueueRowColumns> = sqlx::query_as(
+        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
+         WHERE application_name = ?1 AND name = ?2",
+    )
+    .bind(application)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map_or_else(QueueRow::default, QueueRow::from))
+}
+
 /// The most of `limit` that the application's limit over every queue (`global`) lets a
 /// claim take, in the claim's transaction: its row for the limit set while running, and
 /// the count of every running record of the application.
@@ -74,15 +88,7 @@ async fn global_slots(
     global: QueueCap<'_>,
     limit: i64,
 ) -> Result<i64> {
-    let row: Option<QueueRowColumns> = sqlx::query_as(
-        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
-         WHERE application_name = ?1 AND name = ?2",
-    )
-    .bind(p.application)
-    .bind(global.name)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let row = row.map_or_else(QueueRow::default, QueueRow::from);
+    let row = queue_row(conn, p.application, global.name).await?;
     let (all,): (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM async_req WHERE application_name = ?1 AND status = 'running'",
     )
@@ -115,15 +121,7 @@ async fn claim_queue(
         tx.commit().await?;
         return Ok(rows);
     };
-    let row: Option<QueueRowColumns> = sqlx::query_as(
-        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
-         WHERE application_name = ?1 AND name = ?2",
-    )
-    .bind(p.application)
-    .bind(cap.name)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let row = row.map_or_else(QueueRow::default, QueueRow::from);
+    let row = queue_row(&mut tx, p.application, cap.name).await?;
     let cap = cap.with_policy(&row);
     let running = if cap.counts_running() {
         sqlx::query_as(
