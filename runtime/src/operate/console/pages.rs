@@ -99,7 +99,7 @@ async fn overview_body(state: &State, base: &str) -> crate::Result<Markup> {
     let depth = &o.queue_depth;
     // The queues (and policies): paused or not, running and waiting, their limit.
     let policies = state.rt.queue_policies().await?;
-    let load = super::policies::queue_load(state, &o.by_executor);
+    let load = super::reads::queue_load(state, &o.by_executor);
     Ok(html! {
         (super::views::refreshing(10))
         section.cards {

@@ -187,6 +187,43 @@ pub(crate) fn problem(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
+/// Running and waiting requests by queue (and policy): a queue's executors (those this
+/// binary links), an executor in no queue under its name, and `(all)` everything. What
+/// the overview and the policies page show.
+pub(crate) fn queue_load(
+    state: &State,
+    counts: &[crate::base::query::ExecutorCount],
+) -> std::collections::BTreeMap<String, (i64, i64)> {
+    let queue_of = |executor: &str| {
+        state
+            .rt
+            .inner
+            .registry
+            .defs()
+            .find(|d| d.name == executor)
+            .map_or(executor.to_string(), |d| {
+                d.queue.unwrap_or(d.name).to_string()
+            })
+    };
+    let mut load: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for c in counts {
+        let (running, waiting) = match c.status {
+            crate::Status::Running => (c.count, 0),
+            crate::Status::Init | crate::Status::Failed => (0, c.count),
+            _ => continue,
+        };
+        for name in [
+            queue_of(&c.executor),
+            crate::base::queue::GLOBAL_QUEUE.to_string(),
+        ] {
+            let entry = load.entry(name).or_default();
+            entry.0 += running;
+            entry.1 += waiting;
+        }
+    }
+    load
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
