@@ -332,6 +332,20 @@ async fn another_instances_request_is_picked_up<DB: Backend>(db: TestDb) {
             "NOTIFY wakes the other instance: took {took:?}"
         );
     }
+    // A batch wakes it the same way (its one NOTIFY rides in the multi-row insert).
+    let mut tx: Tx<DB> = submitter.begin().await.unwrap();
+    let calls = (0..3).map(|_| ok_job("elsewhere-batch".into()));
+    async_exec::batch(calls).within(&mut tx).await.unwrap();
+    let committed = std::time::Instant::now();
+    tx.commit().await.unwrap();
+    worker.probe().wait_runs("elsewhere-batch", 3).await;
+    let took = committed.elapsed();
+    if notifies {
+        assert!(
+            took < Duration::from_secs(2),
+            "NOTIFY wakes the other instance for a batch: took {took:?}"
+        );
+    }
     worker.wait_idle().await;
     assert!(worker.get(id).await.unwrap().is_none());
     assert_eq!(submitter.probe().runs("elsewhere"), 0);
@@ -718,10 +732,16 @@ async fn batch_receipts_name_their_own_records<DB: Backend>(db: TestDb) {
         .start()
         .await
         .unwrap();
-    // Two multi-row statements' worth, with keyed calls (written one by one) among them.
+    // Two multi-row statements' worth, with keyed calls (written one by one) among them,
+    // and a column (the priority) that differs from row to row in the first statement only.
     let labels: Vec<String> = (0..1200).map(|i| format!("batch-{i}")).collect();
     let calls = labels.iter().enumerate().map(|(i, label)| {
         let call = ok_job(label.clone());
+        let call = if i < 600 && i % 7 == 0 {
+            call.priority(i as i32)
+        } else {
+            call
+        };
         if i % 97 == 0 {
             call.key(format!("key-{i}"))
         } else {
@@ -737,7 +757,32 @@ async fn batch_receipts_name_their_own_records<DB: Backend>(db: TestDb) {
         let record = rt.get(id).await.unwrap().expect("the receipt's record");
         let stored: serde_json::Value = serde_json::from_str(&record.param_json).unwrap();
         assert_eq!(stored["label"], label.as_str(), "record {id}");
+        let i: usize = label["batch-".len()..].parse().unwrap();
+        let priority = if i < 600 && i % 7 == 0 { i as i32 } else { 0 };
+        assert_eq!(record.priority, priority, "record {id}");
     }
+    rt.shutdown().await.unwrap();
+}
+
+async fn a_batch_of_identical_calls_writes_a_record_for_each<DB: Backend>(db: TestDb) {
+    // Every column the same in every row: the multi-row insert binds no per-row value.
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .start()
+        .await
+        .unwrap();
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let calls = (0..3).map(|_| ok_job("same".to_string()));
+    let receipts = async_exec::batch(calls).within(&mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let ids: std::collections::BTreeSet<_> = receipts.iter().map(|r| r.id.unwrap()).collect();
+    assert_eq!(ids.len(), 3, "{receipts:?}");
+    for id in ids {
+        let record = rt.get(id).await.unwrap().expect("the receipt's record");
+        assert!(record.param_json.contains("same"), "{}", record.param_json);
+    }
+    assert_eq!(db.count("async_req").await, 3);
     rt.shutdown().await.unwrap();
 }
 
@@ -1128,6 +1173,7 @@ backend_suite!(
     idempotency_key_holds_under_concurrent_calls,
     batch_writes_many_calls_at_once,
     batch_receipts_name_their_own_records,
+    a_batch_of_identical_calls_writes_a_record_for_each,
     rolled_back_batch_runs_nothing,
     sync_save_runs_inline_and_defers_a_failure,
     async_save_writes_nothing_unless_it_fails,

@@ -91,6 +91,9 @@ struct Args {
     /// Comma-separated: submit, drain, latency, overhead, backlog.
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
+    /// Comma-separated submit modes timed in the submit phase: tx1, tx1000, batch.
+    #[arg(long, default_value = "tx1,batch,tx1000")]
+    submit_modes: String,
     /// SQLite's `synchronous` for both async-exec and the queue: `full` (the library's
     /// default) or `normal`.
     #[arg(long, default_value = "full")]

@@ -40,6 +40,19 @@ impl Submit {
     }
 }
 
+impl FromStr for Submit {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "tx1" => Submit::PerTx,
+            "tx1000" => Submit::Tx1000,
+            "batch" => Submit::Batch,
+            other => bail!("--submit-modes: tx1, tx1000 or batch, not `{other}`"),
+        })
+    }
+}
+
 impl Bench<'_> {
     pub(crate) fn builder(&self) -> async_exec::Builder {
         Runtime::builder()

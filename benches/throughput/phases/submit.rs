@@ -14,10 +14,14 @@ impl Bench<'_> {
         let pool = self.queue.pool.clone();
         pool.clear("async_req").await?;
         pool.clear("bench_queue").await?;
-        let modes: &[Submit] = if timed {
-            &[Submit::PerTx, Submit::Batch, Submit::Tx1000]
+        let modes: Vec<Submit> = if timed {
+            self.args
+                .submit_modes
+                .split(',')
+                .map(|mode| mode.trim().parse())
+                .collect::<Result<_>>()?
         } else {
-            &[Submit::Tx1000]
+            vec![Submit::Tx1000]
         };
         let n = self.args.n;
         let rt = self.submit_only().await?;

@@ -38,7 +38,12 @@ impl Submission {
     }
 
     pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
-        let now = inner.now_ms();
+        self.request_at(inner, inner.now_ms())
+    }
+
+    /// Its record, written at `now` (the calls of a batch share one reading of the clock,
+    /// so that their rows share the timestamps and bind them once).
+    pub(crate) fn request_at(&self, inner: &Inner, now: i64) -> NewRequest {
         let mut request = inner.new_request(
             self.def,
             self.params.clone(),
@@ -377,8 +382,11 @@ impl Inner {
             for (_, call) in &stored {
                 crate::operate::metrics::submitted(call.def);
             }
-            let requests: Vec<NewRequest> =
-                stored.iter().map(|(_, call)| call.request(self)).collect();
+            let now = self.now_ms();
+            let requests: Vec<NewRequest> = stored
+                .iter()
+                .map(|(_, call)| call.request_at(self, now))
+                .collect();
             // Every quota the batch's calls are under, with how many of them it adds.
             let mut quotas: Vec<(Quota, u64)> = Vec::new();
             for (_, call) in &stored {

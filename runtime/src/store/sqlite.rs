@@ -10,8 +10,7 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use super::rows::claimed_from_json;
 use super::sealed::BackendOps;
 use super::{
-    Backend, ClaimDue, ClaimIds, Completion, KeyClaim, PurgeBatch, Purged, Rescued, Store,
-    StoredKey, Wrote,
+    Backend, ClaimDue, ClaimIds, Completion, PurgeBatch, Purged, Rescued, Store, StoredKey, Wrote,
 };
 use crate::base::error::{Error, Result};
 use crate::base::record::{
@@ -21,6 +20,7 @@ use crate::base::registry::BoxFuture;
 
 mod claims;
 mod complete;
+mod insert;
 mod instances;
 mod keys;
 mod open;
@@ -28,6 +28,7 @@ mod ops;
 mod purge;
 
 use claims::{claim_due, claim_ids, release, rescue, SqliteLeases};
+use insert::{insert_many, insert_request};
 
 /// Records in a SQLite database file (WAL mode).
 #[derive(Debug, Clone)]
@@ -151,120 +152,6 @@ impl SqliteStore {
 
 fn json_list<T: serde::Serialize>(items: &[T]) -> String {
     serde_json::to_string(items).expect("a list of ids or names serializes")
-}
-
-async fn insert_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
-    // A key is claimed first, in the same transaction.
-    if r.idempotency_key.is_some() {
-        if let KeyClaim::Taken(id) = keys::claim(&mut *conn, r).await? {
-            return Ok(Inserted::Existing(id));
-        }
-    }
-    let written = write_request(&mut *conn, r).await;
-    if written.is_err() && r.idempotency_key.is_some() {
-        if let Err(error) = keys::release_pending(&mut *conn, r).await {
-            crate::log::warn!(%error, "could not undo the claim of a key whose request was not written");
-        }
-    }
-    written
-}
-
-/// Writes the request (its key claimed), names it in its key, writes its attempt log.
-async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
-    let done = sqlx::query(
-        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-         max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&*r.application_name)
-    .bind(r.executor)
-    .bind(r.sign)
-    .bind(r.strategy)
-    .bind(r.status.as_str())
-    .bind(r.exec_count)
-    .bind(r.max_attempts)
-    .bind(&*r.param_json)
-    .bind(r.remark)
-    .bind(&r.idempotency_key)
-    .bind(r.priority)
-    .bind(r.run_at)
-    .bind(&r.last_error)
-    .bind(&r.trace_json)
-    .bind(r.now)
-    .bind(r.now)
-    .bind(r.deadline_at)
-    .execute(&mut *conn)
-    .await?;
-    let id = done.last_insert_rowid();
-    if r.idempotency_key.is_some() {
-        crate::store::shared::key_assign::<sqlx::Sqlite>(&mut *conn, r, Some(id)).await?;
-    }
-    if !r.tags.is_empty() {
-        crate::store::shared::tags_insert::<sqlx::Sqlite>(&mut *conn, r, id).await?;
-    }
-    if let Some(log) = &r.log {
-        let log = AttemptLog {
-            request_id: id,
-            ..log.clone()
-        };
-        crate::store::shared::log_insert::<sqlx::Sqlite>(conn, &log).await?;
-    }
-    Ok(Inserted::New(id))
-}
-
-/// Rows per multi-row INSERT (17 parameters each, well under SQLite's limit).
-const INSERT_CHUNK: usize = 500;
-
-/// Inserts many requests: those without an idempotency key or a logged attempt in
-/// multi-row statements, the others one by one. Ids come back in input order.
-async fn insert_many(
-    conn: &mut SqliteConnection,
-    requests: &[NewRequest],
-) -> Result<Vec<Inserted>> {
-    let mut inserted = vec![Inserted::New(0); requests.len()];
-    let (plain, special): (Vec<usize>, Vec<usize>) = (0..requests.len()).partition(|&i| {
-        requests[i].idempotency_key.is_none()
-            && requests[i].log.is_none()
-            && requests[i].tags.is_empty()
-    });
-    for chunk in plain.chunks(INSERT_CHUNK) {
-        let mut query = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-             create_time, update_time, deadline_at) ",
-        );
-        query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
-            row.push_bind(&*r.application_name)
-                .push_bind(r.executor)
-                .push_bind(r.sign)
-                .push_bind(r.strategy)
-                .push_bind(r.status.as_str())
-                .push_bind(r.exec_count)
-                .push_bind(r.max_attempts)
-                .push_bind(&*r.param_json)
-                .push_bind(r.remark)
-                .push_bind(None::<String>)
-                .push_bind(r.priority)
-                .push_bind(r.run_at)
-                .push_bind(&r.last_error)
-                .push_bind(&r.trace_json)
-                .push_bind(r.now)
-                .push_bind(r.now)
-                .push_bind(r.deadline_at);
-        });
-        // One statement inserts its rows in order, each with the next id (`AUTOINCREMENT`
-        // ids only grow, and the transaction holds the write lock): the last id says them
-        // all. (`RETURNING id` sent the ids back row by row: 193k against 334k calls/s.)
-        let done = query.build().execute(&mut *conn).await?;
-        let first = done.last_insert_rowid() - chunk.len() as i64 + 1;
-        for (k, &i) in chunk.iter().enumerate() {
-            inserted[i] = Inserted::New(first + k as i64);
-        }
-    }
-    for i in special {
-        inserted[i] = insert_request(&mut *conn, &requests[i]).await?;
-    }
-    Ok(inserted)
 }
 
 #[allow(private_interfaces)]

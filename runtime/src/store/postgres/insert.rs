@@ -2,7 +2,8 @@
 //! UNNEST`), and their attempt logs; an idempotency key is claimed first, in the same
 //! transaction.
 
-use sqlx::PgConnection;
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments as _, PgConnection};
 
 use super::{keys, Wake, CHANNEL};
 use crate::base::error::Result;
@@ -75,9 +76,173 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     Ok(Inserted::New(id))
 }
 
-/// Inserts many requests: those without an idempotency key or a logged attempt with one
-/// multi-row statement over arrays (one round trip), the others one by one; one NOTIFY for
-/// the lot. Ids come back in input order.
+/// A column of the multi-row insert: its name, its type in the statement, its value.
+struct Column {
+    name: &'static str,
+    /// `text` or `bigint` (integers are bound as `bigint`, and the insert stores them as
+    /// the column's type).
+    ty: &'static str,
+    value: for<'a> fn(&'a NewRequest) -> Value<'a>,
+}
+
+/// One value of a row, as bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Value<'a> {
+    Text(Option<&'a str>),
+    Int(Option<i64>),
+}
+
+impl Value<'_> {
+    fn bind(self, arguments: &mut PgArguments) -> Result<()> {
+        let added = match self {
+            Value::Text(text) => arguments.add(text),
+            Value::Int(int) => arguments.add(int),
+        };
+        added.map_err(|cause| crate::Error::Database(sqlx::Error::Encode(cause)))
+    }
+}
+
+/// Binds one array of `column`'s values in `rows`.
+fn bind_array(column: &Column, rows: &[&NewRequest], arguments: &mut PgArguments) -> Result<()> {
+    let added = match column.ty {
+        "text" => arguments.add(
+            rows.iter()
+                .map(|&r| match (column.value)(r) {
+                    Value::Text(text) => text,
+                    Value::Int(_) => unreachable!("a column has one type"),
+                })
+                .collect::<Vec<Option<&str>>>(),
+        ),
+        _ => arguments.add(
+            rows.iter()
+                .map(|&r| match (column.value)(r) {
+                    Value::Int(int) => int,
+                    Value::Text(_) => unreachable!("a column has one type"),
+                })
+                .collect::<Vec<Option<i64>>>(),
+        ),
+    };
+    added.map_err(|cause| crate::Error::Database(sqlx::Error::Encode(cause)))
+}
+
+/// The columns a request without a key, tags or logged attempt writes.
+const COLUMNS: [Column; 15] = [
+    Column {
+        name: "application_name",
+        ty: "text",
+        value: |r| Value::Text(Some(&r.application_name)),
+    },
+    Column {
+        name: "executor",
+        ty: "text",
+        value: |r| Value::Text(Some(r.executor)),
+    },
+    Column {
+        name: "sign",
+        ty: "text",
+        value: |r| Value::Text(Some(r.sign)),
+    },
+    Column {
+        name: "strategy",
+        ty: "text",
+        value: |r| Value::Text(Some(r.strategy)),
+    },
+    Column {
+        name: "status",
+        ty: "text",
+        value: |r| Value::Text(Some(r.status.as_str())),
+    },
+    Column {
+        name: "exec_count",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.exec_count.into())),
+    },
+    Column {
+        name: "max_attempts",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.max_attempts.into())),
+    },
+    Column {
+        name: "param_json",
+        ty: "text",
+        value: |r| Value::Text(Some(&r.param_json)),
+    },
+    Column {
+        name: "remark",
+        ty: "text",
+        value: |r| Value::Text(Some(r.remark)),
+    },
+    Column {
+        name: "priority",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.priority.into())),
+    },
+    Column {
+        name: "run_at",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.run_at)),
+    },
+    Column {
+        name: "trace_json",
+        ty: "text",
+        value: |r| Value::Text(r.trace_json.as_deref()),
+    },
+    Column {
+        name: "create_time",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.now)),
+    },
+    Column {
+        name: "update_time",
+        ty: "bigint",
+        value: |r| Value::Int(Some(r.now)),
+    },
+    Column {
+        name: "deadline_at",
+        ty: "bigint",
+        value: |r| Value::Int(r.deadline_at),
+    },
+];
+
+/// One multi-row INSERT of `rows` over arrays (`UNNEST`), one round trip: a column whose
+/// value is the same in every row is bound once, as a scalar; the others as arrays. A
+/// batch of one executor's calls sends one array (its arguments) instead of fourteen,
+/// which the server no longer parses and unnests.
+fn multi_row_insert(rows: &[&NewRequest]) -> Result<(String, PgArguments)> {
+    let mut arguments = PgArguments::default();
+    let mut select = Vec::with_capacity(COLUMNS.len());
+    let mut arrays = Vec::new();
+    let mut aliases = Vec::new();
+    for (c, column) in COLUMNS.iter().enumerate() {
+        let first = (column.value)(rows[0]);
+        if rows.iter().all(|r| (column.value)(r) == first) {
+            first.bind(&mut arguments)?;
+            select.push(format!("${}::{}", arguments.len(), column.ty));
+        } else {
+            bind_array(column, rows, &mut arguments)?;
+            arrays.push(format!("${}::{}[]", arguments.len(), column.ty));
+            aliases.push(format!("c{c}"));
+            select.push(format!("u.c{c}"));
+        }
+    }
+    let from = if arrays.is_empty() {
+        Value::Int(Some(rows.len() as i64)).bind(&mut arguments)?;
+        format!("generate_series(1, ${}::bigint) AS u", arguments.len())
+    } else {
+        format!("UNNEST({}) AS u({})", arrays.join(", "), aliases.join(", "))
+    };
+    let names: Vec<&str> = COLUMNS.iter().map(|column| column.name).collect();
+    let sql = format!(
+        "INSERT INTO async_req ({}) SELECT {} FROM {from} RETURNING id",
+        names.join(", "),
+        select.join(", ")
+    );
+    Ok((sql, arguments))
+}
+
+/// Inserts many requests: those without an idempotency key, tags or a logged attempt with
+/// one multi-row statement over arrays (one round trip), the others one by one; one
+/// NOTIFY for the lot. Ids come back in input order.
 pub(super) async fn insert_many(
     conn: &mut PgConnection,
     requests: &[NewRequest],
@@ -90,38 +255,9 @@ pub(super) async fn insert_many(
     });
     if !plain.is_empty() {
         let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();
-        let column = |f: fn(&NewRequest) -> &str| rows.iter().map(|r| f(r)).collect::<Vec<&str>>();
-        let mut ids: Vec<(i64,)> = sqlx::query_as(
-            "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
-             max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time, \
-             deadline_at) \
-             SELECT a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, now, dl FROM UNNEST( \
-               $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], \
-               $8::text[], $9::text[], $10::int[], $11::bigint[], $12::text[], $13::bigint[], \
-               $14::bigint[]) \
-             AS u(a, e, s, st, stat, c, m, p, rem, pri, run, tr, now, dl) RETURNING id",
-        )
-        .bind(column(|r| &r.application_name))
-        .bind(column(|r| r.executor))
-        .bind(column(|r| r.sign))
-        .bind(column(|r| r.strategy))
-        .bind(column(|r| r.status.as_str()))
-        .bind(rows.iter().map(|r| r.exec_count).collect::<Vec<i32>>())
-        .bind(rows.iter().map(|r| r.max_attempts).collect::<Vec<i32>>())
-        .bind(column(|r| &r.param_json))
-        .bind(column(|r| r.remark))
-        .bind(rows.iter().map(|r| r.priority).collect::<Vec<i32>>())
-        .bind(rows.iter().map(|r| r.run_at).collect::<Vec<i64>>())
-        .bind(rows.iter().map(|r| r.trace_json.as_deref()).collect::<Vec<Option<&str>>>())
-        .bind(rows.iter().map(|r| r.now).collect::<Vec<i64>>())
-        .bind(rows.iter().map(|r| r.deadline_at).collect::<Vec<Option<i64>>>())
-        .fetch_all(&mut *conn)
-        .await?;
-        // Ids are drawn in row order; RETURNING's own order is unspecified.
-        ids.sort_unstable();
-        for (&i, (id,)) in plain.iter().zip(ids) {
-            inserted[i] = Inserted::New(id);
-        }
+        let (mut sql, mut arguments) = multi_row_insert(&rows)?;
+        // One NOTIFY for the lot, in the same statement (one round trip; delivered on
+        // commit): a CTE calling a volatile function is evaluated once, when referenced.
         if let Some(r) = rows.iter().find(|r| r.notify.is_some()) {
             let owner = r.notify.as_deref().unwrap_or_default();
             let payload = serde_json::to_string(&Wake {
@@ -129,11 +265,22 @@ pub(super) async fn insert_many(
                 owner,
             })
             .expect("two strings serialize");
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(payload)
-                .execute(&mut *conn)
-                .await?;
+            Value::Text(Some(CHANNEL)).bind(&mut arguments)?;
+            Value::Text(Some(&payload)).bind(&mut arguments)?;
+            let n = arguments.len();
+            sql = format!(
+                "WITH inserted AS ({sql}), notified AS (SELECT pg_notify(${}, ${n})) \
+                 SELECT id FROM inserted CROSS JOIN notified",
+                n - 1
+            );
+        }
+        let mut ids: Vec<(i64,)> = sqlx::query_as_with(&sql, arguments)
+            .fetch_all(&mut *conn)
+            .await?;
+        // Ids are drawn in row order; RETURNING's own order is unspecified.
+        ids.sort_unstable();
+        for (&i, (id,)) in plain.iter().zip(ids) {
+            inserted[i] = Inserted::New(id);
         }
     }
     for i in special {
