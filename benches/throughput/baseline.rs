@@ -166,6 +166,32 @@ impl Queue {
         Ok(())
     }
 
+    /// Multi-row INSERTs of [`CHUNK`] rows, all in one transaction.
+    pub(crate) async fn insert_all_at_once(&self, ns: Range<i64>) -> Result<()> {
+        let rows: Vec<String> = (1..=CHUNK)
+            .map(|i| format!("('init', {})", self.kind.placeholder(i)))
+            .collect();
+        on_pool!(&self.pool, |p| {
+            let mut tx = p.begin().await?;
+            let mut start = ns.start;
+            while start < ns.end {
+                let chunk = start..(start + CHUNK as i64).min(ns.end);
+                start = chunk.end;
+                let sql = format!(
+                    "INSERT INTO bench_queue (status, payload) VALUES {}",
+                    rows[..chunk.clone().count()].join(", ")
+                );
+                let mut query = sqlx::query(&sql);
+                for n in chunk {
+                    query = query.bind(payload(n));
+                }
+                query.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
     /// One multi-row INSERT, in one transaction.
     pub(crate) async fn insert_multi(&self, ns: Range<i64>) -> Result<()> {
         let rows: Vec<String> = (1..=ns.clone().count())
@@ -295,9 +321,27 @@ pub(crate) struct QueueWorker {
 
 impl QueueWorker {
     pub(crate) fn start(queue: Queue, hits: Arc<Hits>, concurrency: usize) -> QueueWorker {
+        Self::start_polling(queue, hits, concurrency, Duration::from_secs(1))
+    }
+
+    /// Workers that look for rows every `idle` while they find none (and at once when
+    /// [`notify`](Self::notify)-ed).
+    pub(crate) fn start_polling(
+        queue: Queue,
+        hits: Arc<Hits>,
+        concurrency: usize,
+        idle: Duration,
+    ) -> QueueWorker {
         let wake = Arc::new(Notify::new());
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(Self::run(queue, hits, concurrency, wake.clone(), stopped));
+        let task = tokio::spawn(Self::run(
+            queue,
+            hits,
+            concurrency,
+            idle,
+            wake.clone(),
+            stopped,
+        ));
         QueueWorker { wake, stop, task }
     }
 
@@ -305,6 +349,7 @@ impl QueueWorker {
         queue: Queue,
         hits: Arc<Hits>,
         concurrency: usize,
+        idle: Duration,
         wake: Arc<Notify>,
         mut stopped: watch::Receiver<bool>,
     ) -> Result<()> {
@@ -329,7 +374,7 @@ impl QueueWorker {
             if rows.is_empty() {
                 tokio::select! {
                     _ = wake.notified() => {}
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = tokio::time::sleep(idle) => {}
                     _ = stopped.changed() => {}
                 }
                 continue;

@@ -11,6 +11,10 @@ pub(crate) struct Hits {
     /// Nanoseconds after `epoch` that each body started (latency phases only).
     pub(crate) started: Vec<AtomicU64>,
     pub(crate) first: AtomicU64,
+    /// Nanoseconds after `epoch` that the latest body started.
+    pub(crate) last: AtomicU64,
+    /// `epoch` as nanoseconds since the Unix epoch (to compare processes' times).
+    pub(crate) epoch_unix_ns: u128,
     pub(crate) done: AtomicUsize,
     pub(crate) out_of_range: AtomicUsize,
     pub(crate) progress: Notify,
@@ -33,6 +37,11 @@ impl Hits {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             first: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            epoch_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos(),
             done: AtomicUsize::new(0),
             out_of_range: AtomicUsize::new(0),
             progress: Notify::new(),
@@ -49,6 +58,7 @@ impl Hits {
         let _ = self
             .first
             .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
+        self.last.fetch_max(now, Ordering::AcqRel);
         if let Some(started) = self.started.get(n as usize) {
             started.store(now, Ordering::Release);
         }

@@ -24,6 +24,9 @@
 //!    same transaction without (median over median; the baseline adds one queue INSERT).
 //! 5. `backlog`: `--backlog` queued records drained by a child process (this binary,
 //!    `--phase backlog`): its peak RSS (`VmHWM`).
+//! 6. `scale` (only when named): `--n` calls committed at once, drained by 1, 2, 3
+//!    (`--instances`) worker processes on one database (this binary, `--phase scale`):
+//!    jobs/s from the commit to the last body, each call run exactly once (checked).
 //!
 //! Each backend gets a fresh database (a temporary SQLite file; `ae_bench_<pid>` on the
 //! servers, dropped at the end). Output: one JSON line per result on stdout, then one per
@@ -88,9 +91,13 @@ struct Args {
     /// Transactions of each kind in the overhead phase.
     #[arg(long, default_value_t = 2000)]
     overhead_n: usize,
-    /// Comma-separated: submit, drain, latency, overhead, backlog.
+    /// Comma-separated: submit, drain, latency, overhead, backlog, scale (not by default:
+    /// it starts processes; see `phases/scale.rs`).
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
+    /// Worker processes in the scale phase, comma-separated (each from 1 to 8).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    instances: Vec<usize>,
     /// Comma-separated submit modes timed in the submit phase: tx1, tx1000, batch.
     #[arg(long, default_value = "tx1,batch,tx1000")]
     submit_modes: String,
@@ -109,7 +116,8 @@ struct Args {
     /// one-repetition runs).
     #[arg(long)]
     baseline_first: bool,
-    /// Internal: run one phase in this process (`backlog`, as a child of the benchmark).
+    /// Internal: run one phase in this process (`backlog` or `scale`, as a child of the
+    /// benchmark).
     #[arg(long, hide = true)]
     phase: Option<String>,
     /// Internal: the child's implementation (`async-exec` or `baseline`).
@@ -167,15 +175,17 @@ async fn main() -> Result<()> {
     SQLITE_SYNCHRONOUS
         .set(level)
         .map_err(|_| anyhow!("set twice"))?;
-    if let Some(phase) = &args.phase {
-        ensure!(phase == "backlog", "--phase backlog, not `{phase}`");
-        return backlog_child(&args).await;
+    match args.phase.as_deref() {
+        None => {}
+        Some("backlog") => return backlog_child(&args).await,
+        Some("scale") => return scale_child(&args).await,
+        Some(other) => bail!("--phase backlog|scale, not `{other}`"),
     }
     let phases: Vec<&str> = args.phases.split(',').map(str::trim).collect();
     for phase in &phases {
         ensure!(
-            ["submit", "drain", "latency", "overhead", "backlog"].contains(phase),
-            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog"
+            ["submit", "drain", "latency", "overhead", "backlog", "scale"].contains(phase),
+            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale"
         );
     }
     let kinds: Vec<Kind> = match args.backend.as_str() {

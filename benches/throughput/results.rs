@@ -153,6 +153,14 @@ pub(crate) const PHASE_ORDER: &[&str] = &[
     "overhead_plain_tx",
     "backlog_peak_rss",
     "backlog_drain",
+    "scale_drain_x1",
+    "scale_drain_x2",
+    "scale_drain_x3",
+    "scale_drain_x4",
+    "scale_drain_x5",
+    "scale_drain_x6",
+    "scale_drain_x7",
+    "scale_drain_x8",
 ];
 
 pub(crate) fn better(unit: &str) -> &'static str {

@@ -5,9 +5,11 @@ mod backlog;
 mod drain;
 mod latency;
 mod overhead;
+mod scale;
 mod submit;
 
 pub(crate) use backlog::backlog_child;
+pub(crate) use scale::scale_child;
 
 use super::*;
 
@@ -103,6 +105,9 @@ impl Bench<'_> {
             }
             if has("overhead") {
                 self.overhead::<DB>(rep).await?;
+            }
+            if has("scale") {
+                self.scale::<DB>(rep).await?;
             }
         }
         if has("backlog") && self.args.backlog > 0 {

@@ -307,9 +307,8 @@ pub(crate) trait Store: Send + Sync + 'static {
     }
 
     /// How many batches of outcomes the completer may write at once. One for a backend
-    /// with a single writer (SQLite); where writes of disjoint rows run in parallel, a
-    /// quarter of the pool (two writers against one, PostgreSQL drains: 1.30x and 1.31x
-    /// against 1.23x and 1.28x of the hand-written queue; MariaDB within its noise).
+    /// with a single writer (SQLite) and for PostgreSQL (see its store); MySQL writes
+    /// with a quarter of the pool (one or two writers measured alike there).
     fn concurrent_writes(&self) -> usize {
         1
     }
