@@ -27,6 +27,8 @@
 //! 6. `scale` (only when named): `--n` calls committed at once, drained by 1, 2, 3
 //!    (`--instances`) worker processes on one database (this binary, `--phase scale`):
 //!    jobs/s from the commit to the last body, each call run exactly once (checked).
+//! 7. `soak` (only when named): `--soak-rate` calls a second for `--soak-minutes`, on one
+//!    runtime; per minute: commit-to-start p50/p99/max, rows in the table, the RSS.
 //!
 //! Each backend gets a fresh database (a temporary SQLite file; `ae_bench_<pid>` on the
 //! servers, dropped at the end). Output: one JSON line per result on stdout, then one per
@@ -91,13 +93,22 @@ struct Args {
     /// Transactions of each kind in the overhead phase.
     #[arg(long, default_value_t = 2000)]
     overhead_n: usize,
-    /// Comma-separated: submit, drain, latency, overhead, backlog, scale (not by default:
-    /// it starts processes; see `phases/scale.rs`).
+    /// Comma-separated: submit, drain, latency, overhead, backlog, scale, soak (the last
+    /// two only when named: see `phases/scale.rs` and `phases/soak.rs`).
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
     /// Worker processes in the scale phase, comma-separated (each from 1 to 8).
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     instances: Vec<usize>,
+    /// Calls a second in the soak phase.
+    #[arg(long, default_value_t = 5000)]
+    soak_rate: usize,
+    /// Calls in each of the soak's transactions.
+    #[arg(long, default_value_t = 10)]
+    soak_per_tx: usize,
+    /// Minutes the soak lasts.
+    #[arg(long, default_value_t = 10)]
+    soak_minutes: usize,
     /// Comma-separated submit modes timed in the submit phase: tx1, tx1000, batch.
     #[arg(long, default_value = "tx1,batch,tx1000")]
     submit_modes: String,
@@ -184,8 +195,8 @@ async fn main() -> Result<()> {
     let phases: Vec<&str> = args.phases.split(',').map(str::trim).collect();
     for phase in &phases {
         ensure!(
-            ["submit", "drain", "latency", "overhead", "backlog", "scale"].contains(phase),
-            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale"
+            ["submit", "drain", "latency", "overhead", "backlog", "scale", "soak"].contains(phase),
+            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale, soak"
         );
     }
     let kinds: Vec<Kind> = match args.backend.as_str() {

@@ -149,6 +149,7 @@ pub(crate) async fn backlog_child(args: &Args) -> Result<()> {
                 .concurrency(args.concurrency)
                 .sqlite_synchronous(sqlite_synchronous().1)
                 .data_arc(hits.clone())
+                .without_data::<SoakTiming>()
                 .start()
                 .await?;
             hits.wait_for(m, "backlog (async-exec)").await?;

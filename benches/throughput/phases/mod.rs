@@ -6,7 +6,10 @@ mod drain;
 mod latency;
 mod overhead;
 mod scale;
+mod soak;
 mod submit;
+
+use soak::SoakTiming;
 
 pub(crate) use backlog::backlog_child;
 pub(crate) use scale::scale_child;
@@ -56,7 +59,13 @@ impl FromStr for Submit {
 }
 
 impl Bench<'_> {
+    /// A runtime of the benchmarked function (`job`, which takes `Data<Hits>`), not of
+    /// the soak's.
     pub(crate) fn builder(&self) -> async_exec::Builder {
+        self.any_builder().without_data::<SoakTiming>()
+    }
+
+    pub(crate) fn any_builder(&self) -> async_exec::Builder {
         Runtime::builder()
             .database_url(self.url.clone())
             .application_name(APP)
@@ -109,6 +118,9 @@ impl Bench<'_> {
             if has("scale") {
                 self.scale::<DB>(rep).await?;
             }
+        }
+        if has("soak") {
+            self.soak::<DB>().await?;
         }
         if has("backlog") && self.args.backlog > 0 {
             for rep in 1..=self.args.backlog_reps {

@@ -239,6 +239,7 @@ pub(crate) async fn scale_child(args: &Args) -> Result<()> {
                 .poll_interval(IDLE_POLL)
                 .sqlite_synchronous(sqlite_synchronous().1)
                 .data_arc(hits.clone())
+                .without_data::<SoakTiming>()
                 .start()
                 .await?;
             println!("ready");
