@@ -100,6 +100,12 @@ struct Args {
     /// Worker processes in the scale phase, comma-separated (each from 1 to 8).
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     instances: Vec<usize>,
+    /// A limit over every queue (`Builder::global_concurrency`) on the library's
+    /// runtimes: what the limited queues' claim path costs (the benchmarked executor is
+    /// in no queue and is then claimed as the queue `(all)`; set above `--concurrency`,
+    /// the limit holds nothing back).
+    #[arg(long)]
+    global_limit: Option<u32>,
     /// Calls a second in the soak phase.
     #[arg(long, default_value_t = 5000)]
     soak_rate: usize,

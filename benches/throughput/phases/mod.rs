@@ -66,12 +66,16 @@ impl Bench<'_> {
     }
 
     pub(crate) fn any_builder(&self) -> async_exec::Builder {
-        Runtime::builder()
+        let builder = Runtime::builder()
             .database_url(self.url.clone())
             .application_name(APP)
             .install_global(false)
             .concurrency(self.args.concurrency)
-            .sqlite_synchronous(sqlite_synchronous().1)
+            .sqlite_synchronous(sqlite_synchronous().1);
+        match self.args.global_limit {
+            Some(n) => builder.global_concurrency(n),
+            None => builder,
+        }
     }
 
     pub(crate) async fn submit_only(&self) -> Result<Runtime> {

@@ -161,6 +161,13 @@ impl Bench<'_> {
             .args(["--n", &self.args.n.to_string()])
             .args(["--concurrency", &self.args.concurrency.to_string()])
             .args(["--sqlite-synchronous", &self.args.sqlite_synchronous])
+            .args(
+                self.args
+                    .global_limit
+                    .map(|n| ["--global-limit".to_string(), n.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -231,7 +238,11 @@ pub(crate) async fn scale_child(args: &Args) -> Result<()> {
     });
     match args.implementation.as_deref() {
         Some("async-exec") => {
-            let rt = Runtime::builder()
+            let builder = match args.global_limit {
+                Some(n) => Runtime::builder().global_concurrency(n),
+                None => Runtime::builder(),
+            };
+            let rt = builder
                 .database_url(url)
                 .application_name(APP)
                 .install_global(false)
