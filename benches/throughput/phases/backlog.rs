@@ -182,10 +182,15 @@ pub(crate) async fn backlog_child(args: &Args) -> Result<()> {
 
 /// This process's peak resident set size (`VmHWM`), in kB.
 pub(crate) fn peak_rss_kb() -> Result<u64> {
+    status_kb("VmHWM")
+}
+
+/// A size in kB from `/proc/self/status` (`VmHWM`, `VmRSS`, ...).
+pub(crate) fn status_kb(field: &str) -> Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow!("no VmHWM in /proc/self/status"))
+        .ok_or_else(|| anyhow!("no {field} in /proc/self/status"))
 }

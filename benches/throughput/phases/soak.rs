@@ -82,16 +82,6 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// This process's resident set size now (`VmRSS`), in kB.
-fn rss_kb() -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| anyhow!("no VmRSS in /proc/self/status"))
-}
-
 impl Bench<'_> {
     pub(crate) async fn soak<DB: BenchDb>(&mut self) -> Result<()> {
         let rate = self.args.soak_rate;
@@ -170,7 +160,7 @@ impl Bench<'_> {
                 "p50_ms": round(quantile(&latencies, 0.5)),
                 "p99_ms": round(quantile(&latencies, 0.99)),
                 "max_ms": round(latencies.last().copied().unwrap_or(f64::NAN)),
-                "rows": rows, "rss_mb": round(rss_kb()? as f64 / 1024.0),
+                "rows": rows, "rss_mb": round(super::backlog::status_kb("VmRSS")? as f64 / 1024.0),
                 "failed_tx": failed.load(Ordering::Acquire),
             });
             println!("{line}");
