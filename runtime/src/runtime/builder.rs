@@ -278,9 +278,10 @@ impl Builder {
     pub fn secret_key(
         mut self,
         id: &str,
-        key: [u8; crate::base::secret::SECRET_KEY_BYTES],
+        mut key: [u8; crate::base::secret::SECRET_KEY_BYTES],
     ) -> Self {
         self.settings.secrets.add(id, key);
+        zeroize::Zeroize::zeroize(&mut key);
         self
     }
 

@@ -3,17 +3,21 @@
 use std::fmt;
 
 use base64::Engine as _;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::base::error::{Error, Result};
 
 /// The length of a secret key: 32 bytes (256 bits).
 pub const SECRET_KEY_BYTES: usize = 32;
 
+/// A key's bytes, wiped when dropped (a clone wipes its own copy).
+pub(crate) type KeyBytes = Zeroizing<[u8; SECRET_KEY_BYTES]>;
+
 /// Keys by id: the sealing one (the one named by `sealing_key`, else the first added) and
 /// every other that opens. Its `Debug` shows the ids only.
 #[derive(Clone, Default)]
 pub(crate) struct Keyring {
-    keys: Vec<(String, [u8; SECRET_KEY_BYTES])>,
+    keys: Vec<(String, KeyBytes)>,
     sealing: Option<String>,
     /// What was wrong with the keys given, reported by `validate` at start.
     problems: Vec<String>,
@@ -32,8 +36,11 @@ impl fmt::Debug for Keyring {
 }
 
 impl Keyring {
-    /// Adds a key; a bad id or a second key under one id is reported at start.
-    pub(crate) fn add(&mut self, id: &str, key: [u8; SECRET_KEY_BYTES]) {
+    /// Adds a key (and wipes the copy it was given); a bad id or a second key under one
+    /// id is reported at start.
+    pub(crate) fn add(&mut self, id: &str, mut key: [u8; SECRET_KEY_BYTES]) {
+        let kept = KeyBytes::new(key);
+        key.zeroize();
         if id.is_empty()
             || id.len() > 64
             || !id
@@ -51,7 +58,7 @@ impl Keyring {
             ));
             return;
         }
-        self.keys.push((id.to_owned(), key));
+        self.keys.push((id.to_owned(), kept));
     }
 
     /// Adds a key given as base64 text (standard alphabet, padding optional).
@@ -59,8 +66,11 @@ impl Keyring {
         let text = text.trim();
         let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
             .decode(text.trim_end_matches('='))
-            .ok();
-        match decoded.and_then(|bytes| <[u8; SECRET_KEY_BYTES]>::try_from(bytes).ok()) {
+            .ok()
+            .map(Zeroizing::new);
+        let key =
+            decoded.and_then(|bytes| <[u8; SECRET_KEY_BYTES]>::try_from(bytes.as_slice()).ok());
+        match key {
             Some(key) => self.add(id, key),
             None => self.problems.push(format!(
                 "key `{id}` is not the base64 of {SECRET_KEY_BYTES} bytes (make one with \
@@ -88,7 +98,10 @@ impl Keyring {
 
     /// The key with this id.
     pub(crate) fn get(&self, id: &str) -> Option<&[u8; SECRET_KEY_BYTES]> {
-        self.keys.iter().find(|(k, _)| k == id).map(|(_, key)| key)
+        self.keys
+            .iter()
+            .find(|(k, _)| k == id)
+            .map(|(_, key)| &**key)
     }
 
     /// Refuses keys that were given wrong, and a sealing key that was not given.
@@ -142,5 +155,16 @@ mod tests {
         let mut unnamed = Keyring::default();
         unnamed.set_sealing("k9");
         assert!(unnamed.validate().unwrap_err().to_string().contains("k9"));
+    }
+
+    /// Key bytes are wiped when their holder is dropped, not left for the allocator to
+    /// hand out (or a core dump to show).
+    #[test]
+    fn key_bytes_are_wiped_when_dropped() {
+        let mut key = std::mem::ManuallyDrop::new(KeyBytes::from([7; SECRET_KEY_BYTES]));
+        // SAFETY: dropped once, here; the bytes stay in place (ManuallyDrop) to be read.
+        unsafe { std::mem::ManuallyDrop::drop(&mut key) };
+        let bytes: &[u8; SECRET_KEY_BYTES] = &key;
+        assert_eq!(bytes, &[0; SECRET_KEY_BYTES]);
     }
 }

@@ -58,6 +58,7 @@ impl Keyring {
                 executor: def.name,
                 source,
             })?;
+            let plaintext = zeroize::Zeroizing::new(plaintext);
             let mut nonce = [0u8; NONCE_BYTES];
             rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut nonce);
             let aad = associated_data(def.name, field);
@@ -104,7 +105,7 @@ impl Keyring {
             let Some(sealed) = sealed_text(value) else {
                 continue;
             };
-            let opened = self.open_one(executor, field, sealed)?;
+            let opened = zeroize::Zeroizing::new(self.open_one(executor, field, sealed)?);
             *value = serde_json::from_slice(&opened).map_err(|e| {
                 format!("executor `{executor}`: the sealed argument `{field}` opened but is not JSON: {e}")
             })?;
