@@ -195,6 +195,97 @@ async fn failures_slow_their_pair_and_trusted_proxies_name_the_client() {
     rt.shutdown().await.unwrap();
 }
 
+/// A form login with no peer address (the console served without connect info, so every
+/// client's address is `unknown`) and these cookies.
+fn login_without_peer(user: &str, password: &str, cookie: Option<&str>) -> Request<Body> {
+    let body = serde_urlencoded::to_string([("user", user), ("password", password)]).unwrap();
+    let mut builder = request("POST", "/login", Auth::None)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(cookie) = cookie {
+        builder = builder.header(header::COOKIE, cookie);
+    }
+    builder.body(Body::from(body)).unwrap()
+}
+
+/// The `name=value` of the `Set-Cookie` header that sets `name`.
+fn set_cookie(answer: &Answer, name: &str) -> Option<String> {
+    answer
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap().to_string())
+}
+
+/// Issue 18's leftover: served without connect info every client's address was
+/// `unknown`, so five wrong passwords for alice from anywhere locked alice out of every
+/// browser. A browser that logged in as alice before carries a device cookie and is
+/// counted apart: others' failures do not hold it back, its own still do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_that_logged_in_before_is_not_locked_out_by_others() {
+    let _alone = ALONE.lock().await;
+    let (_db, rt) = sqlite().await;
+    let app = mounted(&rt);
+    let first = call(&app, login_without_peer("alice", "operator pass", None)).await;
+    assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
+    let device = set_cookie(&first, "async_exec_device").expect("a device cookie");
+    let all: Vec<_> = first.headers.get_all(header::SET_COOKIE).iter().collect();
+    assert!(
+        all[0].to_str().unwrap().starts_with("async_exec_console="),
+        "the session's cookie comes first: {all:?}"
+    );
+    let attributes = all[1].to_str().unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ops/console"] {
+        assert!(attributes.contains(attribute), "{attributes}");
+    }
+    // A stranger (no cookie, address `unknown`) fails five times: alice is locked out of
+    // every browser without a device cookie...
+    for _ in 0..5 {
+        let reply = call(&app, login_without_peer("alice", "guess", None)).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    }
+    let stranger = call(&app, login_without_peer("alice", "operator pass", None)).await;
+    assert_eq!(stranger.status, StatusCode::TOO_MANY_REQUESTS);
+    // ...but not out of hers.
+    let hers = call(
+        &app,
+        login_without_peer("alice", "operator pass", Some(&device)),
+    )
+    .await;
+    assert_eq!(hers.status, StatusCode::SEE_OTHER, "{}", hers.body);
+    // Her device cookie is hers: for victor, or altered, it counts as the address does.
+    let forged = device.replace("async_exec_device=", "async_exec_device=0");
+    let altered = call(
+        &app,
+        login_without_peer("alice", "operator pass", Some(&forged)),
+    )
+    .await;
+    assert_eq!(altered.status, StatusCode::TOO_MANY_REQUESTS);
+    for _ in 0..5 {
+        let reply = call(&app, login_without_peer("victor", "guess", None)).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    }
+    let as_victor = call(
+        &app,
+        login_without_peer("victor", "viewer pass", Some(&device)),
+    )
+    .await;
+    assert_eq!(as_victor.status, StatusCode::TOO_MANY_REQUESTS);
+    // Its own failures slow it down.
+    for _ in 0..5 {
+        let reply = call(&app, login_without_peer("alice", "guess", Some(&device))).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    }
+    let own = call(
+        &app,
+        login_without_peer("alice", "operator pass", Some(&device)),
+    )
+    .await;
+    assert_eq!(own.status, StatusCode::TOO_MANY_REQUESTS);
+    rt.shutdown().await.unwrap();
+}
+
 /// Finding 3: argon2 ran on the async workers, and other console requests waited behind a
 /// login flood (3 ms became 800 ms). Measures a bearer-token request's latency during a
 /// flood of 64 concurrent wrong logins.

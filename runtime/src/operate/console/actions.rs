@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State as Shared};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
 use axum::Form;
 use maud::html;
 use serde::Deserialize;
@@ -129,7 +129,12 @@ pub(crate) async fn check_login(
         return Err(LoginRefused::wrong());
     }
     let address = limiter::client_address(parts, &state.config.trusted_proxies);
-    if let Err(wait) = state.limiter.try_start(&address, user) {
+    // A browser that logged in as this user before is counted apart from its address.
+    let counted_as = state
+        .devices
+        .of_request(parts, user)
+        .unwrap_or_else(|| address.clone());
+    if let Err(wait) = state.limiter.try_start(&counted_as, user) {
         let seconds = wait.as_secs() + 1;
         return Err(LoginRefused {
             status: StatusCode::TOO_MANY_REQUESTS,
@@ -143,7 +148,7 @@ pub(crate) async fn check_login(
     }
     let checked = state.gate.verify(&state.config, user, password).await;
     let Ok(role) = checked else {
-        state.limiter.not_tried(&address, user);
+        state.limiter.not_tried(&counted_as, user);
         return Err(LoginRefused {
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: "too many logins at once: try again in a second".to_string(),
@@ -154,7 +159,7 @@ pub(crate) async fn check_login(
     let shown = crate::base::text::capped(user, 64);
     let outcome = match role {
         Some(role) => {
-            state.limiter.succeeded(&address, user);
+            state.limiter.succeeded(&counted_as, user);
             crate::log::info!(user = ?shown, address = ?address, "console login");
             Ok((user.to_string(), role))
         }
@@ -180,6 +185,26 @@ pub(crate) async fn check_login(
     outcome
 }
 
+/// The cookies of a successful login: the session's (first), then the device cookie
+/// that counts this browser's later logins as `user` apart from its address.
+pub(crate) fn login_cookies(
+    state: &State,
+    parts: &Parts,
+    base: &str,
+    user: &str,
+    token: &str,
+) -> AppendHeaders<[(header::HeaderName, String); 2]> {
+    let secure = state.config.secure_cookie || auth::over_tls(parts);
+    let device = super::device::device_cookie(base, &state.devices.issue(user), secure);
+    AppendHeaders([
+        (
+            header::SET_COOKIE,
+            auth::session_cookie(base, token, secure),
+        ),
+        (header::SET_COOKIE, device),
+    ])
+}
+
 /// Logs in: a session cookie, then the overview.
 pub(crate) async fn login(
     Shared(state): Shared<Arc<State>>,
@@ -190,16 +215,12 @@ pub(crate) async fn login(
     match check_login(&state, &parts, &form.user, &form.password).await {
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
-            let cookie = auth::session_cookie(
-                &base,
-                &token,
-                state.config.secure_cookie || auth::over_tls(&parts),
-            );
+            let cookies = login_cookies(&state, &parts, &base, &name, &token);
             let to = match form.next.as_deref().and_then(auth::safe_next) {
                 Some(next) => format!("{base}{next}"),
                 None => super::views::home(&base).to_string(),
             };
-            ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response()
+            (cookies, Redirect::to(&to)).into_response()
         }
         Err(refused) => {
             let mut response = login_page(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -97,18 +97,14 @@ async fn login(
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let base = auth::base_of(&parts);
-            let cookie = auth::session_cookie(
-                &base,
-                &token,
-                state.config.secure_cookie || auth::over_tls(&parts),
-            );
+            let cookies = super::actions::login_cookies(&state, &parts, &base, &name, &token);
             let who = state.sessions.find(&token, state.config.idle_timeout);
             let info = SessionInfo {
                 user: name,
                 role,
                 csrf: who.and_then(|w| w.csrf),
             };
-            ([(header::SET_COOKIE, cookie)], Json(info)).into_response()
+            (cookies, Json(info)).into_response()
         }
         Err(refused) => {
             let mut response = problem(refused.status, &refused.message);

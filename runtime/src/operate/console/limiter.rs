@@ -1,6 +1,8 @@
 //! The limit on failed logins, and the client address it counts them against.
 //!
-//! Failures are counted per (client address, user name) pair: a wrong password sent for
+//! Failures are counted per (client address, user name) pair (or per (device, user name)
+//! pair for a browser whose device cookie says it logged in as that user before; see
+//! `device`): a wrong password sent for
 //! `alice` from one address slows down that address's further tries at `alice` only,
 //! never `alice` logging in from elsewhere nor other users from that address. After
 //! [`FREE_FAILURES`] failures a pair waits before its next try, twice as long after each
@@ -149,8 +151,9 @@ pub(crate) fn client_address(parts: &Parts, trusted: &[IpAddr]) -> String {
         WARNED.call_once(|| {
             crate::log::warn!(
                 "console: no client address (serve with \
-                 `into_make_service_with_connect_info::<SocketAddr>()`): every login counts \
-                 against the same address"
+                 `into_make_service_with_connect_info::<SocketAddr>()`): failed logins of a \
+                 user count against one address for every browser that has not logged in as \
+                 that user before (those carry a device cookie and count apart)"
             )
         });
         return "unknown".to_string();

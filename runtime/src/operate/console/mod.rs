@@ -22,7 +22,8 @@
 //!
 //! Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that failed
 //! logins are limited per client address (behind a reverse proxy, name it in
-//! [`ConsoleConfig::trusted_proxies`]); without it every client shares one address.
+//! [`ConsoleConfig::trusted_proxies`]); without it every client shares one address,
+//! and only browsers that logged in as a user before (a device cookie) count apart.
 //! Request bodies are refused past 16 KiB (`413`).
 
 mod actions;
@@ -30,6 +31,7 @@ mod api;
 mod auth;
 mod charts;
 mod config;
+mod device;
 mod filter;
 mod fleet;
 mod gate;
@@ -65,6 +67,8 @@ pub(crate) struct State {
     pub(crate) login_required: bool,
     pub(crate) sessions: auth::Sessions,
     pub(crate) limiter: limiter::Limiter,
+    /// Device cookies: logins from a browser that logged in before count apart.
+    pub(crate) devices: device::Devices,
     /// Password checks, off the async workers and a few at a time.
     pub(crate) gate: gate::Gate,
     /// The overview's counts, with their age.
@@ -97,6 +101,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         login_required,
         sessions: Default::default(),
         limiter: Default::default(),
+        devices: Default::default(),
         gate: Default::default(),
     });
     Ok(Router::new()
