@@ -492,6 +492,61 @@ async fn bulk_actions_refuse_unknown_fields_and_more_than_counted() {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 18's leftover: a bulk action counted, then acted on whatever matched by then, so
+/// a request that came to match between the two was changed too, past the number the
+/// operator confirmed. The action reads the ids of what it confirms and acts on those
+/// only. Made to happen every time: a transaction of another connection holds SQLite's
+/// write lock while it makes a fifth request match; the action's count (a read) does
+/// not see it, the action's write waits for that commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_action_leaves_requests_that_came_to_match_after_it_began() {
+    use sqlx::Connection as _;
+    let _alone = ALONE.lock().await;
+    let (db, rt) = sqlite().await;
+    for i in 0..5 {
+        doomed(format!("dead {i}")).on(&rt).await.unwrap();
+    }
+    wait_status(&rt, Status::Dead, 5).await;
+    let late = "(SELECT MAX(id) FROM async_req)";
+    db.exec(&format!(
+        "UPDATE async_req SET status = 'cancelled' WHERE id = {late}"
+    ))
+    .await;
+    let mut held = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut held)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "UPDATE async_req SET status = 'dead' WHERE id = {late}"
+    ))
+    .execute(&mut held)
+    .await
+    .unwrap();
+    let app = mounted(&rt);
+    let body = json!({"action": "delete", "filter": {"status": "dead"}, "up_to": 4});
+    let acting = post_json(
+        &app,
+        "/api/actions",
+        Auth::Bearer(OPERATOR_TOKEN),
+        None,
+        body,
+    );
+    let commit_later = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sqlx::query("COMMIT").execute(&mut held).await.unwrap();
+    };
+    let (reply, ()) = tokio::join!(acting, commit_later);
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json()["changed"], 4, "{}", reply.body);
+    assert_eq!(
+        db.count("async_req WHERE status = 'dead'").await,
+        1,
+        "the request that came to match after the action began is left"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 /// Finding 6: with no users the loopback console answered any `Host`, so a web page whose
 /// name resolved to 127.0.0.1 was an operator. It answers its own names only now (421).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -233,6 +233,20 @@ pub enum Error {
         cause: Box<sqlx::Error>,
     },
 
+    /// An action confirmed for at most `up_to` requests found more matching; nothing
+    /// changed ([`Runtime::act_up_to`](crate::Runtime::act_up_to)).
+    #[error(
+        "{} the filter now, more than the {up_to} confirmed: nothing changed; count again \
+         and confirm that number",
+        match_phrase(*matching)
+    )]
+    MoreMatch {
+        /// How many match now.
+        matching: u64,
+        /// How many the action was confirmed for.
+        up_to: u64,
+    },
+
     /// No request has this id.
     #[error("no request with id {0}")]
     NotFound(i64),
@@ -298,6 +312,14 @@ pub enum Error {
          ends; start the runtime with `.test_mode(TestMode::Hold)` (or `TestMode::Inline`)"
     )]
     NotInTestMode(&'static str),
+}
+
+fn match_phrase(matching: u64) -> String {
+    if matching == 1 {
+        "1 request matches".to_string()
+    } else {
+        format!("{matching} requests match")
+    }
 }
 
 /// What to check when a backend cannot be reached.

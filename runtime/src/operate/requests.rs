@@ -12,6 +12,9 @@ use crate::sweeps::purge::{purge_all, Purge, PurgeReport};
 /// The longest filter text accepted: longer ones are refused with a message.
 const MAX_FILTER_TEXT: usize = 1024;
 
+/// The most requests one confirmed action (`act_up_to`) reads the ids of.
+const MAX_CONFIRMED: u64 = 1_000_000;
+
 /// Refuses a query whose text is too long to be a filter.
 fn check_query(query: &RequestQuery) -> Result<()> {
     let texts = [
@@ -246,6 +249,75 @@ impl Runtime {
         let now = self.inner.now_ms();
         let ops = self.inner.store.ops();
         let changed = ops.request_act(application, query, action, now).await?;
+        self.acted(application, action, query, actor, changed).await
+    }
+
+    /// [`act`](Runtime::act) confirmed for at most `up_to` requests, as an operator who
+    /// was shown a count confirms it: the requests that match when it starts are read
+    /// (their ids), and when more than `up_to` match nothing changes
+    /// ([`Error::MoreMatch`]); otherwise the action applies to those requests only (each
+    /// re-checked against the filter), never to one that came to match later. `up_to`
+    /// is at most 1,000,000 ([`Error::InvalidFilter`] beyond: narrow the filter).
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// use async_exec::{Action, RequestQuery, Status};
+    /// let query = RequestQuery::default().executor("mail::send").status(Status::Dead);
+    /// let shown = rt.count_actionable(Action::ReplayDead, &query).await?;
+    /// // ... the operator confirms `shown` ...
+    /// match rt.act_up_to(Action::ReplayDead, &query, shown as u64, "alice").await {
+    ///     Ok(replayed) => println!("{replayed} mails sent again"),
+    ///     Err(async_exec::Error::MoreMatch { matching, .. }) => {
+    ///         println!("{matching} match now: count again and confirm")
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn act_up_to(
+        &self,
+        action: Action,
+        query: &RequestQuery,
+        up_to: u64,
+        actor: &str,
+    ) -> Result<u64> {
+        check_query(query)?;
+        if up_to > MAX_CONFIRMED {
+            return Err(Error::InvalidFilter(format!(
+                "an action is confirmed for at most {MAX_CONFIRMED} requests, not {up_to}: \
+                 narrow the filter (an executor, a status, a time range)"
+            )));
+        }
+        let application = self.application_of(query);
+        let ops = self.inner.store.ops();
+        let ids = ops
+            .request_ids_actionable(application, query, action, up_to + 1)
+            .await?;
+        if ids.len() as u64 > up_to {
+            let counted = ops
+                .request_count_matching(application, query, action.applies_to())
+                .await?;
+            return Err(Error::MoreMatch {
+                matching: (counted.max(0) as u64).max(ids.len() as u64),
+                up_to,
+            });
+        }
+        let now = self.inner.now_ms();
+        let changed = ops
+            .request_act_ids(application, query, action, now, &ids)
+            .await?;
+        self.acted(application, action, query, actor, changed).await
+    }
+
+    /// After an action: the audit entry, and a look in the store for requests made due.
+    async fn acted(
+        &self,
+        application: &str,
+        action: Action,
+        query: &RequestQuery,
+        actor: &str,
+        changed: u64,
+    ) -> Result<u64> {
         let target = serde_json::to_string(query).expect("a query serializes");
         self.audit(application, actor, action.as_str(), target, changed as i64)
             .await?;

@@ -66,21 +66,7 @@ pub(crate) trait OpsStore: SqlRunner {
             let ids = act_batch_ids(dialect, application, query, action, after);
             let change = |rows: &[Cells]| {
                 let ids: Vec<i64> = rows.iter().filter_map(Cells::first_int).collect();
-                if ids.is_empty() {
-                    return Vec::new();
-                }
-                let mut statements = vec![act_batch_change(
-                    dialect,
-                    application,
-                    query,
-                    action,
-                    now,
-                    &ids,
-                )];
-                if action_set(action).is_none() {
-                    statements.push(act_batch_logs(dialect, &ids));
-                }
-                statements
+                act_batch(dialect, application, query, action, now, &ids)
             };
             let (rows, written) = self
                 .read_then_write(Txn::Batch, Some((&ids, &[Col::Int])), &change)
@@ -92,6 +78,43 @@ pub(crate) trait OpsStore: SqlRunner {
                 _ => return Ok(changed),
             }
         }
+    }
+
+    /// The ids of the first `limit` requests of `application` (in id order) that match
+    /// `query` and that `action` applies to: what an action confirmed for at most a
+    /// number of requests acts on.
+    async fn request_ids_actionable(
+        &self,
+        application: &str,
+        query: &RequestQuery,
+        action: Action,
+        limit: u64,
+    ) -> Result<Vec<i64>> {
+        let mut s = self.sql("SELECT id FROM async_req WHERE");
+        s.filter(application, query).statuses(action.applies_to());
+        s.push(&format!(" ORDER BY id LIMIT {limit}"));
+        let rows = self.fetch_rows(&s, &[Col::Int]).await?;
+        Ok(rows.iter().filter_map(Cells::first_int).collect())
+    }
+
+    /// Applies `action` to the requests of `ids` that still match `query` and are in a
+    /// status it applies to, [`ACT_BATCH`] to a transaction; returns how many changed.
+    async fn request_act_ids(
+        &self,
+        application: &str,
+        query: &RequestQuery,
+        action: Action,
+        now: i64,
+        ids: &[i64],
+    ) -> Result<u64> {
+        let dialect = self.dialect();
+        let mut changed = 0;
+        for batch in ids.chunks(ACT_BATCH) {
+            let change = |_: &[Cells]| act_batch(dialect, application, query, action, now, batch);
+            let (_, written) = self.read_then_write(Txn::Batch, None, &change).await?;
+            changed += written;
+        }
+        Ok(changed)
     }
 
     /// Requests of `application` by executor and status.
@@ -840,6 +863,33 @@ pub(crate) fn act_batch_change(
     s.filter(application, query).statuses(action.applies_to());
     push_ids(&mut s, "id", ids);
     s
+}
+
+/// The statements of one batch of an action on `ids` (none when there are none): the
+/// change, then for deletes the attempt logs of the records that went.
+fn act_batch(
+    dialect: Dialect,
+    application: &str,
+    query: &RequestQuery,
+    action: Action,
+    now: i64,
+    ids: &[i64],
+) -> Vec<Sql> {
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let mut statements = vec![act_batch_change(
+        dialect,
+        application,
+        query,
+        action,
+        now,
+        ids,
+    )];
+    if action_set(action).is_none() {
+        statements.push(act_batch_logs(dialect, ids));
+    }
+    statements
 }
 
 /// The attempt logs of the records of `ids` that are gone (after a batch of deletes).

@@ -389,7 +389,8 @@ pub(crate) async fn action(
 }
 
 /// Applies `action` to the requests matching `query` (audited as `actor`'s), unless more
-/// than `up_to` match now (409: the count changed since it was shown).
+/// than `up_to` match now (409: the count changed since it was shown); never to more than
+/// `up_to`, nor to one that came to match after the action started.
 pub(crate) async fn act_up_to(
     state: &State,
     action: Action,
@@ -397,22 +398,10 @@ pub(crate) async fn act_up_to(
     up_to: i64,
     actor: &str,
 ) -> Result<u64, Refused> {
-    let count = state.rt.count_actionable(action, query).await?;
-    if count > up_to {
-        return Err(Refused {
-            status: StatusCode::CONFLICT,
-            message: format!(
-                "{} the filter now, more than the {up_to} confirmed: nothing changed; \
-                 count again and confirm that number",
-                if count == 1 {
-                    "1 request matches".to_string()
-                } else {
-                    format!("{count} requests match")
-                }
-            ),
-        });
-    }
-    let done = state.rt.act(action, query, actor).await;
+    let done = state
+        .rt
+        .act_up_to(action, query, up_to.max(0) as u64, actor)
+        .await;
     state.counts.recount_soon(&state.rt);
     Ok(done?)
 }

@@ -29,7 +29,9 @@ impl From<crate::Error> for Refused {
         let status = match error {
             crate::Error::InvalidFilter(_) => StatusCode::BAD_REQUEST,
             crate::Error::NotFound(_) => StatusCode::NOT_FOUND,
-            crate::Error::InvalidState { .. } => StatusCode::CONFLICT,
+            crate::Error::InvalidState { .. } | crate::Error::MoreMatch { .. } => {
+                StatusCode::CONFLICT
+            }
             // A setting or policy out of range, named with its range.
             crate::Error::Config { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
