@@ -233,6 +233,46 @@ async fn a_full_queue_holds_up_no_other<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Two queues far from their limits and two workers: 60 exports wait (a queue named
+/// first), then 4 notifications are submitted. Claims take turns between the queues, so
+/// the notifications run while the exports' backlog is still long (they used to wait
+/// for all of it: the first queue took every worker that came free).
+async fn a_queue_with_a_backlog_takes_no_turn_from_another<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = db
+        .builder()
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(50))
+        .data(history.clone())
+        .queue("exports", QueueLimits::new().concurrency(100))
+        .queue("notifications", QueueLimits::new().concurrency(100))
+        .start()
+        .await
+        .unwrap();
+    batch((0..60).map(export)).on(&rt).await.unwrap();
+    history
+        .wait_runs("exports", 2, Duration::from_secs(10))
+        .await;
+    let submitted = Instant::now();
+    batch((0..4).map(notify)).on(&rt).await.unwrap();
+    history
+        .wait_runs("notifications", 4, Duration::from_secs(20))
+        .await;
+    let took = submitted.elapsed();
+    let exports_done = history.runs("exports").len();
+    eprintln!(
+        "4 notifications ran by {took:?} after their call; {exports_done} of 60 exports done"
+    );
+    assert!(
+        exports_done < 30,
+        "4 notifications took {took:?}: they waited for {exports_done} of 60 exports"
+    );
+    history
+        .wait_runs("exports", 60, Duration::from_secs(20))
+        .await;
+    rt.shutdown().await.unwrap();
+}
+
 /// A limit for a queue that no executor names is refused at start, naming the queues
 /// there are; absurd limits are refused with their range.
 async fn a_queue_no_executor_names_is_refused<DB: Backend>(db: TestDb) {
@@ -441,5 +481,6 @@ backend_suite!(
     a_queue_limit_holds_across_instances,
     a_per_instance_limit_holds_on_each,
     a_full_queue_holds_up_no_other,
+    a_queue_with_a_backlog_takes_no_turn_from_another,
     a_queue_no_executor_names_is_refused,
 );

@@ -90,6 +90,9 @@ pub(crate) struct Producer {
     /// claim of every queue took none. While set, every batch of outcomes written (which
     /// may free a queue's slots) sends the producer to claim the queues again.
     queues_waiting: AtomicBool,
+    /// The queue the next [`claim_queues`](Self::claim_queues) begins with (modulo their
+    /// number): each call begins one further.
+    next_queue: AtomicUsize,
     /// Records of queues this instance claimed, until the pool forgets them.
     queue_held: std::sync::Mutex<Vec<RequestId>>,
 }
@@ -206,6 +209,7 @@ impl Producer {
             shutdown,
             config,
             queues_waiting: AtomicBool::new(false),
+            next_queue: AtomicUsize::new(0),
             queue_held: Default::default(),
         }
     }
@@ -427,20 +431,32 @@ impl Producer {
     }
 
     /// Claims the due records of each queue, within its limits (the store counts what
-    /// runs of it everywhere, and keeps its rate's bucket), and starts them: claim after claim until the
-    /// queue gives none (it is empty, or its slots are taken) or no worker is free.
+    /// runs of it everywhere, and keeps its rate's bucket), and starts them, no more than
+    /// there are free workers: in rounds of one claim of each queue, until no worker is
+    /// free (looked at again when outcomes are written) or a round in which every queue
+    /// gives none (it is empty, its slots are taken, or its claim failed). Each call
+    /// begins with the queue after the one the last call began with, so that a queue
+    /// with a long backlog does not take every worker that comes free from the others.
     async fn claim_queues(&self) {
         let queues = self.claimer.queues();
         if queues.is_empty() {
             return;
         }
+        let first = self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.len();
         let mut took_any = false;
-        for queue in queues {
-            loop {
+        let mut spent = vec![false; queues.len()];
+        'rounds: loop {
+            let mut took_this_round = false;
+            for turn in 0..queues.len() {
+                let at = (first + turn) % queues.len();
+                if spent[at] {
+                    continue;
+                }
+                let queue = &queues[at];
                 let free = self.claimer.pool().available() as i64;
                 if free == 0 {
                     took_any = true; // look again when outcomes free workers
-                    break;
+                    break 'rounds;
                 }
                 let limit = free.min(self.store.claim_batch());
                 let answer = tokio::time::timeout(
@@ -452,17 +468,19 @@ impl Producer {
                     Ok(Ok(jobs)) => jobs,
                     Ok(Err(error)) => {
                         crate::log::error!(%error, queue = %queue.name, "could not claim a queue's requests; trying again at the next poll");
-                        break;
+                        Vec::new()
                     }
                     Err(_) => {
                         crate::log::error!(queue = %queue.name, patience = ?self.claim_patience(), "a claim of a queue's requests got no answer within a lease; given up");
-                        break;
+                        Vec::new()
                     }
                 };
                 if jobs.is_empty() {
-                    break;
+                    spent[at] = true;
+                    continue;
                 }
                 took_any = true;
+                took_this_round = true;
                 {
                     let mut held = self.queue_held.lock().expect("queue-held lock");
                     held.extend(jobs.iter().filter_map(|j| j.record.as_ref().map(|r| r.id)));
@@ -472,6 +490,9 @@ impl Producer {
                         return; // shutdown: what is not started is handed back
                     }
                 }
+            }
+            if !took_this_round {
+                break;
             }
         }
         self.queues_waiting.store(took_any, Ordering::Release);
