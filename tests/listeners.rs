@@ -442,6 +442,89 @@ async fn a_panicking_listener_is_caught_and_the_runtime_goes_on<DB: async_exec::
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 21, "reacting to outcomes": an async `on_dead` listener marks the order of a
+/// payment that gave up as failed in the application's own table (no channel, no task of
+/// the caller's), an async `on_success` one counts in the database too; one that panics
+/// and one that never ends (on every event) hold up neither the runtime nor the others.
+async fn async_listeners_write_to_the_database_and_a_stuck_one_holds_up_nothing<
+    DB: async_exec::Backend,
+>(
+    db: TestDb,
+) {
+    // On SQLite the file does not exist yet: this pool makes it.
+    let url = match db.kind {
+        common::Kind::Sqlite => format!("{}?mode=rwc", db.url),
+        _ => db.url.clone(),
+    };
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    db.exec("CREATE TABLE orders (order_key VARCHAR(40) PRIMARY KEY, state VARCHAR(40) NOT NULL)")
+        .await;
+    db.exec("INSERT INTO orders VALUES ('order-1', 'paying'), ('order-2', 'paying')")
+        .await;
+    db.exec("CREATE TABLE tally (n INTEGER NOT NULL)").await;
+    db.exec("INSERT INTO tally VALUES (0)").await;
+    let marking = pool.clone();
+    let counting = pool.clone();
+    let rt = builder(&db, &Gate::default())
+        .on_dead_async(move |event| {
+            let pool = marking.clone();
+            async move {
+                let Some(order) = event.key else { return };
+                // The key is the test's own: no quoting needed.
+                sqlx::query(&format!(
+                    "UPDATE orders SET state = 'payment_failed' WHERE order_key = '{order}'"
+                ))
+                .execute(&pool)
+                .await
+                .unwrap();
+            }
+        })
+        .on_success_async(|event| async move {
+            if event.id % 2 == 0 {
+                panic!("async listener refuses {}", event.id);
+            }
+        })
+        .on_success_async(|_| std::future::pending::<()>())
+        .on_success_async(move |_| {
+            let pool = counting.clone();
+            async move {
+                sqlx::query("UPDATE tally SET n = n + 1")
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    doomed(1).key("order-1").on(&rt).await.unwrap();
+    for n in 0..40 {
+        fine(n).on(&rt).await.unwrap();
+    }
+    rt.wait_idle().await;
+    let marked = "orders WHERE state = 'payment_failed' AND order_key = 'order-1'";
+    let tallied = "tally WHERE n = 40";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while db.count(marked).await == 0 || db.count(tallied).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "marked {}, tally {}",
+            db.count(marked).await,
+            db.count(tallied).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        db.count("orders WHERE state = 'paying'").await,
+        1,
+        "order-2 untouched"
+    );
+    assert!(rt.health().await.is_ready(), "no part died of it");
+    assert_eq!(rt.listener_drops(), 0);
+    rt.shutdown().await.unwrap();
+    pool.close().await;
+}
+
 /// One attempt of a batch of outcomes fenced off (its record claimed by another instance
 /// while the bodies ran): the others of the batch are written, and each is heard of, with
 /// its key; the fenced one is not. `deletes`: successes delete their records (one
@@ -631,4 +714,5 @@ backend_suite!(
     a_fenced_attempt_leaves_the_rest_of_a_batch_of_deletes_heard,
     a_fenced_attempt_leaves_the_rest_of_a_batch_of_updates_heard,
     a_refused_outcome_is_heard_as_dead_and_the_rest_of_its_batch_too,
+    async_listeners_write_to_the_database_and_a_stuck_one_holds_up_nothing,
 );

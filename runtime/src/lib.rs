@@ -88,7 +88,9 @@ pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
     HEALTH_PROBE_TIMEOUT,
 };
-pub use operate::listeners::{OutcomeEvent, OutcomeKind, LISTENER_QUEUE};
+pub use operate::listeners::{
+    OutcomeEvent, OutcomeKind, ASYNC_LISTENER_CALLS, ASYNC_LISTENER_TIMEOUT, LISTENER_QUEUE,
+};
 pub use operate::operator::ExecutorInfo;
 pub use operate::policy::PolicyChange;
 pub use operate::signal::shutdown_signal;

@@ -379,8 +379,8 @@ impl Builder {
     /// one never holds up the runtime's writes; when the queue is full, events are dropped
     /// and counted ([`Runtime::listener_drops`](crate::Runtime::listener_drops), the
     /// `async_exec_listener_dropped_total` counter). A listener that panics is logged and
-    /// called again for the next event. To do async work, hand the event to a task of
-    /// your own (a channel, or `tokio::runtime::Handle::spawn`). Delivery is at most once:
+    /// called again for the next event. For async work, use
+    /// [`on_success_async`](Builder::on_success_async) and its kin. Delivery is at most once:
     /// events still queued when the process ends are lost. The event carries the request's
     /// key, remark, application and the caller's baggage, so that a listener need not
     /// read the record back (a success deletes it by default). Only outcomes known to be
@@ -441,6 +441,105 @@ impl Builder {
     /// ```
     pub fn on_dead(mut self, listener: impl Fn(&OutcomeEvent) + Send + Sync + 'static) -> Self {
         self.listeners.dead.push(Arc::new(listener));
+        self
+    }
+
+    /// Calls the async function `listener` after each successful attempt's outcome is
+    /// written, as [`on_success`](Builder::on_success) calls a plain one: with the event
+    /// itself (owned), as a task on the tokio runtime the runtime was started on.
+    ///
+    /// Each async listener has a queue of its own of
+    /// [`LISTENER_QUEUE`](crate::LISTENER_QUEUE) events; when it is full (the listener is
+    /// slower than the outcomes, or hangs) events are dropped for it and counted
+    /// ([`Runtime::listener_drops`](crate::Runtime::listener_drops)). Up to
+    /// [`ASYNC_LISTENER_CALLS`](crate::ASYNC_LISTENER_CALLS) calls of one listener run at
+    /// once, in no set order; a call not ended after
+    /// [`ASYNC_LISTENER_TIMEOUT`](crate::ASYNC_LISTENER_TIMEOUT) is dropped and logged; a
+    /// panic is caught and logged. No outcome write waits for a listener. Delivery is at
+    /// most once: events queued or running when the process ends are lost.
+    ///
+    /// ```no_run
+    /// # async fn demo(metrics: sqlx::PgPool) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .on_success_async(move |event| {
+    ///         let metrics = metrics.clone();
+    ///         async move {
+    ///             let _ = sqlx::query("UPDATE totals SET done = done + 1 WHERE executor = $1")
+    ///                 .bind(event.executor)
+    ///                 .execute(&metrics)
+    ///                 .await;
+    ///         }
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_success_async<F, Fut>(mut self, listener: F) -> Self
+    where
+        F: Fn(OutcomeEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.listeners.tasks[0].push(crate::operate::listeners::boxed(listener));
+        self
+    }
+
+    /// Calls the async function `listener` after a failed attempt is written `failed`
+    /// (or a body snoozed), as [`on_retry`](Builder::on_retry) calls a plain one; runs as
+    /// [`on_success_async`](Builder::on_success_async) listeners do.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .on_retry_async(|event| async move {
+    ///         tracing::warn!(id = event.id, attempt = event.attempt, error = ?event.error, "retrying");
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_retry_async<F, Fut>(mut self, listener: F) -> Self
+    where
+        F: Fn(OutcomeEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.listeners.tasks[1].push(crate::operate::listeners::boxed(listener));
+        self
+    }
+
+    /// Calls the async function `listener` after a request is written `dead` (or
+    /// `cancelled` while it ran), as [`on_dead`](Builder::on_dead) calls a plain one; runs
+    /// as [`on_success_async`](Builder::on_success_async) listeners do. Marking the order
+    /// of a payment that gave up as failed, in the database:
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> async_exec::Result<()> {
+    /// let rt = async_exec::Runtime::builder()
+    ///     .on_dead_async(move |event| {
+    ///         let pool = pool.clone();
+    ///         async move {
+    ///             if event.executor != "billing::charge" {
+    ///                 return;
+    ///             }
+    ///             let Some(order) = event.key.as_deref() else { return };
+    ///             let marked = sqlx::query("UPDATE orders SET state = 'payment_failed' WHERE key = $1")
+    ///                 .bind(order)
+    ///                 .execute(&pool)
+    ///                 .await;
+    ///             if let Err(error) = marked {
+    ///                 tracing::error!(%error, order, "could not mark the order failed");
+    ///             }
+    ///         }
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_dead_async<F, Fut>(mut self, listener: F) -> Self
+    where
+        F: Fn(OutcomeEvent) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.listeners.tasks[2].push(crate::operate::listeners::boxed(listener));
         self
     }
 

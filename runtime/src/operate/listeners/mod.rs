@@ -1,6 +1,6 @@
 //! Outcome listeners ([`Builder::on_success`](crate::Builder::on_success), `on_retry`,
 //! `on_dead`): plain functions called with an [`OutcomeEvent`] after the outcome is
-//! written.
+//! written; and their async forms (`on_success_async`, ...: see [`tasks`]).
 //!
 //! They run on one thread of their own (`async-exec-listeners`), fed by a bounded queue
 //! of [`LISTENER_QUEUE`] events: the completer and the rescuer only put an event in the
@@ -30,6 +30,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
+
+mod tasks;
+
+pub(crate) use tasks::{boxed, AsyncListener};
+pub use tasks::{ASYNC_LISTENER_CALLS, ASYNC_LISTENER_TIMEOUT};
 
 use crate::base::outcome::Subject;
 use crate::base::record::RequestId;
@@ -126,12 +131,14 @@ impl OutcomeEvent {
 /// A listener: a plain function of the event, called on the listeners' thread.
 pub(crate) type Listener = Arc<dyn Fn(&OutcomeEvent) + Send + Sync>;
 
-/// The listeners registered on the builder, by outcome.
+/// The listeners registered on the builder, by outcome: plain ones, and async ones by
+/// the slot of their outcome (see [`slot`]).
 #[derive(Clone, Default)]
 pub(crate) struct ListenerSet {
     pub(crate) success: Vec<Listener>,
     pub(crate) retry: Vec<Listener>,
     pub(crate) dead: Vec<Listener>,
+    pub(crate) tasks: [Vec<AsyncListener>; 3],
 }
 
 impl std::fmt::Debug for ListenerSet {
@@ -140,6 +147,7 @@ impl std::fmt::Debug for ListenerSet {
             .field("success", &self.success.len())
             .field("retry", &self.retry.len())
             .field("dead", &self.dead.len())
+            .field("async", &self.tasks.each_ref().map(Vec::len))
             .finish()
     }
 }
@@ -160,13 +168,19 @@ impl ListenerSet {
 #[derive(Debug, Default)]
 pub(crate) struct Notifier {
     queue: Option<SyncSender<OutcomeEvent>>,
+    /// Whether a plain listener wants the outcomes of each slot.
+    plain: [bool; 3],
+    /// The queues of the async listeners, by slot.
+    tasks: [Vec<tokio::sync::mpsc::Sender<OutcomeEvent>>; 3],
     wanted: [bool; 3],
     dropped: AtomicU64,
     /// The application named in the events.
     application: Arc<str>,
 }
 
-fn slot(kind: OutcomeKind) -> usize {
+/// Where the listeners of `kind` are: 0 success, 1 retry (and snooze), 2 dead (and
+/// cancelled).
+pub(crate) fn slot(kind: OutcomeKind) -> usize {
     match kind {
         OutcomeKind::Success => 0,
         OutcomeKind::Retry | OutcomeKind::Snoozed => 1,
@@ -175,31 +189,51 @@ fn slot(kind: OutcomeKind) -> usize {
 }
 
 impl Notifier {
-    /// A notifier for `listeners` of `application`'s outcomes, with their thread started
-    /// when there are any.
+    /// A notifier for `listeners` of `application`'s outcomes, with the plain ones'
+    /// thread started when there are any, and a task for each async one (on the tokio
+    /// runtime this is called on).
     pub(crate) fn start(
-        listeners: ListenerSet,
+        mut listeners: ListenerSet,
         application: Arc<str>,
     ) -> std::io::Result<Notifier> {
-        let wanted = [
+        let plain = [
             !listeners.success.is_empty(),
             !listeners.retry.is_empty(),
             !listeners.dead.is_empty(),
         ];
-        if !wanted.contains(&true) {
-            return Ok(Notifier::default());
-        }
-        let (queue, events) = mpsc::sync_channel::<OutcomeEvent>(LISTENER_QUEUE);
-        std::thread::Builder::new()
-            .name("async-exec-listeners".into())
-            .spawn(move || {
-                // Ends when every sender is gone: the runtime is dropped.
-                for event in events {
-                    call_all(listeners.of(event.kind), &event);
-                }
+        let async_ones = std::mem::take(&mut listeners.tasks);
+        let tasks = if async_ones.iter().all(Vec::is_empty) {
+            Default::default()
+        } else {
+            let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                std::io::Error::other("async outcome listeners need a tokio runtime")
             })?;
+            async_ones.map(|listeners| {
+                listeners
+                    .into_iter()
+                    .map(|listener| tasks::start(listener, &runtime))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let wanted = [0, 1, 2].map(|slot: usize| plain[slot] || !tasks[slot].is_empty());
+        let queue = if plain.contains(&true) {
+            let (queue, events) = mpsc::sync_channel::<OutcomeEvent>(LISTENER_QUEUE);
+            std::thread::Builder::new()
+                .name("async-exec-listeners".into())
+                .spawn(move || {
+                    // Ends when every sender is gone: the runtime is dropped.
+                    for event in events {
+                        call_all(listeners.of(event.kind), &event);
+                    }
+                })?;
+            Some(queue)
+        } else {
+            None
+        };
         Ok(Notifier {
-            queue: Some(queue),
+            queue,
+            plain,
+            tasks,
             wanted,
             dropped: AtomicU64::new(0),
             application,
@@ -216,22 +250,39 @@ impl Notifier {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Queues `event` for its listeners, without waiting; drops it when the queue is full.
+    /// Queues `event` for its listeners, without waiting; drops it for those whose queue
+    /// is full (the plain listeners share one queue, each async one has its own).
     pub(crate) fn send(&self, event: OutcomeEvent) {
-        let Some(queue) = &self.queue else { return };
         if !self.wants(event.kind) {
             return;
         }
+        let slot = slot(event.kind);
+        for task in &self.tasks[slot] {
+            match task.try_send(event.clone()) {
+                Ok(()) => {}
+                Err(tokio::sync::mpsc::error::TrySendError::Full(event)) => {
+                    self.count_drop(&event, "an async outcome listener is behind");
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+        let Some(queue) = self.queue.as_ref().filter(|_| self.plain[slot]) else {
+            return;
+        };
         match queue.try_send(event) {
             Ok(()) => {}
             Err(TrySendError::Full(event)) => {
-                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                crate::operate::metrics::listener_dropped();
-                crate::log::warn!(id = event.id, kind = ?event.kind, dropped,
-                    "outcome listeners are behind ({LISTENER_QUEUE} events queued): event dropped");
+                self.count_drop(&event, "outcome listeners are behind");
             }
             Err(TrySendError::Disconnected(_)) => {}
         }
+    }
+
+    fn count_drop(&self, event: &OutcomeEvent, why: &str) {
+        let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::operate::metrics::listener_dropped();
+        crate::log::warn!(id = event.id, kind = ?event.kind, dropped,
+            "{why} ({LISTENER_QUEUE} events queued): event dropped");
     }
 
     /// The event of an outcome of a request of this runtime's application.
@@ -268,7 +319,7 @@ impl Notifier {
         unwritten: &[usize],
         mut replaced: Vec<(usize, Completion)>,
     ) {
-        if self.queue.is_none() {
+        if !self.wanted.contains(&true) {
             return;
         }
         if !unwritten.is_empty() {
