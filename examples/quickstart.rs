@@ -1,16 +1,30 @@
-//! The quickstart: three functions, calls in and outside a transaction, a rollback, a
-//! retry and a dead request, all on a SQLite file. No server, no configuration.
+//! The quickstart: a method of a service and two functions, calls in and outside a
+//! transaction, a rollback, a retry and a dead request, all on a SQLite file. No server,
+//! no configuration.
 //!
 //!     cargo run --example quickstart
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_exec::{async_exec, Context, Runtime, Sqlite, Status, Tx};
 
-/// Sends the welcome mail. Runs once, after the commit.
-#[async_exec(type = SaveAsync, remark = "send the welcome mail")]
-async fn send_welcome(user_id: i64, email: String) {
-    println!("  ran      send_welcome for user {user_id} <{email}>");
+/// The mail service. Its `#[async_exec]` methods run on the instance given to the
+/// runtime (`.service(..)`), whichever instance the call was made through.
+struct Mailer {
+    from: &'static str,
+}
+
+#[async_exec]
+impl Mailer {
+    /// Sends the welcome mail. Runs once, after the commit.
+    #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
+    async fn send_welcome(&self, user_id: i64, email: String) {
+        println!(
+            "  ran      send_welcome for user {user_id} <{email}>, from {}",
+            self.from
+        );
+    }
 }
 
 /// Calls a flaky partner API: the first attempt fails, the retry succeeds.
@@ -41,9 +55,13 @@ async fn export_report(report: String, ctx: Context) -> anyhow::Result<()> {
 async fn main() -> anyhow::Result<()> {
     let path =
         std::env::temp_dir().join(format!("async-exec-quickstart-{}.db", std::process::id()));
+    let mailer = Arc::new(Mailer {
+        from: "hello@shop.example",
+    });
     let rt = Runtime::builder()
         .database_url(format!("sqlite:{}", path.display()))
         .application_name("quickstart")
+        .service(mailer.clone()) // runs `Mailer`'s methods
         // Quick retries so that the demo finishes in a few seconds.
         .retry_base_delay(Duration::from_millis(200))
         .retry_interval(Duration::from_millis(100))
@@ -59,7 +77,8 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query("INSERT INTO users VALUES (1, 'ada@example.com')")
         .execute(tx.conn())
         .await?;
-    let welcome = send_welcome(1, "ada@example.com".into())
+    let welcome = mailer
+        .send_welcome(1, "ada@example.com".into())
         .within(&mut tx)
         .await?;
     let crm = notify_crm(1)
@@ -80,7 +99,8 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query("INSERT INTO users VALUES (2, 'bob@example.com')")
         .execute(tx.conn())
         .await?;
-    send_welcome(2, "bob@example.com".into())
+    mailer
+        .send_welcome(2, "bob@example.com".into())
         .within(&mut tx)
         .await?;
     tx.rollback().await?;

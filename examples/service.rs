@@ -1,7 +1,7 @@
 //! A billing service on PostgreSQL and axum, shaped like an application: one backend,
 //! the application's own pool, a handler that writes a business row and calls an
-//! `#[async_exec]` function in the same transaction, the console, `/health`, `/metrics`,
-//! and a graceful shutdown on Ctrl-C and SIGTERM.
+//! `#[async_exec]` method of a service (`Mailer`) in the same transaction, the console,
+//! `/health`, `/metrics`, and a graceful shutdown on Ctrl-C and SIGTERM.
 //!
 //!     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
 //!         cargo run --example service --features postgres,console,prometheus
@@ -13,8 +13,9 @@
 //! after a clean shutdown (CI runs it so: `tests/service.rs`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use async_exec::{async_exec, console, http, Data, Postgres, Runtime, Tx};
+use async_exec::{async_exec, console, http, Postgres, Runtime, Tx};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
@@ -28,21 +29,30 @@ mod self_check;
 
 // --- The service ------------------------------------------------------------------
 
-/// Runs after the transaction that called it commits, retried until it succeeds.
-#[async_exec(type = SaveAsync, remark = "mail the invoice")]
-async fn mail_invoice(invoice_id: i64, email: String, db: Data<PgPool>) -> anyhow::Result<()> {
-    println!("mailing invoice {invoice_id} to {email}"); // a mail API call, in real life
-    sqlx::query("UPDATE invoices SET mailed = true WHERE id = $1")
-        .bind(invoice_id)
-        .execute(&*db)
-        .await?;
-    Ok(())
+/// Mails invoices. Its `#[async_exec]` methods run after the transaction that called
+/// them commits, retried until they succeed, on the instance given to the runtime.
+struct Mailer {
+    db: PgPool,
+}
+
+#[async_exec]
+impl Mailer {
+    #[async_exec(type = SaveAsync, remark = "mail the invoice")]
+    async fn mail_invoice(&self, invoice_id: i64, email: String) -> anyhow::Result<()> {
+        println!("mailing invoice {invoice_id} to {email}"); // a mail API call, in real life
+        sqlx::query("UPDATE invoices SET mailed = true WHERE id = $1")
+            .bind(invoice_id)
+            .execute(&self.db)
+            .await?;
+        Ok(())
+    }
 }
 
 #[derive(Clone)]
 struct AppState {
     db: PgPool,
     rt: Runtime,
+    mailer: Arc<Mailer>,
 }
 
 #[derive(Deserialize)]
@@ -64,7 +74,10 @@ async fn create_invoice(
             .bind(new.cents)
             .fetch_one(tx.conn())
             .await?;
-    mail_invoice(id, new.email).within(&mut tx).await?;
+    app.mailer
+        .mail_invoice(id, new.email)
+        .within(&mut tx)
+        .await?;
     tx.commit().await?; // then the mail goes out
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
 }
@@ -106,10 +119,11 @@ pub async fn main() -> anyhow::Result<()> {
     )
     .execute(&db)
     .await?;
+    let mailer = Arc::new(Mailer { db: db.clone() });
     let rt = Runtime::builder()
         .postgres_pool(db.clone()) // the application's pool; the tables are migrated
         .application_name("billing")
-        .data(db.clone()) // what `Data<PgPool>` receives
+        .service(mailer.clone()) // runs `Mailer`'s methods
         .start()
         .await?;
 
@@ -118,7 +132,11 @@ pub async fn main() -> anyhow::Result<()> {
     let app = Router::new()
         .route("/invoices", post(create_invoice))
         .route("/invoices/{id}", get(get_invoice))
-        .with_state(AppState { db, rt: rt.clone() })
+        .with_state(AppState {
+            db,
+            rt: rt.clone(),
+            mailer,
+        })
         .merge(console::mount("/console", console)) // and /console/ redirects there
         .merge(http::health_router(&rt)) // GET /health: 200 when ready, 503 when not
         .merge(metrics); // GET /metrics: Prometheus text

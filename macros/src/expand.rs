@@ -16,12 +16,18 @@ use crate::validate::{self, Kind, Param};
 /// The whole attribute: parse, validate, expand. Never panics on user input:
 /// errors come back as `compile_error!`s next to the item.
 pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
+    if let Ok(item_impl) = syn::parse2::<syn::ItemImpl>(item.clone()) {
+        return crate::service::service(args, item_impl);
+    }
     let item_fn = match syn::parse2::<ItemFn>(item.clone()) {
         Ok(item_fn) => item_fn,
         Err(e) => {
             let e = syn::Error::new(
                 e.span(),
-                format!("{e}; #[async_exec] goes on an `async fn` with a body"),
+                format!(
+                    "{e}; #[async_exec] goes on an `async fn` with a body (or on the `impl` \
+                     block of a service)"
+                ),
             );
             return with_error(item, e);
         }
@@ -54,7 +60,7 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Appends the error to `tokens` (tokio's `token_stream_with_error`).
-fn with_error(mut tokens: TokenStream, error: syn::Error) -> TokenStream {
+pub(crate) fn with_error(mut tokens: TokenStream, error: syn::Error) -> TokenStream {
     tokens.extend(error.into_compile_error());
     tokens
 }
@@ -94,13 +100,13 @@ pub(crate) fn sign_and_signature(params: &[Param]) -> (String, String) {
     )
 }
 
-fn default_crate_path() -> syn::Path {
+pub(crate) fn default_crate_path() -> syn::Path {
     syn::parse_quote!(::async_exec)
 }
 
 /// The wrapper's persisted parameters: `user_id: i64, email: String` (no `mut`,
 /// no parameter attributes).
-fn wrapper_params(params: &[Param]) -> Vec<TokenStream> {
+pub(crate) fn wrapper_params(params: &[Param]) -> Vec<TokenStream> {
     params
         .iter()
         .filter(|p| matches!(p.kind, Kind::Persisted))
@@ -139,85 +145,30 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
     let decoded = format_ident!("__args", span = def_site);
 
     let wrapper_params = wrapper_params(params);
-    let persisted: Vec<&syn::Ident> = params
-        .iter()
-        .filter(|p| matches!(p.kind, Kind::Persisted))
-        .map(|p| &p.ident)
-        .collect();
-    // Fields are named like the parameters (the JSON keys) but spanned at the
-    // parameter's type, so that serde's errors for a type without
-    // `Serialize`/`Deserialize` point at that type.
-    let fields: Vec<syn::Ident> = params
-        .iter()
-        .filter(|p| matches!(p.kind, Kind::Persisted))
-        .map(|p| {
-            let span = syn::spanned::Spanned::span(&p.ty);
-            let name = p.ident.to_string();
-            match name.strip_prefix("r#") {
-                Some(raw) => syn::Ident::new_raw(raw, span),
-                None => syn::Ident::new(&name, span),
-            }
-        })
-        .collect();
-    let field_types = params
-        .iter()
-        .filter(|p| matches!(p.kind, Kind::Persisted))
-        .map(|p| &p.ty);
-    let mut field_iter = fields.iter();
-    let call_args = params.iter().map(|p| match &p.kind {
-        Kind::Persisted => {
-            let field = field_iter
-                .next()
-                .expect("one field per persisted parameter");
-            quote!(#decoded.#field)
-        }
-        Kind::Data(inner) => quote!(#inv.data::<#inner>()?),
-        Kind::Context => quote!(#inv.context()),
-    });
-
-    // A return type without `IntoOutcome` is reported at the return type.
-    let ret_span = match output {
-        ReturnType::Default => fn_name.span(),
-        ReturnType::Type(_, ty) => syn::spanned::Spanned::span(ty),
-    };
-    let ret_span = Span::call_site().located_at(ret_span);
-    let c_at_ret = respan(c.to_token_stream(), ret_span);
+    let Fields {
+        persisted,
+        fields,
+        types: field_types,
+    } = Fields::of(params);
+    let call_args = call_args(params, &fields, &decoded, &inv);
+    let ret_span = return_span(output, fn_name);
     let body_fn_at_ret = format_ident!("__async_exec_body", span = def_site.located_at(ret_span));
-    // The body's value is kept (its JSON) when it serializes and the record keeps it.
-    let run_body = quote_spanned! {ret_span=>
-        {
-            let __async_exec_slot = #inv.__result_slot();
-            let __async_exec_out = #body_fn_at_ret(#(#call_args),*).await;
-            if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
-                #[allow(unused_imports)]
-                use #c_at_ret::__private::{KeepJson as _, NoJson as _};
-                // The two `&` choose between the traits (autoref specialization).
-                #[allow(clippy::needless_borrow)]
-                let __async_exec_json =
-                    (&&#c_at_ret::__private::ResultOf(&__async_exec_out)).__result_json();
-                __async_exec_slot.keep(__async_exec_json);
-            }
-            #c_at_ret::__private::IntoOutcome::into_outcome(__async_exec_out)
-        }
-    };
-    // A body whose future is not `Send` is reported at the `async` keyword.
-    let async_span = match &sig.asyncness {
-        Some(token) => Span::call_site().located_at(token.span),
-        None => Span::call_site(),
-    };
+    let run_body = run_body(
+        &c,
+        &inv,
+        ret_span,
+        quote_spanned! {ret_span=>
+            #body_fn_at_ret(#(#call_args),*)
+        },
+    );
+    let async_span = async_span(sig);
     let boxed_body = quote_spanned! {async_span=>
         ::std::boxed::Box::pin(async move {
             let #decoded: #args_struct = #inv.decode()?;
             #run_body
         })
     };
-    // Serde's own errors (a persisted type without `Serialize`) point at the
-    // parameter list rather than at the attribute.
-    let params_span = Span::call_site().located_at(sig.paren_token.span.join());
-    let derive = respan(
-        quote!(#[derive(#c::__private::serde::Serialize, #c::__private::serde::Deserialize)]),
-        params_span,
-    );
+    let derive = args_derive(&c, sig);
 
     let path = {
         let fn_name = fn_name.unraw().to_string();
@@ -227,36 +178,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         Some(lit) => lit.to_token_stream(),
         None => path.clone(),
     };
-    let (sign, signature) = sign_and_signature(params);
-    let remark = match &args.remark {
-        Some(lit) => lit.to_token_stream(),
-        None => quote!(""),
-    };
-    let strategy = &args.strategy;
-    let max_attempts = match args.max_attempts {
-        Some(n) => quote!(::core::option::Option::Some(#n)),
-        None => quote!(::core::option::Option::None),
-    };
-    let data_needs = params.iter().filter_map(|p| match &p.kind {
-        Kind::Data(inner) => Some(quote!(#c::__private::DataNeed::of::<#inner>())),
-        _ => None,
-    });
-    let secrets = params
-        .iter()
-        .filter(|p| p.secret)
-        .map(|p| p.ident.unraw().to_string());
-    let timeout_ms = match args.timeout_ms {
-        Some(ms) => quote!(::core::option::Option::Some(#ms)),
-        None => quote!(::core::option::Option::None),
-    };
-    let queue = match &args.queue {
-        Some(lit) => quote!(::core::option::Option::Some(#lit)),
-        None => quote!(::core::option::Option::None),
-    };
-    let deadline_ms = match args.deadline_ms {
-        Some((ms, _)) => quote!(::core::option::Option::Some(#ms)),
-        None => quote!(::core::option::Option::None),
-    };
+    let def_fields = def_fields(args, &c, params, &[]);
 
     quote! {
         #(#attrs)*
@@ -277,22 +199,167 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             static #def_static: #c::__private::ExecutorDef = #c::__private::ExecutorDef {
                 name: #name,
                 path: #path,
-                sign: #sign,
-                signature: #signature,
-                remark: #remark,
-                strategy: #c::Strategy::#strategy,
-                max_attempts: #max_attempts,
-                timeout_ms: #timeout_ms,
-                queue: #queue,
-                deadline_ms: #deadline_ms,
-                data: &[#(#data_needs),*],
-                secrets: &[#(#secrets),*],
+                #def_fields
                 run: #run_fn,
             };
             #c::__private::inventory::submit! { #c::__private::Registration(&#def_static) }
 
             #c::Call::__new(&#def_static, &#args_struct { #(#fields: #persisted),* })
         }
+    }
+}
+
+/// The persisted parameters as the args struct's fields: the parameters' names, and the
+/// fields named like them (the JSON keys) but spanned at the parameter's type, so that
+/// serde's errors for a type without `Serialize`/`Deserialize` point at that type.
+pub(crate) struct Fields<'a> {
+    pub(crate) persisted: Vec<&'a syn::Ident>,
+    pub(crate) fields: Vec<syn::Ident>,
+    pub(crate) types: Vec<&'a syn::Type>,
+}
+
+impl<'a> Fields<'a> {
+    pub(crate) fn of(params: &'a [Param]) -> Fields<'a> {
+        let stored = || params.iter().filter(|p| matches!(p.kind, Kind::Persisted));
+        Fields {
+            persisted: stored().map(|p| &p.ident).collect(),
+            fields: stored()
+                .map(|p| {
+                    let span = syn::spanned::Spanned::span(&p.ty);
+                    let name = p.ident.to_string();
+                    match name.strip_prefix("r#") {
+                        Some(raw) => syn::Ident::new_raw(raw, span),
+                        None => syn::Ident::new(&name, span),
+                    }
+                })
+                .collect(),
+            types: stored().map(|p| &p.ty).collect(),
+        }
+    }
+}
+
+/// The body's arguments, in order: the decoded fields, the injected values.
+pub(crate) fn call_args(
+    params: &[Param],
+    fields: &[syn::Ident],
+    decoded: &syn::Ident,
+    inv: &syn::Ident,
+) -> Vec<TokenStream> {
+    let mut field_iter = fields.iter();
+    params
+        .iter()
+        .map(|p| match &p.kind {
+            Kind::Persisted => {
+                let field = field_iter
+                    .next()
+                    .expect("one field per persisted parameter");
+                quote!(#decoded.#field)
+            }
+            Kind::Data(inner) => quote!(#inv.data::<#inner>()?),
+            Kind::Context => quote!(#inv.context()),
+        })
+        .collect()
+}
+
+/// Where a return type without `IntoOutcome` is reported: at the return type.
+pub(crate) fn return_span(output: &ReturnType, fn_name: &syn::Ident) -> Span {
+    let at = match output {
+        ReturnType::Default => fn_name.span(),
+        ReturnType::Type(_, ty) => syn::spanned::Spanned::span(ty),
+    };
+    Span::call_site().located_at(at)
+}
+
+/// Where a body whose future is not `Send` is reported: at the `async` keyword.
+pub(crate) fn async_span(sig: &syn::Signature) -> Span {
+    match &sig.asyncness {
+        Some(token) => Span::call_site().located_at(token.span),
+        None => Span::call_site(),
+    }
+}
+
+/// The args struct's derive, spanned at the parameter list: serde's own errors (a
+/// persisted type without `Serialize`) point there rather than at the attribute.
+pub(crate) fn args_derive(c: &syn::Path, sig: &syn::Signature) -> TokenStream {
+    let params_span = Span::call_site().located_at(sig.paren_token.span.join());
+    respan(
+        quote!(#[derive(#c::__private::serde::Serialize, #c::__private::serde::Deserialize)]),
+        params_span,
+    )
+}
+
+/// Runs the body (`call`, a future) and turns its value into the outcome; the value is
+/// kept (its JSON) when it serializes and the record keeps it.
+pub(crate) fn run_body(
+    c: &syn::Path,
+    inv: &syn::Ident,
+    ret_span: Span,
+    call: TokenStream,
+) -> TokenStream {
+    let c_at_ret = respan(c.to_token_stream(), ret_span);
+    quote_spanned! {ret_span=>
+        {
+            let __async_exec_slot = #inv.__result_slot();
+            let __async_exec_out = #call.await;
+            if let ::core::option::Option::Some(__async_exec_slot) = __async_exec_slot {
+                #[allow(unused_imports)]
+                use #c_at_ret::__private::{KeepJson as _, NoJson as _};
+                // The two `&` choose between the traits (autoref specialization).
+                #[allow(clippy::needless_borrow)]
+                let __async_exec_json =
+                    (&&#c_at_ret::__private::ResultOf(&__async_exec_out)).__result_json();
+                __async_exec_slot.keep(__async_exec_json);
+            }
+            #c_at_ret::__private::IntoOutcome::into_outcome(__async_exec_out)
+        }
+    }
+}
+
+/// The fields of the `ExecutorDef` between `path` and `run`, from the attribute's
+/// arguments and the parameters; `more_data`: values needed besides the `Data<T>`
+/// parameters (a service's instance).
+pub(crate) fn def_fields(
+    args: &Args,
+    c: &syn::Path,
+    params: &[Param],
+    more_data: &[TokenStream],
+) -> TokenStream {
+    let (sign, signature) = sign_and_signature(params);
+    let remark = match &args.remark {
+        Some(lit) => lit.to_token_stream(),
+        None => quote!(""),
+    };
+    let strategy = &args.strategy;
+    let some_or_none = |value: Option<TokenStream>| match value {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    };
+    let max_attempts = some_or_none(args.max_attempts.map(|n| quote!(#n)));
+    let timeout_ms = some_or_none(args.timeout_ms.map(|ms| quote!(#ms)));
+    let queue = some_or_none(args.queue.as_ref().map(|lit| quote!(#lit)));
+    let deadline_ms = some_or_none(args.deadline_ms.map(|(ms, _)| quote!(#ms)));
+    let data_needs = more_data
+        .iter()
+        .cloned()
+        .chain(params.iter().filter_map(|p| match &p.kind {
+            Kind::Data(inner) => Some(quote!(#c::__private::DataNeed::of::<#inner>())),
+            _ => None,
+        }));
+    let secrets = params
+        .iter()
+        .filter(|p| p.secret)
+        .map(|p| p.ident.unraw().to_string());
+    quote! {
+        sign: #sign,
+        signature: #signature,
+        remark: #remark,
+        strategy: #c::Strategy::#strategy,
+        max_attempts: #max_attempts,
+        timeout_ms: #timeout_ms,
+        queue: #queue,
+        deadline_ms: #deadline_ms,
+        data: &[#(#data_needs),*],
+        secrets: &[#(#secrets),*],
     }
 }
 

@@ -11,6 +11,7 @@ use proc_macro::TokenStream;
 mod attr;
 mod expand;
 mod placement;
+mod service;
 mod validate;
 
 /// Turns an `async fn` into a persisted, retried executor.
@@ -202,12 +203,42 @@ mod validate;
 /// async fn audit(event: String) {}
 /// ```
 ///
+/// # Methods of a service
+///
+/// On the `impl` block of a service type (no arguments, but `crate = "..."`), it
+/// makes executors of the `async fn name(&self, ..)` methods marked
+/// `#[async_exec(type = ...)]`. `service.name(..)` returns the `Call`; the body runs
+/// on the instance registered with `Builder::service`, named
+/// `module::Type::name` unless `name = ...` says otherwise.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use async_exec::{async_exec, Runtime};
+///
+/// struct Mailer;
+///
+/// #[async_exec]
+/// impl Mailer {
+///     #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
+///     async fn send_welcome(&self, user_id: i64) -> anyhow::Result<()> {
+///         Ok(())
+///     }
+/// }
+///
+/// # async fn demo() -> async_exec::Result<()> {
+/// let mailer = Arc::new(Mailer);
+/// let rt = Runtime::builder().service(mailer.clone()).start().await?;
+/// mailer.send_welcome(42).on(&rt).await?;
+/// # Ok(()) }
+/// ```
+///
 /// # Errors
 ///
 /// Misuse is a compile error at the offending token that says what to write
 /// instead: unknown or duplicate arguments, an unknown strategy, a bad
 /// `timeout` or `max_attempts`, a function that is not `async`, generic,
-/// `const`, `unsafe` or `extern`, a method (`self`), and parameters that are
+/// `const`, `unsafe` or `extern`, a method outside a service's `impl` (or one
+/// taking `&mut self` or `self` by value), and parameters that are
 /// references, `impl Trait` or patterns. Persisted parameter types without
 /// serde support fail at the parameter's type.
 ///

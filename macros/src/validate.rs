@@ -40,7 +40,9 @@ pub(crate) fn check(item: &ItemFn) -> syn::Result<Vec<Param>> {
         match input {
             FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
                 receiver,
-                "methods are not supported yet; make it a free function",
+                "a method of a service needs #[async_exec] on its `impl` block too \
+                 (`#[async_exec] impl Mailer { .. }`), and the instance registered with \
+                 `Builder::service`",
             )),
             FnArg::Typed(pat_type) => {
                 check_type(&pat_type.ty, &mut errors);
@@ -331,7 +333,9 @@ mod tests {
         assert_eq!(errs.len(), 7, "{errs:?}");
         assert_eq!(
             errs[0],
-            "methods are not supported yet; make it a free function"
+            "a method of a service needs #[async_exec] on its `impl` block too \
+             (`#[async_exec] impl Mailer { .. }`), and the instance registered with \
+             `Builder::service`"
         );
         assert!(errs[1].starts_with("parameters are persisted, so they must be owned"));
         assert!(errs[2].starts_with("parameters are persisted, so they must be owned"));

@@ -71,6 +71,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Data<T> {
 pub struct DataNeed {
     type_id: fn() -> TypeId,
     type_name: fn() -> &'static str,
+    service: bool,
 }
 
 impl DataNeed {
@@ -79,7 +80,22 @@ impl DataNeed {
         DataNeed {
             type_id: TypeId::of::<T>,
             type_name: std::any::type_name::<T>,
+            service: false,
         }
+    }
+
+    /// The need of a method of the service `T`: its registered instance
+    /// ([`Builder::service`](crate::Builder::service)).
+    pub const fn service<T: 'static>() -> DataNeed {
+        DataNeed {
+            service: true,
+            ..DataNeed::of::<T>()
+        }
+    }
+
+    /// Whether it is a service's instance (not a `Data<T>` parameter).
+    pub fn is_service(&self) -> bool {
+        self.service
     }
 
     /// The `T` of the `Data<T>`.
@@ -95,7 +111,10 @@ impl DataNeed {
 
 impl fmt::Debug for DataNeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Data<{}>", self.type_name())
+        match self.service {
+            true => write!(f, "service {}", self.type_name()),
+            false => write!(f, "Data<{}>", self.type_name()),
+        }
     }
 }
 

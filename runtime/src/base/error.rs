@@ -114,7 +114,8 @@ pub enum Error {
     /// their requests would go `dead` when they run.
     #[error(
         "executors this runtime runs take `Data<T>` values that are not registered: {missing}; \
-         register each with `.data(value)` on the builder, or, if this runtime is not meant to \
+         register each with `.data(value)` on the builder (a service's instance with \
+         `.service(Arc::new(value))`), or, if this runtime is not meant to \
          run those executors (their requests would go `dead` here), say so with \
          `.without_data::<T>()`"
     )]

@@ -233,7 +233,15 @@ impl DataMap {
                 def.data
                     .iter()
                     .filter(|need| !self.satisfies(need))
-                    .map(move |need| format!("`{}` takes `Data<{}>`", def.name, need.type_name()))
+                    .map(move |need| match need.is_service() {
+                        true => format!(
+                            "`{}` is a method of the service `{}`, whose instance is not \
+                             registered (`.service(Arc::new(..))`)",
+                            def.name,
+                            need.type_name()
+                        ),
+                        false => format!("`{}` takes `Data<{}>`", def.name, need.type_name()),
+                    })
             })
             .collect();
         if missing.is_empty() {

@@ -237,6 +237,41 @@ impl Builder {
         self
     }
 
+    /// Registers the instance of a service whose methods are executors
+    /// (`#[async_exec]` on its `impl` block, `#[async_exec(type = ...)]` on each such
+    /// method): a request of a method runs on this instance, whoever called it.
+    /// [`start`](Builder::start) refuses a runtime that would run a method of a service
+    /// not registered ([`Error::MissingData`](crate::Error::MissingData)). The instance is
+    /// also what a `Data<T>` parameter of type `T` gets.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use async_exec::{async_exec, Runtime};
+    ///
+    /// struct Mailer {
+    ///     from: String,
+    /// }
+    ///
+    /// #[async_exec]
+    /// impl Mailer {
+    ///     #[async_exec(type = SaveAsync, remark = "send the welcome mail")]
+    ///     async fn send_welcome(&self, user_id: i64, email: String) -> anyhow::Result<()> {
+    ///         println!("{} -> {email} (user {user_id})", self.from);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let mailer = Arc::new(Mailer { from: "hello@shop.example".into() });
+    /// let rt = Runtime::builder().service(mailer.clone()).start().await?;
+    /// mailer.send_welcome(42, "a@b.c".into()).on(&rt).await?; // runs after the commit
+    /// # Ok(()) }
+    /// ```
+    pub fn service<T: Send + Sync + 'static>(mut self, instance: Arc<T>) -> Self {
+        self.data.insert(instance);
+        self
+    }
+
     /// Declares that this runtime provides no `T` on purpose: [`start`](Builder::start)
     /// then does not refuse executors that take a `Data<T>`, and a request of theirs that
     /// runs here goes `dead` naming the missing value. For a binary that links executors
