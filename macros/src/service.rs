@@ -75,7 +75,8 @@ pub(crate) fn service(args: TokenStream, mut item: ItemImpl) -> TokenStream {
                 items.extend(in_impl);
                 beside.extend(outside);
             }
-            Err((kept, error)) => {
+            Err(failed) => {
+                let (kept, error) = *failed;
                 items.push(ImplItem::Fn(kept));
                 errors.push(error);
             }
@@ -108,6 +109,12 @@ fn service_args(args: TokenStream) -> syn::Result<syn::Path> {
     }
 }
 
+/// A marked method's items in the impl, and the items beside the impl.
+type Expanded = (Vec<ImplItem>, TokenStream);
+
+/// A marked method as written (without the attribute), and why it is refused.
+type Refused = (ImplItemFn, syn::Error);
+
 /// What a marked method becomes: items of the impl and items beside it. On an error,
 /// the method as written (without the attribute and `#[secret]`) and the error.
 fn method_executor(
@@ -116,11 +123,11 @@ fn method_executor(
     type_name: &str,
     mut method: ImplItemFn,
     at: usize,
-) -> Result<(Vec<ImplItem>, TokenStream), (ImplItemFn, syn::Error)> {
+) -> Result<Expanded, Box<Refused>> {
     let marker = method.attrs.remove(at);
     let fail = |mut method: ImplItemFn, error: syn::Error| {
         method.sig.inputs = validate::strip_secrets(&method.sig.inputs);
-        Err((method, error))
+        Err(Box::new((method, error)))
     };
     let args_tokens = match &marker.meta {
         syn::Meta::List(list) => list.tokens.clone(),
@@ -193,7 +200,7 @@ fn generate(
     type_name: &str,
     method: &ImplItemFn,
     params: &[Param],
-) -> (Vec<ImplItem>, TokenStream) {
+) -> Expanded {
     let sig = &method.sig;
     let fn_name = &sig.ident;
     let bare = fn_name.unraw().to_string();
