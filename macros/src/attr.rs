@@ -17,6 +17,8 @@ mod kw {
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(queue);
     syn::custom_keyword!(deadline);
+    syn::custom_keyword!(every);
+    syn::custom_keyword!(cron);
 }
 
 /// Every key, in the order error messages list them.
@@ -28,6 +30,8 @@ pub(crate) const KEYS: &[&str] = &[
     "timeout",
     "queue",
     "deadline",
+    "every",
+    "cron",
     "crate",
 ];
 
@@ -56,8 +60,28 @@ pub(crate) struct Args {
     /// `deadline = "10m"` or `deadline = 600`, in milliseconds: a call's request not
     /// started by then goes `dead`.
     pub(crate) deadline_ms: Option<(u64, Span)>,
+    /// `every = "30s"` or `cron = "0 */5 * * * *"`: the executor calls itself so.
+    pub(crate) schedule: Option<ScheduleArg>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
+}
+
+/// `every = ...` or `cron = ...`, with the span of its value.
+#[derive(Debug, Clone)]
+pub(crate) enum ScheduleArg {
+    /// Every so many milliseconds.
+    Every(u64, Span),
+    /// A cron expression (checked when the runtime starts).
+    Cron(LitStr),
+}
+
+impl ScheduleArg {
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            ScheduleArg::Every(_, span) => *span,
+            ScheduleArg::Cron(lit) => lit.span(),
+        }
+    }
 }
 
 /// Collects errors without stopping the parse.
@@ -80,6 +104,23 @@ impl Errors {
 }
 
 /// Records `value` into `slot`, or an error at `key_span` if the key was already given.
+/// Sets the schedule once: `every` and `cron` are two ways of giving one.
+fn set_schedule(
+    errors: &mut Errors,
+    slot: &mut Option<Option<ScheduleArg>>,
+    key_span: Span,
+    value: Option<ScheduleArg>,
+) {
+    if slot.is_some() {
+        errors.push(syn::Error::new(
+            key_span,
+            "a schedule is given twice: give one `every = ...` or one `cron = ...`",
+        ));
+    } else {
+        *slot = Some(value);
+    }
+}
+
 fn set_once<T>(errors: &mut Errors, slot: &mut Option<T>, key: &str, key_span: Span, value: T) {
     if slot.is_some() {
         errors.push(syn::Error::new(
@@ -101,6 +142,7 @@ impl Parse for Args {
         let mut timeout_ms = None;
         let mut queue = None;
         let mut deadline_ms = None;
+        let mut schedule = None;
         let mut crate_path = None;
 
         while !input.is_empty() {
@@ -114,6 +156,7 @@ impl Parse for Args {
                 &mut timeout_ms,
                 &mut queue,
                 &mut deadline_ms,
+                &mut schedule,
                 &mut crate_path,
             ) {
                 return Err(errors.with(e));
@@ -165,6 +208,19 @@ impl Parse for Args {
                 ));
             }
         }
+        // A schedule's ticks are stored requests, one per tick (a key each).
+        if let (Some(strategy), Some(Some(schedule))) = (&strategy, &schedule) {
+            if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
+                errors.push(syn::Error::new(
+                    schedule.span(),
+                    format!(
+                        "a schedule's ticks are stored requests, one per tick, written by \
+                         whichever instance gets there first: `{strategy}` stores none; use \
+                         type = SaveAsync with `every` or `cron`"
+                    ),
+                ));
+            }
+        }
         match (errors.0, strategy) {
             (Some(errors), _) => Err(errors),
             (None, Some(strategy)) => Ok(Args {
@@ -175,6 +231,7 @@ impl Parse for Args {
                 timeout_ms: timeout_ms.flatten(),
                 queue: queue.flatten(),
                 deadline_ms: deadline_ms.flatten(),
+                schedule: schedule.flatten(),
                 crate_path: crate_path.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
@@ -195,6 +252,7 @@ fn parse_one(
     timeout_ms: &mut Option<Option<u64>>,
     queue: &mut Option<Option<LitStr>>,
     deadline_ms: &mut Option<Option<(u64, Span)>>,
+    schedule: &mut Option<Option<ScheduleArg>>,
     crate_path: &mut Option<Option<syn::Path>>,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
@@ -302,6 +360,37 @@ fn parse_one(
             }
         };
         set_once(errors, deadline_ms, "deadline", key.span, value);
+    } else if lookahead.peek(kw::every) {
+        let key: kw::every = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let value = match every_millis(&value.value()) {
+            Some(ms) => Some(ScheduleArg::Every(ms, value.span())),
+            None => {
+                errors.push(syn::Error::new(value.span(), EVERY_FORMS));
+                None
+            }
+        };
+        set_schedule(errors, schedule, key.span, value);
+    } else if lookahead.peek(kw::cron) {
+        let key: kw::cron = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let fields = value.value().split_whitespace().count();
+        let value = if fields == 6 || fields == 7 {
+            Some(ScheduleArg::Cron(value))
+        } else {
+            errors.push(syn::Error::new(
+                value.span(),
+                format!(
+                    "`cron` takes six fields, seconds first (`sec min hour day month weekday`, \
+                     and a year if you like), not {fields}: \"0 */5 * * * *\" is every five \
+                     minutes, \"0 0 6 1 * *\" 06:00 UTC on the first of each month"
+                ),
+            ));
+            None
+        };
+        set_schedule(errors, schedule, key.span, value);
     } else if lookahead.peek(kw::queue) {
         let key: kw::queue = input.parse()?;
         input.parse::<Token![=]>()?;
@@ -448,6 +537,20 @@ fn parse_timeout_int(lit: &LitInt) -> syn::Result<u64> {
 
 fn parse_timeout_str(lit: &LitStr) -> syn::Result<u64> {
     timeout_millis(&lit.value()).ok_or_else(|| syn::Error::new(lit.span(), TIMEOUT_FORMS))
+}
+
+const EVERY_FORMS: &str = "`every` must be a period of one second to a year: \"30s\", \
+     \"5m\", \"2h\" or \"1d\" (for times of day, use `cron = \"0 0 6 * * *\"`)";
+
+/// `"30s"`, `"5m"`, `"2h"`, `"1d"` → milliseconds, one second to a year; `None` else.
+pub(crate) fn every_millis(text: &str) -> Option<u64> {
+    let ms = match text.strip_suffix('d') {
+        Some(days) if !days.is_empty() && days.bytes().all(|b| b.is_ascii_digit()) => {
+            days.parse::<u64>().ok()?.checked_mul(24 * 3_600_000)?
+        }
+        _ => timeout_millis(text)?,
+    };
+    (1_000..=MAX_TIMEOUT_MS).contains(&ms).then_some(ms)
 }
 
 /// `"500ms"`, `"30s"`, `"5m"`, `"2h"` → milliseconds; `None` for 0, overflow or
@@ -612,7 +715,7 @@ mod tests {
     fn unknown_and_case_sensitive_keys() {
         assert_eq!(
             messages("type = Async, foo = 1 + 2, remark = \"x\""),
-            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, crate"]
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, crate"]
         );
         let errs = messages("Type = Async");
         assert_eq!(errs.len(), 2, "{errs:?}");

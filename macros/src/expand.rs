@@ -36,7 +36,13 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = syn::parse2::<Args>(args);
     let params = validate::check(&item_fn);
     match (args, params) {
-        (Ok(args), Ok(params)) => expand(&args, &item_fn, &params),
+        (Ok(args), Ok(params)) => match schedule_error(&args, &params) {
+            None => expand(&args, &item_fn, &params),
+            Some(e) => {
+                let c = args.crate_path.clone().unwrap_or_else(default_crate_path);
+                with_error(stub(&c, &item_fn, &params), e)
+            }
+        },
         // The signature is fine: emit a stub with the wrapper's signature, so that
         // callers type-check against the `Call` they will get once the attribute
         // is fixed, and body errors still show.
@@ -338,6 +344,10 @@ pub(crate) fn def_fields(
     let timeout_ms = some_or_none(args.timeout_ms.map(|ms| quote!(#ms)));
     let queue = some_or_none(args.queue.as_ref().map(|lit| quote!(#lit)));
     let deadline_ms = some_or_none(args.deadline_ms.map(|(ms, _)| quote!(#ms)));
+    let schedule = some_or_none(args.schedule.as_ref().map(|schedule| match schedule {
+        attr::ScheduleArg::Every(ms, _) => quote!(#c::__private::Schedule::Every(#ms)),
+        attr::ScheduleArg::Cron(lit) => quote!(#c::__private::Schedule::Cron(#lit)),
+    }));
     let data_needs = more_data
         .iter()
         .cloned()
@@ -360,7 +370,25 @@ pub(crate) fn def_fields(
         deadline_ms: #deadline_ms,
         data: &[#(#data_needs),*],
         secrets: &[#(#secrets),*],
+        schedule: #schedule,
     }
+}
+
+/// A schedule on an executor with stored parameters: its ticks would have no arguments
+/// to give it.
+pub(crate) fn schedule_error(args: &Args, params: &[Param]) -> Option<syn::Error> {
+    let schedule = args.schedule.as_ref()?;
+    params
+        .iter()
+        .any(|p| matches!(p.kind, Kind::Persisted))
+        .then(|| {
+            syn::Error::new(
+                schedule.span(),
+                "a scheduled executor is called by its schedule, with no arguments: its \
+                 parameters may only be `Data<T>` and `Context` (`Context::tick` gives the \
+                 time it was scheduled at)",
+            )
+        })
 }
 
 /// `tokens` with every span (recursively) set to `span`.
@@ -508,6 +536,7 @@ mod tests {
                     deadline_ms: ::core::option::Option::None,
                     data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                     secrets: &[],
+                    schedule: ::core::option::Option::None,
                     run: __async_exec_run,
                 };
                 ::async_exec::__private::inventory::submit! { ::async_exec::__private::Registration(&__ASYNC_EXEC_DEF) }

@@ -191,6 +191,20 @@ mod validate;
 /// async fn charge(order_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
 ///
+/// ## `every = "30s"`, `cron = "0 0 6 1 * *"`
+///
+/// The executor calls itself: every so long (one second to a year, at the multiples
+/// of the period since the Unix epoch), or at the times of a cron expression (six
+/// fields, seconds first, UTC). Each tick is one stored request, written by whichever
+/// instance gets there first (`SaveAsync` only, and no stored parameters: `Data<T>` and
+/// `Context` only; `Context::tick` gives the tick).
+///
+/// ```
+/// # use async_exec::{async_exec, Context};
+/// #[async_exec(type = SaveAsync, cron = "0 0 6 1 * *")] // 06:00 UTC, each first of the month
+/// async fn monthly_invoices(ctx: Context) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
 /// ## `crate = "path"`
 ///
 /// The path of the `async-exec` crate in the generated code (default:

@@ -161,6 +161,9 @@ fn method_executor(
         }
         (Err(e), _) | (_, Err(e)) => return fail(method, e),
     };
+    if let Some(error) = crate::expand::schedule_error(&args, &params) {
+        return fail(method, error);
+    }
     let c = args.crate_path.clone().unwrap_or_else(|| c.clone());
     Ok(generate(&c, &args, self_ty, type_name, &method, &params))
 }

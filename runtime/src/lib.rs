@@ -73,6 +73,7 @@ pub use base::record::{ExecutorSign, InstanceInfo};
 #[doc(hidden)]
 pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use base::results::Partial;
+pub use base::schedule::Schedule;
 pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
@@ -96,6 +97,7 @@ pub use operate::policy::PolicyChange;
 pub use operate::signal::shutdown_signal;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;
+pub use runtime::ticker::ScheduleInfo;
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};
@@ -121,6 +123,7 @@ pub mod __private {
     pub use crate::base::outcome::{Failure, IntoOutcome};
     pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
     pub use crate::base::results::{KeepJson, NoJson, ResultOf, ResultSlot};
+    pub use crate::base::schedule::Schedule;
     pub use inventory;
     pub use serde;
 }

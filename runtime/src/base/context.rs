@@ -49,6 +49,8 @@ pub struct Context {
     pub(crate) attempt: u32,
     pub(crate) executor: &'static str,
     pub(crate) baggage: Vec<(String, String)>,
+    /// The request's idempotency key, if it has one.
+    pub(crate) key: Option<String>,
     pub(crate) lease_lost: tokio_util::sync::CancellationToken,
     /// Where [`Context::progress`] writes; `None` for an execution without a record.
     pub(crate) progress: Option<ProgressTo>,
@@ -70,6 +72,28 @@ impl Context {
     /// The executor's stable name.
     pub fn executor(&self) -> &'static str {
         self.executor
+    }
+
+    /// The request's idempotency key (`.key(..)` on the call), if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// For a scheduled executor (`every = ...`, `cron = ...`), the tick this request is
+    /// for (unix ms): the time it was scheduled at, the same whichever instance made it.
+    /// `None` for a request not made by its schedule.
+    ///
+    /// ```
+    /// # use async_exec::{async_exec, Context};
+    /// #[async_exec(type = SaveAsync, cron = "0 0 6 1 * *")] // 06:00 UTC, each first of the month
+    /// async fn monthly_invoices(ctx: Context) -> anyhow::Result<()> {
+    ///     let month_of = ctx.tick().expect("called by its schedule");
+    ///     // ... invoice the month before `month_of` ...
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn tick(&self) -> Option<i64> {
+        crate::base::schedule::tick_of(self.executor, self.key.as_deref()?)
     }
 
     /// The caller's baggage (see [`with_baggage`](crate::with_baggage)) captured at the call.

@@ -22,6 +22,7 @@ pub(crate) mod record;
 pub(crate) mod redact;
 pub(crate) mod registry;
 pub(crate) mod results;
+pub(crate) mod schedule;
 pub(crate) mod secret;
 pub(crate) mod settings;
 pub(crate) mod strategy;

@@ -49,6 +49,8 @@ pub struct ExecutorDef {
     pub data: &'static [crate::base::data::DataNeed],
     /// The `#[secret]` parameters, sealed in the record (a key is checked at start).
     pub secrets: &'static [&'static str],
+    /// `every = ...` or `cron = ...`: the executor is called by itself on this schedule.
+    pub schedule: Option<crate::base::schedule::Schedule>,
     /// Decodes the arguments and runs the body.
     pub run: RunFn,
 }
@@ -289,6 +291,7 @@ pub(crate) mod tests_support {
             deadline_ms: None,
             data: &[],
             secrets,
+            schedule: None,
             run: never,
         }
     }
@@ -316,6 +319,7 @@ mod tests {
             deadline_ms: None,
             data: &[],
             secrets: &[],
+            schedule: None,
             run: never,
         }
     }
@@ -368,6 +372,7 @@ mod data_tests {
         deadline_ms: None,
         data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
         secrets: &[],
+        schedule: None,
         run: never,
     };
 

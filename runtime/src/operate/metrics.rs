@@ -305,6 +305,7 @@ mod tests {
         deadline_ms: None,
         data: &[],
         secrets: &[],
+        schedule: None,
         run: |_| Box::pin(async { Ok(()) }),
     };
 

@@ -221,6 +221,20 @@ impl Runtime {
                 },
             ),
         )));
+        // The scheduled executors' ticks: one task for all, stopped with the producer.
+        if !inner.schedules.is_empty() {
+            let ticks = inner.schedules.iter().cloned().map(|scheduled| {
+                crate::runtime::ticker::run(
+                    Arc::downgrade(&self.inner),
+                    scheduled,
+                    inner.shutdown.clone(),
+                )
+            });
+            let all = futures_util::future::join_all(ticks.collect::<Vec<_>>());
+            tasks.push(self.watched("ticker", None, async move {
+                all.await;
+            }));
+        }
         // Leases are kept while bodies run, also during shutdown's grace period: the
         // heartbeat stops with the completer, after the workers.
         let heartbeat = self.heartbeat();

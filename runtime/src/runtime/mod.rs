@@ -9,6 +9,7 @@ pub(crate) mod builder;
 pub(crate) mod connect;
 pub(crate) mod parts;
 pub(crate) mod testing;
+pub(crate) mod ticker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -99,6 +100,8 @@ pub(crate) struct Inner {
     pub(crate) open_txs: crate::call::open_tx::OpenTxs,
     /// The quota rows this runtime made sure exist (rows are never deleted).
     pub(crate) quota_rows: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The scheduled executors (`every`, `cron`), for the ticker and `schedules()`.
+    pub(crate) schedules: crate::runtime::ticker::Schedules,
 }
 
 impl std::fmt::Debug for Inner {
@@ -160,6 +163,8 @@ impl Runtime {
         settings.validate()?;
         let registry = Registry::from_inventory()?;
         let defs: Vec<_> = registry.defs().collect();
+        let schedules: crate::runtime::ticker::Schedules =
+            crate::runtime::ticker::scheduled(&defs)?.into();
         let queues = crate::base::queue::QueuePlan::new(&defs, &settings.queues)?;
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
@@ -282,6 +287,7 @@ impl Runtime {
             delayed_jobs: Default::default(),
             open_txs: Default::default(),
             quota_rows: Default::default(),
+            schedules,
             settings,
         });
         let runtime = Runtime {

@@ -99,6 +99,7 @@ mod tests {
         deadline_ms: None,
         data: &[],
         secrets: &[],
+        schedule: None,
         run: |invocation| {
             RAN.lock().unwrap().extend(invocation.context.request_id);
             Box::pin(async { Ok(()) })

@@ -370,6 +370,7 @@ impl Executor {
                 attempt,
                 executor: def.name,
                 baggage: trace.baggage.clone(),
+                key: job.record.as_ref().and_then(|r| r.key.clone()),
                 lease_lost,
                 progress: job.record.is_some().then(|| self.progress.clone()),
             },

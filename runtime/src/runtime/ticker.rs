@@ -1,0 +1,163 @@
+//! The ticker: calls each scheduled executor (`every = ...`, `cron = ...`) at its ticks.
+//!
+//! Every instance that runs workers keeps the schedules; at a tick (by the database's
+//! clock, so that the instances agree), each writes the tick's request under the key
+//! `tick:<executor>:<unix ms>`: the first writes it, the others find the key taken and
+//! write nothing, so each tick is one request whatever the number of instances. A tick
+//! passed while no instance ran is skipped (the next one is called). A paused executor
+//! is not called (its ticks while paused are skipped). A tick that could not be written
+//! (the database unreachable) is tried again until the next tick is due.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Inner, Runtime};
+use crate::base::registry::ExecutorDef;
+use crate::base::schedule::{tick_key, Ticks};
+
+/// A scheduled executor and its ticks.
+#[derive(Debug, Clone)]
+pub(crate) struct Scheduled {
+    pub(crate) def: &'static ExecutorDef,
+    pub(crate) ticks: Ticks,
+}
+
+/// The schedules of `defs`, checked (a cron expression that does not parse is an
+/// [`Error::Config`](crate::Error::Config) at start).
+pub(crate) fn scheduled<'d>(
+    defs: impl IntoIterator<Item = &'d &'static ExecutorDef>,
+) -> crate::Result<Vec<Scheduled>> {
+    defs.into_iter()
+        .filter_map(|def| def.schedule.map(|schedule| (def, schedule)))
+        .map(|(def, schedule)| {
+            Ok(Scheduled {
+                def,
+                ticks: schedule.ticks(def.name)?,
+            })
+        })
+        .collect()
+}
+
+/// Waits between two tries of a tick that could not be written.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The arguments of a scheduled executor: none.
+#[derive(serde::Serialize)]
+struct NoArguments {}
+
+/// Calls `scheduled`'s executor at each of its ticks until `stop` (or the runtime is
+/// gone). Holds the runtime weakly: a runtime dropped without `shutdown()` is not kept
+/// alive by its ticker.
+pub(crate) async fn run(runtime: Weak<Inner>, scheduled: Scheduled, stop: CancellationToken) {
+    let name = scheduled.def.name;
+    let Some(mut now) = runtime.upgrade().map(|inner| inner.clock.now_ms()) else {
+        return;
+    };
+    while let Some(tick) = scheduled.ticks.next_after(now) {
+        // Sleep until the tick by this clock (the database's, as last synced).
+        loop {
+            let Some(left) = runtime.upgrade().map(|inner| tick - inner.clock.now_ms()) else {
+                return;
+            };
+            if left <= 0 {
+                break;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(left as u64)) => {}
+            }
+        }
+        let next = scheduled.ticks.next_after(tick);
+        loop {
+            let Some(inner) = runtime.upgrade() else {
+                return;
+            };
+            if stop.is_cancelled() {
+                return;
+            }
+            if inner.control.claimable(&[name]).is_empty() {
+                crate::log::debug!(executor = name, tick, "paused: tick skipped");
+                break;
+            }
+            let rt = Runtime { inner };
+            let call = crate::Call::__new(scheduled.def, &NoArguments {})
+                .key(tick_key(name, tick))
+                .on(&rt);
+            match call.await {
+                Ok(_) => break,
+                Err(error) => {
+                    let late = next.is_some_and(|next| rt.inner.clock.now_ms() >= next);
+                    if late {
+                        crate::log::error!(executor = name, tick, %error,
+                            "a tick could not be written before the next one was due: skipped");
+                        break;
+                    }
+                    crate::log::warn!(executor = name, tick, %error,
+                        "a tick could not be written; trying again");
+                }
+            }
+            drop(rt);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(RETRY) => {}
+            }
+        }
+        now = tick;
+    }
+}
+
+/// What [`Runtime::schedules`] reports of one scheduled executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScheduleInfo {
+    /// The executor's name.
+    pub executor: &'static str,
+    /// Its schedule, as the attribute gives it.
+    pub schedule: crate::Schedule,
+    /// Its next ticks (unix ms, the database's clock), the first first.
+    pub next: Vec<i64>,
+}
+
+impl Runtime {
+    /// The scheduled executors (`every = ...`, `cron = ...`) linked into this binary, with
+    /// their next `n` ticks (at most 100). Each tick is called once, by whichever instance
+    /// that runs workers gets there first.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) {
+    /// for schedule in rt.schedules(3) {
+    ///     println!("{} ({}): next at {:?}", schedule.executor, schedule.schedule.describe(), schedule.next);
+    /// }
+    /// # }
+    /// ```
+    pub fn schedules(&self, n: usize) -> Vec<ScheduleInfo> {
+        let now = self.inner.clock.now_ms();
+        self.inner
+            .schedules
+            .iter()
+            .map(|scheduled| {
+                let mut next = Vec::new();
+                let mut at = now;
+                while next.len() < n.min(100) {
+                    match scheduled.ticks.next_after(at) {
+                        Some(tick) => {
+                            next.push(tick);
+                            at = tick;
+                        }
+                        None => break,
+                    }
+                }
+                ScheduleInfo {
+                    executor: scheduled.def.name,
+                    schedule: scheduled.def.schedule.expect("a scheduled executor"),
+                    next,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The schedules of a runtime, shared by its ticker tasks and [`Runtime::schedules`].
+pub(crate) type Schedules = Arc<[Scheduled]>;

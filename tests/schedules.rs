@@ -1,0 +1,122 @@
+//! Issue 21, "periodic calls": `every = ...` and `cron = ...` on the attribute. Three
+//! instances on one database keep the schedules; each tick is one request (its key
+//! `tick:<executor>:<ms>`), written by whichever instance gets there first, and runs
+//! once; the body knows its tick; a paused executor's ticks are skipped; a cron
+//! expression that does not parse is refused at start.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_exec::{async_exec, Backend, Context, Data, Runtime};
+use common::TestDb;
+
+/// The ticks each body ran for, by executor.
+#[derive(Clone, Default)]
+struct Ran(Arc<Mutex<Vec<(&'static str, i64)>>>);
+
+impl Ran {
+    fn of(&self, executor: &str) -> Vec<i64> {
+        let mut ticks: Vec<i64> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(e, _)| *e == executor)
+            .map(|(_, t)| *t)
+            .collect();
+        ticks.sort_unstable();
+        ticks
+    }
+}
+
+#[async_exec(type = SaveAsync, name = "schedules::every_second", every = "1s")]
+async fn every_second(ran: Data<Ran>, ctx: Context) {
+    let tick = ctx.tick().expect("called by its schedule");
+    ran.0.lock().unwrap().push(("every_second", tick));
+}
+
+#[async_exec(type = SaveAsync, name = "schedules::even_seconds", cron = "*/2 * * * * *")]
+async fn even_seconds(ran: Data<Ran>, ctx: Context) {
+    let tick = ctx.tick().expect("called by its schedule");
+    ran.0.lock().unwrap().push(("even_seconds", tick));
+}
+
+async fn instance(db: &TestDb, ran: &Ran) -> Runtime {
+    db.builder()
+        .data(ran.clone())
+        .delete_on_success(false)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Three instances for about five seconds: every tick of each schedule in between ran
+/// exactly once (the ticks one second, or two, apart, none missing, none twice), and
+/// each is one stored request under its tick's key.
+async fn each_tick_runs_once_whatever_the_instances<DB: Backend>(db: TestDb) {
+    let ran = Ran::default();
+    let mut rts = Vec::new();
+    for _ in 0..3 {
+        rts.push(instance(&db, &ran).await);
+    }
+    let schedules = rts[0].schedules(2);
+    let every = schedules
+        .iter()
+        .find(|s| s.executor == "schedules::every_second")
+        .expect("listed");
+    assert_eq!(every.next.len(), 2);
+    assert_eq!(every.next[1] - every.next[0], 1_000);
+    tokio::time::sleep(Duration::from_millis(5_300)).await;
+    for rt in &rts {
+        rt.shutdown().await.unwrap();
+    }
+    for (executor, step, least) in [("every_second", 1_000, 4), ("even_seconds", 2_000, 2)] {
+        let ticks = ran.of(executor);
+        assert!(ticks.len() >= least, "{executor}: {ticks:?}");
+        for pair in ticks.windows(2) {
+            assert_eq!(pair[1] - pair[0], step, "{executor}: {ticks:?}");
+        }
+        assert!(ticks.iter().all(|t| t % step == 0), "{executor}: {ticks:?}");
+        let stored = db
+            .count(&format!(
+                "async_req WHERE executor = 'schedules::{executor}' AND idempotency_key LIKE 'tick:%'"
+            ))
+            .await;
+        assert_eq!(stored, ticks.len() as i64, "{executor}: one request a tick");
+        eprintln!(
+            "{executor}: {} ticks, each run once by one of 3 instances",
+            ticks.len()
+        );
+    }
+}
+
+/// A paused executor is not called: its ticks while paused are skipped, and calls
+/// resume with the next tick after it is resumed.
+async fn a_paused_schedule_skips_its_ticks<DB: Backend>(db: TestDb) {
+    let ran = Ran::default();
+    let rt = instance(&db, &ran).await;
+    rt.pause_executor("schedules::every_second", "ops")
+        .await
+        .unwrap();
+    // Every instance learns of a pause within about a second; a tick in between may run.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let before = ran.of("every_second");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(ran.of("every_second"), before, "no tick while paused");
+    rt.resume_executor("schedules::every_second", "ops")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(ran.of("every_second").len() > before.len(), "resumed");
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    each_tick_runs_once_whatever_the_instances,
+    a_paused_schedule_skips_its_ticks,
+);
