@@ -71,6 +71,15 @@ async fn each_tick_runs_once_whatever_the_instances<DB: Backend>(db: TestDb) {
         .expect("listed");
     assert_eq!(every.next.len(), 2);
     assert_eq!(every.next[1] - every.next[0], 1_000);
+    // What the console's executors page and `GET api/executors` show.
+    let info = rts[0]
+        .executor_infos()
+        .into_iter()
+        .find(|e| e.name == "schedules::even_seconds")
+        .expect("listed");
+    assert_eq!(info.schedule.as_deref(), Some("cron */2 * * * * * (UTC)"));
+    assert_eq!(info.next_ticks.len(), 3);
+    assert!(info.next_ticks.iter().all(|t| t % 2_000 == 0), "{info:?}");
     tokio::time::sleep(Duration::from_millis(5_300)).await;
     for rt in &rts {
         rt.shutdown().await.unwrap();

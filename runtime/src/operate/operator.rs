@@ -31,6 +31,11 @@ pub struct ExecutorInfo {
     pub max_attempts: u32,
     /// How long one attempt may run (ms).
     pub timeout_ms: u64,
+    /// Its schedule (`every`, `cron`), if it calls itself: `"every 1000 ms"`,
+    /// `"cron 0 0 6 1 * * (UTC)"`.
+    pub schedule: Option<String>,
+    /// Its next three ticks (unix ms), for a scheduled executor.
+    pub next_ticks: Vec<i64>,
 }
 
 impl Runtime {
@@ -230,6 +235,7 @@ impl Runtime {
     /// The executors linked into this binary, by name.
     pub fn executor_infos(&self) -> Vec<ExecutorInfo> {
         let inner = &self.inner;
+        let schedules = self.schedules(3);
         inner
             .registry
             .names()
@@ -244,6 +250,12 @@ impl Runtime {
                 strategy: def.strategy.as_str().to_string(),
                 max_attempts: inner.max_attempts_of(def),
                 timeout_ms: inner.executor.timeout_of(def).as_millis() as u64,
+                schedule: def.schedule.map(|schedule| schedule.describe()),
+                next_ticks: schedules
+                    .iter()
+                    .find(|s| s.executor == def.name)
+                    .map(|s| s.next.clone())
+                    .unwrap_or_default(),
             })
             .collect()
     }

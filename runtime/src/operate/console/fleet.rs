@@ -48,6 +48,10 @@ pub(crate) struct ExecutorView {
     pub(crate) sampled: usize,
     /// Live instances that link it, with their sign of it.
     pub(crate) instances: Vec<InstanceSign>,
+    /// Its schedule (`every`, `cron`) in this build, if it calls itself.
+    pub(crate) schedule: Option<String>,
+    /// Its next ticks (unix ms), for a scheduled executor.
+    pub(crate) next_ticks: Vec<i64>,
     /// Who paused its claims, if paused.
     pub(crate) paused_by: Option<String>,
     /// When (unix ms).
@@ -112,6 +116,8 @@ pub(crate) async fn executor_views(state: &State) -> crate::Result<Vec<ExecutorV
         p95_ms: None,
         sampled: 0,
         instances: Vec::new(),
+        schedule: None,
+        next_ticks: Vec::new(),
         paused_by: None,
         paused_at: None,
     };
@@ -124,6 +130,8 @@ pub(crate) async fn executor_views(state: &State) -> crate::Result<Vec<ExecutorV
         view.strategy = Some(info.strategy);
         view.max_attempts = Some(info.max_attempts);
         view.timeout_ms = Some(info.timeout_ms);
+        view.schedule = info.schedule;
+        view.next_ticks = info.next_ticks;
         views.insert(info.name, view);
     }
     for c in &counts.by_executor {
@@ -225,6 +233,12 @@ pub(crate) async fn executors(
                         td {
                             @if let (Some(strategy), Some(max), Some(timeout)) = (&v.strategy, v.max_attempts, v.timeout_ms) {
                                 (strategy) ", " (max) " attempts, " (span(timeout as i64)) " timeout"
+                            }
+                            @if let Some(schedule) = &v.schedule {
+                                div.schedule {
+                                    (schedule)
+                                    @if let Some(next) = v.next_ticks.first() { ", next " (time_el(*next)) }
+                                }
                             }
                         }
                         @for status in Status::ALL {
