@@ -45,6 +45,17 @@ async fn even_seconds(ran: Data<Ran>, ctx: Context) {
     ran.0.lock().unwrap().push(("even_seconds", tick));
 }
 
+#[async_exec(
+    type = SaveAsync,
+    name = "schedules::caught_up",
+    every = "2s",
+    catch_up = true
+)]
+async fn caught_up(ran: Data<Ran>, ctx: Context) {
+    let tick = ctx.tick().expect("called by its schedule");
+    ran.0.lock().unwrap().push(("caught_up", tick));
+}
+
 async fn instance(db: &TestDb, ran: &Ran) -> Runtime {
     db.builder()
         .data(ran.clone())
@@ -125,7 +136,44 @@ async fn a_paused_schedule_skips_its_ticks<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// While no instance runs, ticks pass: the schedule with `catch_up = true` has the last
+/// of them called when an instance starts again (once, under its key); the others skip
+/// theirs.
+async fn a_missed_tick_is_caught_up_once_at_start<DB: Backend>(db: TestDb) {
+    let ran = Ran::default();
+    let rt = instance(&db, &ran).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    rt.shutdown().await.unwrap();
+    let stopped = common::now_ms();
+    // Past the next even second, and the one after, with nothing running.
+    let resume = (stopped / 2_000 + 2) * 2_000 + 300;
+    tokio::time::sleep(Duration::from_millis((resume - stopped) as u64)).await;
+    let restarted = common::now_ms();
+    let again = instance(&db, &ran).await;
+    // A second instance starting now finds the caught-up tick's key taken.
+    let third = instance(&db, &ran).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    again.shutdown().await.unwrap();
+    third.shutdown().await.unwrap();
+    let missed = restarted / 2_000 * 2_000;
+    let caught = ran.of("caught_up");
+    assert!(
+        caught.iter().filter(|&&t| t == missed).count() == 1,
+        "the tick at {missed} (stopped at {stopped}, restarted at {restarted}) ran once: {caught:?}"
+    );
+    let skipped: Vec<i64> = ran
+        .of("every_second")
+        .into_iter()
+        .filter(|&t| t > stopped && t < restarted)
+        .collect();
+    assert!(
+        skipped.is_empty(),
+        "ticks while down are skipped: {skipped:?}"
+    );
+}
+
 backend_suite!(
+    a_missed_tick_is_caught_up_once_at_start,
     each_tick_runs_once_whatever_the_instances,
     a_paused_schedule_skips_its_ticks,
 );

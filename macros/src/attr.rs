@@ -19,6 +19,7 @@ mod kw {
     syn::custom_keyword!(deadline);
     syn::custom_keyword!(every);
     syn::custom_keyword!(cron);
+    syn::custom_keyword!(catch_up);
 }
 
 /// Every key, in the order error messages list them.
@@ -32,6 +33,7 @@ pub(crate) const KEYS: &[&str] = &[
     "deadline",
     "every",
     "cron",
+    "catch_up",
     "crate",
 ];
 
@@ -62,6 +64,8 @@ pub(crate) struct Args {
     pub(crate) deadline_ms: Option<(u64, Span)>,
     /// `every = "30s"` or `cron = "0 */5 * * * *"`: the executor calls itself so.
     pub(crate) schedule: Option<ScheduleArg>,
+    /// `catch_up = true`: the last tick missed while no instance ran is called at start.
+    pub(crate) catch_up: bool,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
 }
@@ -143,6 +147,7 @@ impl Parse for Args {
         let mut queue = None;
         let mut deadline_ms = None;
         let mut schedule = None;
+        let mut catch_up: Option<Option<(bool, Span)>> = None;
         let mut crate_path = None;
 
         while !input.is_empty() {
@@ -157,6 +162,7 @@ impl Parse for Args {
                 &mut queue,
                 &mut deadline_ms,
                 &mut schedule,
+                &mut catch_up,
                 &mut crate_path,
             ) {
                 return Err(errors.with(e));
@@ -208,6 +214,13 @@ impl Parse for Args {
                 ));
             }
         }
+        if let (None | Some(None), Some(Some((_, span)))) = (&schedule, &catch_up) {
+            errors.push(syn::Error::new(
+                *span,
+                "`catch_up` says what a schedule does with a tick missed while no instance \
+                 ran: give it with `every = ...` or `cron = ...`",
+            ));
+        }
         // A schedule's ticks are stored requests, one per tick (a key each).
         if let (Some(strategy), Some(Some(schedule))) = (&strategy, &schedule) {
             if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
@@ -232,6 +245,7 @@ impl Parse for Args {
                 queue: queue.flatten(),
                 deadline_ms: deadline_ms.flatten(),
                 schedule: schedule.flatten(),
+                catch_up: catch_up.flatten().is_some_and(|(on, _)| on),
                 crate_path: crate_path.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
@@ -253,6 +267,7 @@ fn parse_one(
     queue: &mut Option<Option<LitStr>>,
     deadline_ms: &mut Option<Option<(u64, Span)>>,
     schedule: &mut Option<Option<ScheduleArg>>,
+    catch_up: &mut Option<Option<(bool, Span)>>,
     crate_path: &mut Option<Option<syn::Path>>,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
@@ -372,6 +387,17 @@ fn parse_one(
             }
         };
         set_schedule(errors, schedule, key.span, value);
+    } else if lookahead.peek(kw::catch_up) {
+        let key: kw::catch_up = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: syn::LitBool = input.parse()?;
+        set_once(
+            errors,
+            catch_up,
+            "catch_up",
+            key.span,
+            Some((value.value, value.span)),
+        );
     } else if lookahead.peek(kw::cron) {
         let key: kw::cron = input.parse()?;
         input.parse::<Token![=]>()?;
@@ -715,7 +741,7 @@ mod tests {
     fn unknown_and_case_sensitive_keys() {
         assert_eq!(
             messages("type = Async, foo = 1 + 2, remark = \"x\""),
-            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, crate"]
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, catch_up, crate"]
         );
         let errs = messages("Type = Async");
         assert_eq!(errs.len(), 2, "{errs:?}");

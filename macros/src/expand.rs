@@ -344,9 +344,14 @@ pub(crate) fn def_fields(
     let timeout_ms = some_or_none(args.timeout_ms.map(|ms| quote!(#ms)));
     let queue = some_or_none(args.queue.as_ref().map(|lit| quote!(#lit)));
     let deadline_ms = some_or_none(args.deadline_ms.map(|(ms, _)| quote!(#ms)));
+    let catch_up = args.catch_up;
     let schedule = some_or_none(args.schedule.as_ref().map(|schedule| match schedule {
-        attr::ScheduleArg::Every(ms, _) => quote!(#c::__private::Schedule::Every(#ms)),
-        attr::ScheduleArg::Cron(lit) => quote!(#c::__private::Schedule::Cron(#lit)),
+        attr::ScheduleArg::Every(ms, _) => {
+            quote!(#c::__private::Schedule::Every { ms: #ms, catch_up: #catch_up })
+        }
+        attr::ScheduleArg::Cron(lit) => {
+            quote!(#c::__private::Schedule::Cron { expression: #lit, catch_up: #catch_up })
+        }
     }));
     let data_needs = more_data
         .iter()

@@ -197,7 +197,8 @@ mod validate;
 /// of the period since the Unix epoch), or at the times of a cron expression (six
 /// fields, seconds first, UTC). Each tick is one stored request, written by whichever
 /// instance gets there first (`SaveAsync` only, and no stored parameters: `Data<T>` and
-/// `Context` only; `Context::tick` gives the tick).
+/// `Context` only; `Context::tick` gives the tick). A tick missed while no instance ran
+/// is skipped, or, with `catch_up = true`, the last one is called at start.
 ///
 /// ```
 /// # use async_exec::{async_exec, Context};

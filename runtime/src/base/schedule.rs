@@ -12,10 +12,20 @@ use crate::base::error::{Error, Result};
 pub enum Schedule {
     /// Every so many milliseconds, at the multiples of the period since the Unix epoch
     /// (so that every instance computes the same ticks).
-    Every(u64),
+    Every {
+        /// The period.
+        ms: u64,
+        /// Whether the last tick missed while no instance ran is called at start.
+        catch_up: bool,
+    },
     /// A cron expression with seconds (`sec min hour day-of-month month day-of-week
     /// [year]`), in UTC.
-    Cron(&'static str),
+    Cron {
+        /// The expression.
+        expression: &'static str,
+        /// Whether the last tick missed while no instance ran is called at start.
+        catch_up: bool,
+    },
 }
 
 /// A schedule, checked and ready to give ticks.
@@ -28,9 +38,23 @@ pub(crate) enum Ticks {
 impl Schedule {
     /// The schedule as written on the attribute (`every = "30s"` shows as `every 30000 ms`).
     pub fn describe(&self) -> String {
+        let (when, catch_up) = match self {
+            Schedule::Every { ms, catch_up } => (format!("every {ms} ms"), catch_up),
+            Schedule::Cron {
+                expression,
+                catch_up,
+            } => (format!("cron {expression} (UTC)"), catch_up),
+        };
+        match catch_up {
+            true => format!("{when}, a missed tick caught up"),
+            false => when,
+        }
+    }
+
+    /// Whether the last tick missed while no instance ran is called at start.
+    pub fn catches_up(&self) -> bool {
         match self {
-            Schedule::Every(ms) => format!("every {ms} ms"),
-            Schedule::Cron(expression) => format!("cron {expression} (UTC)"),
+            Schedule::Every { catch_up, .. } | Schedule::Cron { catch_up, .. } => *catch_up,
         }
     }
 
@@ -38,12 +62,12 @@ impl Schedule {
     /// gives no tick, is an [`Error::Config`] naming both.
     pub(crate) fn ticks(&self, executor: &str) -> Result<Ticks> {
         match *self {
-            Schedule::Every(ms) if ms >= 1_000 => Ok(Ticks::Every(ms as i64)),
-            Schedule::Every(ms) => Err(Error::Config {
+            Schedule::Every { ms, .. } if ms >= 1_000 => Ok(Ticks::Every(ms as i64)),
+            Schedule::Every { ms, .. } => Err(Error::Config {
                 setting: "every",
                 reason: format!("executor `{executor}`: every {ms} ms is below one second"),
             }),
-            Schedule::Cron(expression) => {
+            Schedule::Cron { expression, .. } => {
                 let parsed = cron::Schedule::from_str(expression).map_err(|e| Error::Config {
                     setting: "cron",
                     reason: format!(
@@ -81,6 +105,31 @@ pub(crate) fn tick_of(executor: &str, key: &str) -> Option<i64> {
 }
 
 impl Ticks {
+    /// The last tick at or before `ms` and after `ms - window` (unix ms), if any.
+    pub(crate) fn last_within(&self, ms: i64, window: i64) -> Option<i64> {
+        match self {
+            Ticks::Every(period) => {
+                let last = ms.div_euclid(*period) * period;
+                (last > ms - window).then_some(last)
+            }
+            Ticks::Cron(_) => {
+                let mut at = ms - window;
+                let mut last = None;
+                // Bounded: a cron of every second over a day is 86,400 steps.
+                for _ in 0..100_000 {
+                    match self.next_after(at) {
+                        Some(tick) if tick <= ms => {
+                            last = Some(tick);
+                            at = tick;
+                        }
+                        _ => break,
+                    }
+                }
+                last
+            }
+        }
+    }
+
     /// The first tick strictly after `ms` (unix ms); `None` when there is none.
     pub(crate) fn next_after(&self, ms: i64) -> Option<i64> {
         match self {
@@ -100,25 +149,61 @@ impl Ticks {
 mod tests {
     use super::*;
 
+    fn cron(expression: &'static str) -> Schedule {
+        Schedule::Cron {
+            expression,
+            catch_up: false,
+        }
+    }
+
+    #[test]
+    fn the_last_tick_within_a_window() {
+        let every = Schedule::Every {
+            ms: 1_000,
+            catch_up: true,
+        }
+        .ticks("x")
+        .unwrap();
+        assert_eq!(every.last_within(5_500, 10_000), Some(5_000));
+        assert_eq!(every.last_within(5_000, 10_000), Some(5_000));
+        assert_eq!(every.last_within(5_500, 400), None);
+        let hourly = cron("0 0 * * * *").ticks("x").unwrap();
+        assert_eq!(
+            hourly.last_within(7_200_000 + 1, 3_600_000),
+            Some(7_200_000)
+        );
+        assert_eq!(hourly.last_within(7_200_000 - 1, 1_000), None);
+    }
+
     #[test]
     fn every_ticks_at_multiples_of_its_period() {
-        let ticks = Schedule::Every(30_000).ticks("x").unwrap();
+        let ticks = Schedule::Every {
+            ms: 30_000,
+            catch_up: false,
+        }
+        .ticks("x")
+        .unwrap();
         assert_eq!(ticks.next_after(0), Some(30_000));
         assert_eq!(ticks.next_after(29_999), Some(30_000));
         assert_eq!(ticks.next_after(30_000), Some(60_000));
-        assert!(Schedule::Every(999).ticks("x").is_err());
+        assert!(Schedule::Every {
+            ms: 999,
+            catch_up: false
+        }
+        .ticks("x")
+        .is_err());
     }
 
     #[test]
     fn cron_ticks_in_utc_and_bad_expressions_name_the_executor() {
-        let ticks = Schedule::Cron("0 */5 * * * *").ticks("x").unwrap();
+        let ticks = cron("0 */5 * * * *").ticks("x").unwrap();
         // 2026-12-05 22:03:10 UTC -> 22:05:00.
         let at = 1_796_508_190_000;
         assert_eq!(ticks.next_after(at), Some(1_796_508_300_000));
-        let every_two = Schedule::Cron("*/2 * * * * *").ticks("x").unwrap();
+        let every_two = cron("*/2 * * * * *").ticks("x").unwrap();
         assert_eq!(every_two.next_after(1_000), Some(2_000));
         assert_eq!(every_two.next_after(2_000), Some(4_000));
-        let bad = Schedule::Cron("every monday").ticks("billing::invoices");
+        let bad = cron("every monday").ticks("billing::invoices");
         let message = bad.unwrap_err().to_string();
         assert!(
             message.contains("billing::invoices") && message.contains("every monday"),

@@ -4,7 +4,8 @@
 //! clock, so that the instances agree), each writes the tick's request under the key
 //! `tick:<executor>:<unix ms>`: the first writes it, the others find the key taken and
 //! write nothing, so each tick is one request whatever the number of instances. A tick
-//! passed while no instance ran is skipped (the next one is called). A paused executor
+//! passed while no instance ran is skipped (the next one is called), or, with
+//! `catch_up = true`, the last one passed is called at start. A paused executor
 //! is not called (its ticks while paused are skipped). A tick that could not be written
 //! (the database unreachable) is tried again until the next tick is due.
 
@@ -51,10 +52,24 @@ struct NoArguments {}
 /// gone). Holds the runtime weakly: a runtime dropped without `shutdown()` is not kept
 /// alive by its ticker.
 pub(crate) async fn run(runtime: Weak<Inner>, scheduled: Scheduled, stop: CancellationToken) {
-    let name = scheduled.def.name;
-    let Some(mut now) = runtime.upgrade().map(|inner| inner.clock.now_ms()) else {
+    let Some((mut now, retention)) = runtime.upgrade().map(|inner| {
+        let retention = inner.settings.key_retention.as_millis() as i64;
+        (inner.clock.now_ms(), retention)
+    }) else {
         return;
     };
+    // The last tick passed, if this schedule catches up: called now, under its tick's
+    // key, which is taken if an instance called it already. Only within half the keys'
+    // retention: past it, its key may be gone, and a call would run it a second time.
+    let catch_up = scheduled.def.schedule.is_some_and(|s| s.catches_up());
+    if let Some(missed) = catch_up
+        .then(|| scheduled.ticks.last_within(now, retention / 2))
+        .flatten()
+    {
+        if !call_tick(&runtime, &scheduled, missed, None, &stop).await {
+            return;
+        }
+    }
     while let Some(tick) = scheduled.ticks.next_after(now) {
         // Sleep until the tick by this clock (the database's, as last synced).
         loop {
@@ -70,41 +85,56 @@ pub(crate) async fn run(runtime: Weak<Inner>, scheduled: Scheduled, stop: Cancel
             }
         }
         let next = scheduled.ticks.next_after(tick);
-        loop {
-            let Some(inner) = runtime.upgrade() else {
-                return;
-            };
-            if stop.is_cancelled() {
-                return;
-            }
-            if inner.control.claimable(&[name]).is_empty() {
-                crate::log::debug!(executor = name, tick, "paused: tick skipped");
-                break;
-            }
-            let rt = Runtime { inner };
-            let call = crate::Call::__new(scheduled.def, &NoArguments {})
-                .key(tick_key(name, tick))
-                .on(&rt);
-            match call.await {
-                Ok(_) => break,
-                Err(error) => {
-                    let late = next.is_some_and(|next| rt.inner.clock.now_ms() >= next);
-                    if late {
-                        crate::log::error!(executor = name, tick, %error,
-                            "a tick could not be written before the next one was due: skipped");
-                        break;
-                    }
-                    crate::log::warn!(executor = name, tick, %error,
-                        "a tick could not be written; trying again");
-                }
-            }
-            drop(rt);
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(RETRY) => {}
-            }
+        if !call_tick(&runtime, &scheduled, tick, next, &stop).await {
+            return;
         }
         now = tick;
+    }
+}
+
+/// Writes the request of `tick` (unless paused), trying again until `next` is due.
+/// `false` when the ticker should stop (shutdown, or the runtime is gone).
+async fn call_tick(
+    runtime: &Weak<Inner>,
+    scheduled: &Scheduled,
+    tick: i64,
+    next: Option<i64>,
+    stop: &CancellationToken,
+) -> bool {
+    let name = scheduled.def.name;
+    loop {
+        let Some(inner) = runtime.upgrade() else {
+            return false;
+        };
+        if stop.is_cancelled() {
+            return false;
+        }
+        if inner.control.claimable(&[name]).is_empty() {
+            crate::log::debug!(executor = name, tick, "paused: tick skipped");
+            return true;
+        }
+        let rt = Runtime { inner };
+        let call = crate::Call::__new(scheduled.def, &NoArguments {})
+            .key(tick_key(name, tick))
+            .on(&rt);
+        match call.await {
+            Ok(_) => return true,
+            Err(error) => {
+                let late = !next.is_some_and(|next| rt.inner.clock.now_ms() < next);
+                if late {
+                    crate::log::error!(executor = name, tick, %error,
+                        "a tick could not be written before the next one was due: skipped");
+                    return true;
+                }
+                crate::log::warn!(executor = name, tick, %error,
+                    "a tick could not be written; trying again");
+            }
+        }
+        drop(rt);
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(RETRY) => {}
+        }
     }
 }
 

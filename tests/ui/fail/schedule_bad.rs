@@ -9,4 +9,7 @@ async fn five_fields() {}
 #[async_exec(type = Async, every = "1h", cron = "0 0 * * * *")]
 async fn twice_and_in_memory() {}
 
+#[async_exec(type = SaveAsync, catch_up = true)]
+async fn nothing_to_catch_up() {}
+
 fn main() {}
