@@ -172,6 +172,55 @@ async fn a_missed_tick_is_caught_up_once_at_start<DB: Backend>(db: TestDb) {
     );
 }
 
+/// Ticks under a database outage, on the servers (a TCP proxy in between).
+mod outage {
+    use super::*;
+
+    /// The database goes away for 0.6 s across a tick (a TCP proxy between the instance and
+    /// the server refuses connections): the tick's call fails, is tried again once the
+    /// database is back, and every tick in the window runs once, none missing.
+    async fn a_tick_written_during_an_outage_is_tried_again(db: TestDb) {
+        let (proxy, proxied) = common::proxy::Proxy::for_url(&db.url).await;
+        let ran = Ran::default();
+        let rt = db
+            .builder()
+            .database_url(&proxied)
+            .data(ran.clone())
+            .delete_on_success(false)
+            .poll_interval(Duration::from_millis(100))
+            .start()
+            .await
+            .unwrap();
+        let from = common::now_ms();
+        // 200 ms before the second even second from now.
+        let even = (from / 2_000 + 2) * 2_000;
+        tokio::time::sleep(Duration::from_millis((even - 200 - from) as u64)).await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        proxy.restore();
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
+        let to = common::now_ms();
+        rt.shutdown().await.unwrap();
+        for (executor, step) in [("every_second", 1_000), ("caught_up", 2_000)] {
+            let ticks = ran.of(executor);
+            let first = (from / step + 1) * step;
+            let last = (to - 300) / step * step;
+            let expected: Vec<i64> = (first..=last).step_by(step as usize).collect();
+            let seen: Vec<i64> = ticks
+                .iter()
+                .copied()
+                .filter(|t| *t >= first && *t <= last)
+                .collect();
+            assert_eq!(
+                seen, expected,
+                "{executor}: the outage was at {even} - 200 ms"
+            );
+        }
+    }
+
+    network_suite!(a_tick_written_during_an_outage_is_tried_again);
+}
+
 backend_suite!(
     a_missed_tick_is_caught_up_once_at_start,
     each_tick_runs_once_whatever_the_instances,
