@@ -57,6 +57,10 @@ struct Args {
     /// Submit (with --submit) to `worker::record_queued`, of the queue `limited`.
     #[arg(long)]
     queued: bool,
+    /// Submit (with --submit) to `worker::three_steps` (durable steps; the second works
+    /// `--work-ms`).
+    #[arg(long)]
+    steps: bool,
     /// At most this many requests of the queue `limited` at once, over every instance.
     #[arg(long)]
     queue_concurrency: Option<u32>,
@@ -87,6 +91,29 @@ async fn record(n: i64, ctx: Context, log: Data<RunLog>) -> anyhow::Result<()> {
 )]
 async fn record_queued(n: i64, ctx: Context, log: Data<RunLog>) -> anyhow::Result<()> {
     run(n, &ctx, &log).await
+}
+
+/// Three durable steps, each written to `step_runs` as it starts; the second works
+/// `--work-ms` (a test kills the process in it).
+#[async_exec(type = SaveAsync, name = "worker::three_steps", max_attempts = 5)]
+async fn three_steps(n: i64, ctx: Context, log: Data<RunLog>) -> anyhow::Result<()> {
+    for (step, slow) in [("one", false), ("two", true), ("three", false)] {
+        ctx.step(step, || async {
+            sqlx::query(&format!(
+                "INSERT INTO step_runs (n, step, instance, attempt) VALUES ({n}, '{step}', '{}', {})",
+                log.instance,
+                ctx.attempt()
+            ))
+            .execute(&log.pool)
+            .await?;
+            if slow {
+                tokio::time::sleep(log.work).await;
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+        .await?;
+    }
+    Ok(())
 }
 
 /// Writes the execution's start to `worker_runs`, works, writes its finish.
@@ -122,13 +149,19 @@ async fn submit<DB: Backend>(
     rt: &Runtime,
     total: i64,
     batch: i64,
-    queued: bool,
+    args: &Args,
 ) -> anyhow::Result<()> {
     let mut n = 0;
     while n < total {
         let mut tx: Tx<DB> = rt.begin().await?;
         for _ in 0..batch.min(total - n) {
-            let call = if queued { record_queued(n) } else { record(n) };
+            let call = if args.steps {
+                three_steps(n)
+            } else if args.queued {
+                record_queued(n)
+            } else {
+                record(n)
+            };
             call.within(&mut tx).await?;
             n += 1;
         }
@@ -158,6 +191,12 @@ async fn main() -> anyhow::Result<()> {
         "CREATE TABLE IF NOT EXISTS worker_runs (request_id {bigint} NOT NULL, n {bigint} NOT NULL, \
          instance VARCHAR(100) NOT NULL, attempt INTEGER NOT NULL, started {bigint} NOT NULL, finished {bigint})"
     ))
+    .execute(&pool)
+    .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS step_runs (n BIGINT NOT NULL, step VARCHAR(20) NOT NULL, \
+         instance VARCHAR(100) NOT NULL, attempt INTEGER NOT NULL)",
+    )
     .execute(&pool)
     .await?;
 
@@ -196,11 +235,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(total) = args.submit {
         let scheme = args.url.split(':').next().unwrap_or_default();
         match scheme {
-            "sqlite" => submit::<async_exec::Sqlite>(&rt, total, args.batch, args.queued).await?,
+            "sqlite" => submit::<async_exec::Sqlite>(&rt, total, args.batch, &args).await?,
             "postgres" | "postgresql" => {
-                submit::<async_exec::Postgres>(&rt, total, args.batch, args.queued).await?
+                submit::<async_exec::Postgres>(&rt, total, args.batch, &args).await?
             }
-            _ => submit::<async_exec::MySql>(&rt, total, args.batch, args.queued).await?,
+            _ => submit::<async_exec::MySql>(&rt, total, args.batch, &args).await?,
         }
         rt.shutdown().await?;
         println!("submitted {total}");

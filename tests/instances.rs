@@ -602,6 +602,77 @@ async fn each_tick_runs_once_over_three_processes_one_killed(kind: Kind) {
     );
 }
 
+/// Issue 21, "durable steps": a body of three steps is SIGKILLed inside the second; the
+/// instance that takes the request over runs the second and the third again, not the
+/// first.
+async fn a_killed_body_resumes_at_its_unfinished_step(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let logs = tempfile::tempdir().unwrap();
+    let short_lease = [
+        "--lease-ms",
+        "2000",
+        "--heartbeat-ms",
+        "500",
+        "--compensate-ms",
+        "500",
+    ];
+    let slow = [&short_lease[..], &["--work-ms", "60000"]].concat();
+    let mut w1 = start_worker(&db, &logs, "w1", &slow).await;
+    submit_with(&db, &logs, 1, &["--steps"]).await;
+    let pool = pool(&db).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(&pool, "SELECT COUNT(*) FROM step_runs WHERE step = 'two'").await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "step two never started: {}",
+            read(&w1.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w1.child.start_kill().unwrap();
+    w1.child.wait().await.unwrap();
+    let quick = [&short_lease[..], &["--work-ms", "10"]].concat();
+    let mut w2 = start_worker(&db, &logs, "w2", &quick).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(&pool, "SELECT COUNT(*) FROM step_runs WHERE step = 'three'").await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "step three never ran: {}",
+            read(&w2.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let runs: Vec<(String, String, i32)> =
+        sqlx::query_as("SELECT step, instance, attempt FROM step_runs ORDER BY step, attempt")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    println!("{kind:?}: steps run {runs:?}");
+    let of = |step: &str| -> Vec<(String, i32)> {
+        runs.iter()
+            .filter(|r| r.0 == step)
+            .map(|r| (r.1.clone(), r.2))
+            .collect()
+    };
+    assert_eq!(
+        of("one"),
+        [("w1".to_string(), 1)],
+        "the first step ran once"
+    );
+    assert_eq!(
+        of("two"),
+        [("w1".to_string(), 1), ("w2".to_string(), 2)],
+        "the second step again, on the instance that took it over"
+    );
+    assert_eq!(of("three"), [("w2".to_string(), 2)]);
+    let status = terminate(&mut w2).await;
+    assert!(
+        status.success(),
+        "w2 exited with {status}: {}",
+        read(&w2.stderr)
+    );
+}
+
 macro_rules! multi_process_suite {
     ($cfg:meta, $kind:expr, $module:ident, $skip:literal) => {
         #[cfg($cfg)]
@@ -624,6 +695,11 @@ macro_rules! multi_process_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_queue_limit_holds_over_three_processes() {
                 super::a_queue_limit_holds_over_three_processes($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_killed_body_resumes_at_its_unfinished_step() {
+                super::a_killed_body_resumes_at_its_unfinished_step($kind).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,6 +173,10 @@ async fn a_missed_tick_is_caught_up_once_at_start<DB: Backend>(db: TestDb) {
 }
 
 /// Ticks under a database outage, on the servers (a TCP proxy in between).
+#[cfg_attr(
+    not(any(async_exec_test_postgres, async_exec_test_mysql)),
+    allow(dead_code, unused_imports)
+)]
 mod outage {
     use super::*;
 

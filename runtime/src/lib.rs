@@ -94,6 +94,7 @@ pub use operate::listeners::{
 };
 pub use operate::operator::ExecutorInfo;
 pub use operate::policy::PolicyChange;
+pub use operate::requests::StepInfo;
 pub use operate::signal::shutdown_signal;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;

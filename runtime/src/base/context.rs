@@ -4,9 +4,32 @@ use std::sync::Arc;
 
 use crate::base::record::RequestId;
 
-/// Where stored executions' progress goes: one per executor, shared by every context
-/// (an `Arc` clone per job, no allocation).
+/// Where stored executions' progress and durable steps go: one per executor, shared by
+/// every context (an `Arc` clone per job, no allocation).
 pub(crate) trait ProgressSink: Send + Sync {
+    /// The finished steps of record `id`, in their order.
+    fn steps(
+        &self,
+        id: RequestId,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = crate::Result<Vec<crate::store::steps::StoredStep>>>
+                + Send
+                + '_,
+        >,
+    >;
+
+    /// Keeps a finished step of attempt `attempt` of record `id` (`false`: the record is
+    /// no longer this attempt's).
+    fn keep_step<'a>(
+        &'a self,
+        id: RequestId,
+        attempt: u32,
+        position: i64,
+        name: &'a str,
+        value_json: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::Result<bool>> + Send + 'a>>;
+
     /// Records `done` of `total` for attempt `attempt` of record `id`, unless one was
     /// written for it less than a second ago (`done >= total` is always written).
     fn report(
@@ -54,6 +77,16 @@ pub struct Context {
     pub(crate) lease_lost: tokio_util::sync::CancellationToken,
     /// Where [`Context::progress`] writes; `None` for an execution without a record.
     pub(crate) progress: Option<ProgressTo>,
+    /// This execution's durable steps (see [`Context::step`]), shared by its clones.
+    pub(crate) steps: Arc<tokio::sync::Mutex<Steps>>,
+}
+
+/// The durable steps of one execution: those kept by earlier attempts (read on the
+/// first step), and how many this execution has passed.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    stored: Option<Vec<crate::store::steps::StoredStep>>,
+    passed: i64,
 }
 
 impl Context {
@@ -127,6 +160,89 @@ impl Context {
         if let (Some(sink), Some(id)) = (&self.progress, self.request_id) {
             sink.0.report(id, self.attempt, done, total).await;
         }
+    }
+
+    /// Runs a durable step of the body: `work` runs and its value (serde) is kept with
+    /// the request; when the request runs again (a retry after a failure, a crash or a
+    /// lost lease), a step an earlier attempt finished is not run again: its kept value is
+    /// returned. So a body of three steps that fails in the second runs the second and the
+    /// third again, not the first.
+    ///
+    /// Steps are matched by their order in the body and checked by name: a body whose
+    /// steps changed order or names since a step was kept fails for good
+    /// ([`Final`](crate::Final)), saying which. A step's value is kept only if the record
+    /// is still this attempt's (its lease held): otherwise the step returns an error and
+    /// the body should stop. A step that fails keeps nothing (it runs again next time), nor
+    /// does one whose value could not be written (an error: the body fails and retries).
+    /// Without a record (`Async`, `Thread`, the first run of `SyncSave` and `AsyncSave`)
+    /// `work` just runs.
+    ///
+    /// ```
+    /// # use async_exec::{async_exec, Context};
+    /// # async fn charge_card(order: i64) -> anyhow::Result<String> { Ok(format!("ch_{order}")) }
+    /// # async fn mail_receipt(charge: &str) -> anyhow::Result<()> { Ok(()) }
+    /// #[async_exec(type = SaveAsync)]
+    /// async fn checkout(order: i64, ctx: Context) -> anyhow::Result<()> {
+    ///     // Charged once: a retry after the mail failed reads the charge id back.
+    ///     let charge: String = ctx.step("charge", || charge_card(order)).await?;
+    ///     ctx.step("receipt", || mail_receipt(&charge)).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn step<T, E, F, Fut>(&self, name: &str, work: F) -> anyhow::Result<T>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        E: Into<anyhow::Error>,
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let (Some(sink), Some(id)) = (&self.progress, self.request_id) else {
+            return work().await.map_err(Into::into);
+        };
+        // Held for the whole step: steps of one execution run one after the other.
+        let mut steps = self.steps.lock().await;
+        if steps.stored.is_none() {
+            steps.stored = Some(sink.0.steps(id).await?);
+        }
+        let position = steps.passed;
+        let kept = steps
+            .stored
+            .as_ref()
+            .and_then(|stored| stored.iter().find(|s| s.position == position));
+        if let Some(kept) = kept {
+            if kept.name != name {
+                return Err(crate::Final::new(format!(
+                    "the body's steps changed: step {} was `{}` when it was kept and is \
+                     `{name}` now; a request that kept steps must run them in the same \
+                     order (replay it from the start by deleting and calling it again)",
+                    position + 1,
+                    kept.name
+                ))
+                .into());
+            }
+            let value = serde_json::from_str(&kept.value_json).map_err(|e| {
+                crate::Final::new(format!(
+                    "step `{name}`'s kept value does not decode into the type asked for: {e}"
+                ))
+            })?;
+            steps.passed += 1;
+            return Ok(value);
+        }
+        let value = work().await.map_err(Into::into)?;
+        let json = serde_json::to_string(&value)
+            .map_err(|e| anyhow::anyhow!("step `{name}`'s value does not serialize: {e}"))?;
+        if !sink
+            .0
+            .keep_step(id, self.attempt, position, name, &json)
+            .await?
+        {
+            anyhow::bail!(
+                "step `{name}` finished but was not kept: the request is no longer this \
+                 attempt's (its lease was lost); stop"
+            );
+        }
+        steps.passed += 1;
+        Ok(value)
     }
 
     /// Whether this execution should stop: its record's lease could not be renewed (the

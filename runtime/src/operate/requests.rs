@@ -208,6 +208,30 @@ impl Runtime {
         }
     }
 
+    /// The durable steps request `id` has kept so far (see
+    /// [`Context::step`](crate::Context::step)), in their order: each one's name and the
+    /// JSON of its value. Empty for a request without steps, or one that is gone.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// for step in rt.steps(42).await? {
+    ///     println!("{}. {} = {}", step.position + 1, step.name, step.value_json);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn steps(&self, id: RequestId) -> Result<Vec<StepInfo>> {
+        use crate::store::steps::StepStore as _;
+        let steps = self.inner.store.ops().steps_of(id).await?;
+        Ok(steps
+            .into_iter()
+            .map(|s| StepInfo {
+                position: s.position,
+                name: s.name,
+                value_json: s.value_json,
+            })
+            .collect())
+    }
+
     /// How many requests match `query`.
     pub async fn count_matching(&self, query: &RequestQuery) -> Result<i64> {
         check_query(query)?;
@@ -364,4 +388,16 @@ impl Runtime {
         );
         Ok(report)
     }
+}
+
+/// A durable step a request kept ([`Runtime::steps`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StepInfo {
+    /// Where it is in the body's order, from 0.
+    pub position: i64,
+    /// Its name.
+    pub name: String,
+    /// The JSON of its value.
+    pub value_json: String,
 }

@@ -49,6 +49,7 @@ mod shared;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub(crate) mod steps;
 mod sweeps;
 
 pub(crate) use backend::sealed;

@@ -602,30 +602,7 @@ pub(crate) trait OpsStore: SqlRunner {
     /// Deletes at most `limit` tags of `application` written before `before` whose
     /// request is gone (deleted on success, purged, deleted by an operator); how many.
     async fn tag_purge_orphans(&self, application: &str, before: i64, limit: i64) -> Result<u64> {
-        let orphaned = |s: &mut Sql| {
-            s.push("application_name = ")
-                .bind_text(application)
-                .push(" AND create_time < ")
-                .bind_int(before)
-                .push(" AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_tag.req_id)");
-        };
-        let mut s = self.sql("DELETE FROM async_tag WHERE ");
-        match self.dialect() {
-            // MySQL/MariaDB cannot read the table it deletes from in a sub-select.
-            Dialect::MySql => {
-                orphaned(&mut s);
-                s.push(" LIMIT ").bind_int(limit);
-            }
-            Dialect::Postgres | Dialect::Sqlite => {
-                let row = match self.dialect() {
-                    Dialect::Postgres => "ctid",
-                    _ => "rowid",
-                };
-                s.push(&format!("{row} IN (SELECT {row} FROM async_tag WHERE "));
-                orphaned(&mut s);
-                s.push(" LIMIT ").bind_int(limit).push(")");
-            }
-        }
+        let s = orphan_purge(self.dialect(), "async_tag", application, before, limit);
         self.execute(&s).await
     }
 
@@ -897,6 +874,45 @@ pub(crate) fn act_batch_logs(dialect: Dialect, ids: &[i64]) -> Sql {
     let mut s = Sql::new(dialect, "DELETE FROM async_log WHERE");
     push_ids(&mut s, "", ids);
     s.push(" AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = async_log.req_id)");
+    s
+}
+
+/// Deletes at most `limit` rows of `table` (a table of rows about a request: `req_id`,
+/// `application_name`, `create_time`) of `application` written before `before` whose
+/// request is gone.
+pub(crate) fn orphan_purge(
+    dialect: Dialect,
+    table: &str,
+    application: &str,
+    before: i64,
+    limit: i64,
+) -> Sql {
+    let orphaned = |s: &mut Sql| {
+        s.push("application_name = ")
+            .bind_text(application)
+            .push(" AND create_time < ")
+            .bind_int(before)
+            .push(&format!(
+                " AND NOT EXISTS (SELECT 1 FROM async_req r WHERE r.id = {table}.req_id)"
+            ));
+    };
+    let mut s = Sql::new(dialect, &format!("DELETE FROM {table} WHERE "));
+    match dialect {
+        // MySQL/MariaDB cannot read the table it deletes from in a sub-select.
+        Dialect::MySql => {
+            orphaned(&mut s);
+            s.push(" LIMIT ").bind_int(limit);
+        }
+        Dialect::Postgres | Dialect::Sqlite => {
+            let row = match dialect {
+                Dialect::Postgres => "ctid",
+                _ => "rowid",
+            };
+            s.push(&format!("{row} IN (SELECT {row} FROM {table} WHERE "));
+            orphaned(&mut s);
+            s.push(" LIMIT ").bind_int(limit).push(")");
+        }
+    }
     s
 }
 

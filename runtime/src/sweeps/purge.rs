@@ -134,5 +134,16 @@ pub(crate) async fn purge_all(
             break;
         }
     }
+    // The kept steps of requests that are gone.
+    loop {
+        use crate::store::steps::StepStore as _;
+        let steps = store
+            .ops()
+            .step_purge_orphans(application, before, purge.batch)
+            .await?;
+        if steps < purge.batch as u64 {
+            break;
+        }
+    }
     Ok(report)
 }

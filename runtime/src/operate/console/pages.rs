@@ -369,6 +369,8 @@ pub(crate) async fn request_detail(
     let partial = result
         .as_ref()
         .and_then(|v| serde_json::from_value::<crate::Partial>(v.clone()).ok());
+    // Its durable steps (a failed read shows none).
+    let steps = state.rt.steps(id).await.unwrap_or_default();
     // A request that may still change refreshes itself; a finished one stays.
     let live = matches!(r.status, Status::Init | Status::Running | Status::Failed);
     // Waiting for a paused executor (a pause, or its queue's policy) waits until resumed.
@@ -459,6 +461,21 @@ pub(crate) async fn request_detail(
                 p id="request-partial" { "Partial success: " (p.ok) " went through, " (p.failed) " did not" }
             }
             pre.json id="request-result" { (visible(&serde_json::to_string_pretty(value).unwrap_or_default())) }
+        }
+        @if !steps.is_empty() {
+            h2 { "Steps" }
+            table id="request-steps" {
+                thead { tr { th.num { "#" } th { "step" } th { "kept value" } } }
+                tbody {
+                    @for step in &steps {
+                        tr {
+                            td.num { (step.position + 1) }
+                            td { (visible(&step.name)) }
+                            td { code { (visible(&step.value_json)) } }
+                        }
+                    }
+                }
+            }
         }
         @if can_act(&who) && r.status == Status::Running {
             form.inline method="post" action={ (base) "/requests/" (r.id) "/cancel" } {

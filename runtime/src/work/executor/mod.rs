@@ -175,7 +175,9 @@ impl Executor {
         } = parts;
         let progress = crate::base::context::ProgressTo(Arc::new(progress::ProgressWriter::new(
             store.clone(),
+            application.clone(),
             owner.clone(),
+            clock.clone(),
         )));
         Executor {
             pool,
@@ -373,6 +375,7 @@ impl Executor {
                 key: job.record.as_ref().and_then(|r| r.key.clone()),
                 lease_lost,
                 progress: job.record.is_some().then(|| self.progress.clone()),
+                steps: Default::default(),
             },
             data: self.data.clone(),
             result: result_slot.clone(),

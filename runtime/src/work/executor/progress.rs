@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::base::context::ProgressSink;
 use crate::base::record::RequestId;
 use crate::base::registry::BoxFuture;
+use crate::store::steps::{NewStep, StepStore as _, StoredStep};
 use crate::store::Store;
 
 /// The least time between two writes of one request's progress.
@@ -19,18 +20,28 @@ const EVERY: Duration = Duration::from_secs(1);
 /// (of requests that finished without a last report) are dropped.
 const KEPT: usize = 4096;
 
-/// One per executor, shared by every stored job's `Context`.
+/// One per executor, shared by every stored job's `Context`: its progress, and its
+/// durable steps.
 pub(crate) struct ProgressWriter {
     store: Arc<dyn Store>,
+    application: Arc<str>,
     owner: Arc<str>,
+    clock: Arc<crate::sweeps::clock::Clock>,
     throttle: Throttle,
 }
 
 impl ProgressWriter {
-    pub(crate) fn new(store: Arc<dyn Store>, owner: Arc<str>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        application: Arc<str>,
+        owner: Arc<str>,
+        clock: Arc<crate::sweeps::clock::Clock>,
+    ) -> Self {
         ProgressWriter {
             store,
+            application,
             owner,
+            clock,
             throttle: Throttle::default(),
         }
     }
@@ -80,6 +91,33 @@ impl ProgressSink for ProgressWriter {
             if let Err(error) = wrote {
                 crate::log::warn!(request_id = id, %error, "could not write a body's progress");
             }
+        })
+    }
+
+    fn steps(&self, id: RequestId) -> BoxFuture<'_, crate::Result<Vec<StoredStep>>> {
+        Box::pin(async move { self.store.ops().steps_of(id).await })
+    }
+
+    fn keep_step<'a>(
+        &'a self,
+        id: RequestId,
+        attempt: u32,
+        position: i64,
+        name: &'a str,
+        value_json: &'a str,
+    ) -> BoxFuture<'a, crate::Result<bool>> {
+        Box::pin(async move {
+            let step = NewStep {
+                application: &self.application,
+                id,
+                owner: &self.owner,
+                attempt: i32::try_from(attempt).unwrap_or(i32::MAX),
+                position,
+                name,
+                value_json,
+                now: self.clock.now_ms(),
+            };
+            self.store.ops().step_keep(step).await
         })
     }
 }
