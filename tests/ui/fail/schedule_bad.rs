@@ -12,4 +12,9 @@ async fn twice_and_in_memory() {}
 #[async_exec(type = SaveAsync, catch_up = true)]
 async fn nothing_to_catch_up() {}
 
+#[async_exec(type = SaveAsync, every = "1m")]
+async fn report(month: u32) {
+    let _ = month;
+}
+
 fn main() {}
