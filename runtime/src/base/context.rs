@@ -175,7 +175,8 @@ impl Context {
     /// the body should stop. A step that fails keeps nothing (it runs again next time), nor
     /// does one whose value could not be written (an error: the body fails and retries).
     /// Without a record (`Async`, `Thread`, the first run of `SyncSave` and `AsyncSave`)
-    /// `work` just runs.
+    /// `work` just runs. The steps of one execution run one after the other: a step
+    /// started while another runs (two in a `join!`) waits for it.
     ///
     /// ```
     /// # use async_exec::{async_exec, Context};
