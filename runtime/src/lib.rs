@@ -77,7 +77,7 @@ pub use base::schedule::Schedule;
 pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
-pub use base::trace::{baggage, with_baggage};
+pub use base::trace::{baggage, with_baggage, TracePropagation};
 pub use call::builder::{batch, Batch, BatchIn, Call, CallIn, MAX_TAGS};
 pub use call::keys::KeyInfo;
 pub use call::receipt::{Outcome, Receipt};

@@ -3,7 +3,7 @@
 //! (`query`: `RequestQuery`, `PageSpec`, `Page`, as the store reads them); the one
 //! `Error`, `Settings`, the `Strategy`, a body's outcome (`outcome`), the registry of
 //! executors and their `Data<T>` (`registry`, `data`), the body's `Context`, the
-//! caller's trace (`trace`), text and URL helpers (`text`, `redact`), the instance's
+//! caller's trace (`trace`, and its OpenTelemetry context in `otel`), text and URL helpers (`text`, `redact`), the instance's
 //! name (`identity`), retry delays (`backoff`), the kinds of write failures (`fault`),
 //! supervised tasks (`supervise`), `#[secret]` arguments (`secret`) and queues' limits
 //! (`queue`).
@@ -14,6 +14,8 @@ pub(crate) mod data;
 pub(crate) mod error;
 pub(crate) mod fault;
 pub(crate) mod identity;
+#[cfg(feature = "opentelemetry")]
+pub(crate) mod otel;
 pub(crate) mod outcome;
 pub(crate) mod policy;
 pub mod query;

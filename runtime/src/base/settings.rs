@@ -153,6 +153,9 @@ pub struct Settings {
     /// The same, for the requests of each owner ([`Call::owner`](crate::Call::owner));
     /// calls without an owner are not counted (default `None`).
     pub max_waiting_per_owner: Option<u64>,
+    /// How an execution's span relates to the OpenTelemetry span its call was made in
+    /// (feature `opentelemetry`; default [`TracePropagation::Child`](crate::TracePropagation)).
+    pub trace_propagation: crate::TracePropagation,
     /// The keys that seal and open `#[secret]` arguments (ids only in `Debug`).
     pub(crate) secrets: crate::base::secret::Keyring,
 }
@@ -197,6 +200,7 @@ impl Default for Settings {
             queues: Default::default(),
             max_waiting: None,
             max_waiting_per_owner: None,
+            trace_propagation: crate::TracePropagation::Child,
             secrets: crate::base::secret::Keyring::default(),
         }
     }
@@ -238,6 +242,7 @@ impl std::fmt::Debug for Settings {
             .field("queue_sample_interval", &self.queue_sample_interval)
             .field("max_waiting", &self.max_waiting)
             .field("max_waiting_per_owner", &self.max_waiting_per_owner)
+            .field("trace_propagation", &self.trace_propagation)
             .field("degrade_to_memory", &self.degrade_to_memory)
             .field("sqlite_synchronous", &self.sqlite_synchronous)
             .field("sqlite_busy_timeout", &self.sqlite_busy_timeout)

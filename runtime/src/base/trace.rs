@@ -4,7 +4,9 @@
 //! records it as `caller_span` and, in the same process, `follows_from` it), and the
 //! caller's *baggage*: a few string fields such as a tenant or a W3C `traceparent`, set with
 //! [`with_baggage`] around the code that makes calls and read back in the body with
-//! [`baggage`] or [`Context::baggage`](crate::Context::baggage).
+//! [`baggage`] or [`Context::baggage`](crate::Context::baggage). With the `opentelemetry`
+//! feature, a third: the caller's OpenTelemetry context as W3C `traceparent` and
+//! `tracestate`, which the execution span takes as its parent (see [`TracePropagation`]).
 
 use std::future::Future;
 
@@ -73,6 +75,39 @@ pub(crate) async fn scope_baggage<F: Future>(
     BAGGAGE.scope(fields, future).await
 }
 
+/// The most bytes of a stored `tracestate` (the W3C limit is 512 for what a vendor must
+/// propagate); a longer one is not stored.
+const MAX_TRACESTATE: usize = 512;
+
+/// How an execution's span relates to the OpenTelemetry span its call was made in
+/// (feature `opentelemetry`; [`Builder::trace_propagation`](crate::Builder::trace_propagation)).
+///
+/// The caller's W3C `traceparent` is stored with the request whatever this says, so the
+/// choice is made where the body runs and can change without touching stored requests;
+/// the console shows the stored `traceparent` on a request's page.
+///
+/// ```
+/// # async fn demo() -> async_exec::Result<()> {
+/// use async_exec::{Runtime, TracePropagation};
+/// // Each attempt its own trace, linked to the caller's (long-lived or fan-out work).
+/// let rt = Runtime::builder().trace_propagation(TracePropagation::Link).start().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TracePropagation {
+    /// The execution span is a child of the caller's span, in the caller's trace (the
+    /// default): one trace from the HTTP request through the commit to every attempt.
+    #[default]
+    Child,
+    /// The execution span starts a trace of its own with a link to the caller's span, as
+    /// OpenTelemetry's messaging conventions suggest for work that outlives its caller
+    /// by far or that one call fans out.
+    Link,
+    /// The execution span is not related to the caller's OpenTelemetry span.
+    None,
+}
+
 /// What is stored in `trace_json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TraceContext {
@@ -82,6 +117,17 @@ pub(crate) struct TraceContext {
     /// The caller's baggage.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) baggage: Vec<(String, String)>,
+    /// The caller's OpenTelemetry span as a W3C `traceparent` (feature `opentelemetry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) traceparent: Option<String>,
+    /// Its W3C `tracestate`, when not empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tracestate: Option<String>,
+    /// Captured in this process (not read from a record): only then does `span` name a
+    /// span of this process's subscriber. A stored span id read elsewhere may name an
+    /// unrelated live span there, which `follows_from` would relate the execution to.
+    #[serde(skip)]
+    pub(crate) local: bool,
 }
 
 impl TraceContext {
@@ -89,7 +135,24 @@ impl TraceContext {
     pub(crate) fn capture() -> Option<TraceContext> {
         let span = tracing::Span::current().id().map(|id| id.into_u64());
         let baggage = current_baggage();
-        (span.is_some() || !baggage.is_empty()).then_some(TraceContext { span, baggage })
+        let (traceparent, tracestate) = capture_opentelemetry();
+        (span.is_some() || !baggage.is_empty() || traceparent.is_some()).then_some(TraceContext {
+            span,
+            baggage,
+            traceparent,
+            tracestate: tracestate.filter(|state| state.len() <= MAX_TRACESTATE),
+            local: true,
+        })
+    }
+
+    /// Relates `span` (an execution's) to the caller's OpenTelemetry span, as
+    /// `propagation` says; nothing without the `opentelemetry` feature.
+    #[cfg_attr(not(feature = "opentelemetry"), allow(unused_variables))]
+    pub(crate) fn attach_to(&self, span: &tracing::Span, propagation: TracePropagation) {
+        #[cfg(feature = "opentelemetry")]
+        if let Some(traceparent) = &self.traceparent {
+            crate::base::otel::attach(span, traceparent, self.tracestate.as_deref(), propagation);
+        }
     }
 
     /// The JSON stored in `trace_json`: keys and values sanitized and capped, and the
@@ -103,6 +166,9 @@ impl TraceContext {
         let field = |text: &str| text::capped(&text::sanitized(text), MAX_BAGGAGE_TEXT);
         let mut stored = TraceContext {
             span: self.span,
+            traceparent: self.traceparent.as_deref().map(field),
+            tracestate: self.tracestate.as_deref().map(field),
+            local: false,
             baggage: self
                 .baggage
                 .iter()
@@ -134,6 +200,19 @@ impl TraceContext {
     }
 }
 
+#[cfg(feature = "opentelemetry")]
+fn capture_opentelemetry() -> (Option<String>, Option<String>) {
+    match crate::base::otel::capture() {
+        Some((traceparent, tracestate)) => (Some(traceparent), tracestate),
+        None => (None, None),
+    }
+}
+
+#[cfg(not(feature = "opentelemetry"))]
+fn capture_opentelemetry() -> (Option<String>, Option<String>) {
+    (None, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +224,9 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: None,
+            local: false,
         }
     }
 
@@ -170,6 +252,10 @@ mod tests {
         assert!(!json.contains("\\u0000"));
         let stored = TraceContext::from_json(Some(&json));
         assert_eq!(stored.span, Some(7));
+        assert_eq!(
+            stored.traceparent, trace.traceparent,
+            "the traceparent is kept"
+        );
         assert_eq!(stored.baggage[0], ("tenant".into(), "a\u{FFFD}b".into()));
         assert!(
             stored.baggage.len() > 1,

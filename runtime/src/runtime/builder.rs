@@ -144,6 +144,9 @@ impl Builder {
         /// Age of the oldest due waiting request above which health reports `degraded`
         /// (default 5 minutes); see [`Settings::health_backlog_threshold`].
         health_backlog_threshold: Duration;
+        /// How an execution's span relates to the OpenTelemetry span its call was made in
+        /// (feature `opentelemetry`; default [`TracePropagation::Child`](crate::TracePropagation)).
+        trace_propagation: crate::TracePropagation;
     }
 
     /// The application whose records this runtime runs (default `"default"`). Set it when

@@ -116,6 +116,10 @@ pub struct OutcomeEvent {
     /// The id of the `tracing` span the call was made in, if any (the execution's span
     /// records it as `caller_span`).
     pub caller_span: Option<u64>,
+    /// The W3C `traceparent` of the OpenTelemetry span the call was made in (feature
+    /// `opentelemetry`; `None` without it or outside such a span): the trace to look the
+    /// request up in.
+    pub traceparent: Option<String>,
 }
 
 impl OutcomeEvent {
@@ -307,6 +311,7 @@ impl Notifier {
             application: self.application.clone(),
             baggage: trace.baggage,
             caller_span: trace.span,
+            traceparent: trace.traceparent,
         }
     }
 

@@ -96,6 +96,8 @@ pub(crate) struct ExecutorConfig {
     pub(crate) heartbeat_interval: Duration,
     /// How long an idempotency key protects (for the records it writes).
     pub(crate) key_retention: Duration,
+    /// How the execution span relates to the caller's OpenTelemetry span.
+    pub(crate) trace_propagation: crate::TracePropagation,
 }
 
 impl ExecutorConfig {
@@ -111,6 +113,7 @@ impl ExecutorConfig {
             lease: settings.lease,
             heartbeat_interval: settings.heartbeat_interval,
             key_retention: settings.key_retention,
+            trace_propagation: settings.trace_propagation,
         }
     }
 }
@@ -352,9 +355,13 @@ impl Executor {
         if !trace.baggage.is_empty() {
             span.record("baggage", trace.baggage_field());
         }
-        if let Some(caller) = trace.span {
+        // A span id means something only in the process that made the call: read back
+        // from a record (another instance, a retry after a restart) it may name an
+        // unrelated span that happens to hold that id now.
+        if let Some(caller) = trace.span.filter(|_| trace.local) {
             span.follows_from(tracing::Id::from_u64(caller));
         }
+        trace.attach_to(&span, self.config.trace_propagation);
         // A value is kept only with a record that is kept after a success.
         let result_slot = (job.record.is_some() && !self.config.delete_on_success)
             .then(crate::base::results::ResultSlot::default);
