@@ -56,6 +56,18 @@ async fn caught_up(ran: Data<Ran>, ctx: Context) {
     ran.0.lock().unwrap().push(("caught_up", tick));
 }
 
+/// 09:00 every day in Kathmandu (UTC+05:45 all year): 03:15 UTC.
+#[async_exec(
+    type = SaveAsync,
+    name = "schedules::nine_in_kathmandu",
+    cron = "0 0 9 * * *",
+    time_zone = "Asia/Kathmandu"
+)]
+async fn nine_in_kathmandu(ran: Data<Ran>, ctx: Context) {
+    let tick = ctx.tick().expect("called by its schedule");
+    ran.0.lock().unwrap().push(("nine_in_kathmandu", tick));
+}
+
 async fn instance(db: &TestDb, ran: &Ran) -> Runtime {
     db.builder()
         .data(ran.clone())
@@ -91,6 +103,23 @@ async fn each_tick_runs_once_whatever_the_instances<DB: Backend>(db: TestDb) {
     assert_eq!(info.schedule.as_deref(), Some("cron */2 * * * * * (UTC)"));
     assert_eq!(info.next_ticks.len(), 3);
     assert!(info.next_ticks.iter().all(|t| t % 2_000 == 0), "{info:?}");
+    // A cron in a time zone: its local times, shown with the zone.
+    let zoned = rts[0]
+        .executor_infos()
+        .into_iter()
+        .find(|e| e.name == "schedules::nine_in_kathmandu")
+        .expect("listed");
+    assert_eq!(
+        zoned.schedule.as_deref(),
+        Some("cron 0 0 9 * * * (Asia/Kathmandu)")
+    );
+    let day = 86_400_000;
+    assert_eq!(zoned.next_ticks[1] - zoned.next_ticks[0], day);
+    assert_eq!(
+        zoned.next_ticks[0].rem_euclid(day),
+        (3 * 60 + 15) * 60_000,
+        "09:00 in Kathmandu is 03:15 UTC: {zoned:?}"
+    );
     tokio::time::sleep(Duration::from_millis(5_300)).await;
     for rt in &rts {
         rt.shutdown().await.unwrap();

@@ -20,6 +20,7 @@ mod kw {
     syn::custom_keyword!(every);
     syn::custom_keyword!(cron);
     syn::custom_keyword!(catch_up);
+    syn::custom_keyword!(time_zone);
 }
 
 /// Every key, in the order error messages list them.
@@ -34,6 +35,7 @@ pub(crate) const KEYS: &[&str] = &[
     "every",
     "cron",
     "catch_up",
+    "time_zone",
     "crate",
 ];
 
@@ -66,6 +68,9 @@ pub(crate) struct Args {
     pub(crate) schedule: Option<ScheduleArg>,
     /// `catch_up = true`: the last tick missed while no instance ran is called at start.
     pub(crate) catch_up: bool,
+    /// `time_zone = "Europe/Paris"`: the zone a `cron` expression's times are read in
+    /// (checked when the runtime starts; UTC without it).
+    pub(crate) time_zone: Option<LitStr>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
 }
@@ -148,6 +153,7 @@ impl Parse for Args {
         let mut deadline_ms = None;
         let mut schedule = None;
         let mut catch_up: Option<Option<(bool, Span)>> = None;
+        let mut time_zone: Option<Option<LitStr>> = None;
         let mut crate_path = None;
 
         while !input.is_empty() {
@@ -163,6 +169,7 @@ impl Parse for Args {
                 &mut deadline_ms,
                 &mut schedule,
                 &mut catch_up,
+                &mut time_zone,
                 &mut crate_path,
             ) {
                 return Err(errors.with(e));
@@ -221,6 +228,17 @@ impl Parse for Args {
                  ran: give it with `every = ...` or `cron = ...`",
             ));
         }
+        // Only a cron expression names times of day; `every` counts from the Unix epoch.
+        if let (None | Some(None | Some(ScheduleArg::Every(..))), Some(Some(zone))) =
+            (&schedule, &time_zone)
+        {
+            errors.push(syn::Error::new(
+                zone.span(),
+                "`time_zone` says in which zone the times of a `cron` expression are read: \
+                 give it with `cron = ...` (`every` counts periods from the Unix epoch, the \
+                 same in every zone)",
+            ));
+        }
         // A schedule's ticks are stored requests, one per tick (a key each).
         if let (Some(strategy), Some(Some(schedule))) = (&strategy, &schedule) {
             if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
@@ -246,6 +264,7 @@ impl Parse for Args {
                 deadline_ms: deadline_ms.flatten(),
                 schedule: schedule.flatten(),
                 catch_up: catch_up.flatten().is_some_and(|(on, _)| on),
+                time_zone: time_zone.flatten(),
                 crate_path: crate_path.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
@@ -268,6 +287,7 @@ fn parse_one(
     deadline_ms: &mut Option<Option<(u64, Span)>>,
     schedule: &mut Option<Option<ScheduleArg>>,
     catch_up: &mut Option<Option<(bool, Span)>>,
+    time_zone: &mut Option<Option<LitStr>>,
     crate_path: &mut Option<Option<syn::Path>>,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
@@ -398,6 +418,22 @@ fn parse_one(
             key.span,
             Some((value.value, value.span)),
         );
+    } else if lookahead.peek(kw::time_zone) {
+        let key: kw::time_zone = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let text = value.value();
+        let value = if text.is_empty() || text.len() > 64 || text.contains(char::is_whitespace) {
+            errors.push(syn::Error::new(
+                value.span(),
+                "`time_zone` is a name of the IANA time zone database, such as \
+                 \"Europe/Paris\" or \"America/New_York\"",
+            ));
+            None
+        } else {
+            Some(value)
+        };
+        set_once(errors, time_zone, "time_zone", key.span, value);
     } else if lookahead.peek(kw::cron) {
         let key: kw::cron = input.parse()?;
         input.parse::<Token![=]>()?;
@@ -411,7 +447,8 @@ fn parse_one(
                 format!(
                     "`cron` takes six fields, seconds first (`sec min hour day month weekday`, \
                      and a year if you like), not {fields}: \"0 */5 * * * *\" is every five \
-                     minutes, \"0 0 6 1 * *\" 06:00 UTC on the first of each month"
+                     minutes, \"0 0 6 1 * *\" 06:00 on the first of each month (UTC, or the \
+                     `time_zone` given)"
                 ),
             ));
             None

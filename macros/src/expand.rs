@@ -350,7 +350,12 @@ pub(crate) fn def_fields(
             quote!(#c::__private::Schedule::Every { ms: #ms, catch_up: #catch_up })
         }
         attr::ScheduleArg::Cron(lit) => {
-            quote!(#c::__private::Schedule::Cron { expression: #lit, catch_up: #catch_up })
+            let time_zone = some_or_none(args.time_zone.as_ref().map(|zone| quote!(#zone)));
+            quote!(#c::__private::Schedule::Cron {
+                expression: #lit,
+                time_zone: #time_zone,
+                catch_up: #catch_up,
+            })
         }
     }));
     let data_needs = more_data

@@ -191,19 +191,24 @@ mod validate;
 /// async fn charge(order_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
 ///
-/// ## `every = "30s"`, `cron = "0 0 6 1 * *"`
+/// ## `every = "30s"`, `cron = "0 0 6 1 * *"`, `time_zone = "Europe/Paris"`
 ///
 /// The executor calls itself: every so long (one second to a year, at the multiples
 /// of the period since the Unix epoch), or at the times of a cron expression (six
-/// fields, seconds first, UTC). Each tick is one stored request, written by whichever
-/// instance gets there first (`SaveAsync` only, and no stored parameters: `Data<T>` and
-/// `Context` only; `Context::tick` gives the tick). A tick missed while no instance ran
-/// is skipped, or, with `catch_up = true`, the last one is called at start.
+/// fields, seconds first, in UTC or in `time_zone = "Europe/Paris"`). Each tick is one
+/// stored request, written by whichever instance gets there first (`SaveAsync` only, and
+/// no stored parameters: `Data<T>` and `Context` only; `Context::tick` gives the tick). A
+/// tick missed while no instance ran is skipped, or, with `catch_up = true`, the last
+/// one is called at start. In a time zone each local time fires once across daylight
+/// saving changes (the guide's attribute chapter says how).
 ///
 /// ```
 /// # use async_exec::{async_exec, Context};
 /// #[async_exec(type = SaveAsync, cron = "0 0 6 1 * *")] // 06:00 UTC, each first of the month
 /// async fn monthly_invoices(ctx: Context) -> anyhow::Result<()> { Ok(()) }
+///
+/// #[async_exec(type = SaveAsync, cron = "0 0 9 * * MON-FRI", time_zone = "America/New_York")]
+/// async fn morning_digest() {}
 /// ```
 ///
 /// ## `crate = "path"`

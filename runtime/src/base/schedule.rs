@@ -19,10 +19,12 @@ pub enum Schedule {
         catch_up: bool,
     },
     /// A cron expression with seconds (`sec min hour day-of-month month day-of-week
-    /// [year]`), in UTC.
+    /// [year]`), read in UTC or in `time_zone`.
     Cron {
         /// The expression.
         expression: &'static str,
+        /// The IANA time zone its times are read in (`"Europe/Paris"`); `None` is UTC.
+        time_zone: Option<&'static str>,
         /// Whether the last tick missed while no instance ran is called at start.
         catch_up: bool,
     },
@@ -32,7 +34,10 @@ pub enum Schedule {
 #[derive(Debug, Clone)]
 pub(crate) enum Ticks {
     Every(i64),
+    /// In UTC.
     Cron(Box<cron::Schedule>),
+    /// In a time zone: the expression names local times (see [`Ticks::next_after`]).
+    CronIn(Box<cron::Schedule>, chrono_tz::Tz),
 }
 
 impl Schedule {
@@ -42,8 +47,12 @@ impl Schedule {
             Schedule::Every { ms, catch_up } => (format!("every {ms} ms"), catch_up),
             Schedule::Cron {
                 expression,
+                time_zone,
                 catch_up,
-            } => (format!("cron {expression} (UTC)"), catch_up),
+            } => (
+                format!("cron {expression} ({})", time_zone.unwrap_or("UTC")),
+                catch_up,
+            ),
         };
         match catch_up {
             true => format!("{when}, a missed tick caught up"),
@@ -67,7 +76,11 @@ impl Schedule {
                 setting: "every",
                 reason: format!("executor `{executor}`: every {ms} ms is below one second"),
             }),
-            Schedule::Cron { expression, .. } => {
+            Schedule::Cron {
+                expression,
+                time_zone,
+                ..
+            } => {
                 let parsed = cron::Schedule::from_str(expression).map_err(|e| Error::Config {
                     setting: "cron",
                     reason: format!(
@@ -76,7 +89,20 @@ impl Schedule {
                          minutes"
                     ),
                 })?;
-                let ticks = Ticks::Cron(Box::new(parsed));
+                let ticks = match time_zone {
+                    None => Ticks::Cron(Box::new(parsed)),
+                    Some(name) => {
+                        let zone = chrono_tz::Tz::from_str(name).map_err(|_| Error::Config {
+                            setting: "time_zone",
+                            reason: format!(
+                                "executor `{executor}`: `{name}` is not a time zone of the IANA \
+                                 database; write a name such as \"Europe/Paris\" or \
+                                 \"America/New_York\" (case matters)"
+                            ),
+                        })?;
+                        Ticks::CronIn(Box::new(parsed), zone)
+                    }
+                };
                 if ticks.next_after(0).is_none() {
                     return Err(Error::Config {
                         setting: "cron",
@@ -112,7 +138,7 @@ impl Ticks {
                 let last = ms.div_euclid(*period) * period;
                 (last > ms - window).then_some(last)
             }
-            Ticks::Cron(_) => {
+            Ticks::Cron(_) | Ticks::CronIn(..) => {
                 let mut at = ms - window;
                 let mut last = None;
                 // Bounded: a cron of every second over a day is 86,400 steps.
@@ -131,6 +157,12 @@ impl Ticks {
     }
 
     /// The first tick strictly after `ms` (unix ms); `None` when there is none.
+    ///
+    /// In a time zone the expression names local times, and each fires once, as cron
+    /// and Spring do across daylight saving changes: a local time that happens twice (the
+    /// clocks go back) fires the first time only; one that does not happen (the clocks go
+    /// forward) fires as if the clocks had not yet moved: `02:30` on a night the clocks
+    /// jump from 02:00 to 03:00 fires at 03:30, and ticks that fall together fire once.
     pub(crate) fn next_after(&self, ms: i64) -> Option<i64> {
         match self {
             Ticks::Every(period) => Some((ms.div_euclid(*period) + 1) * period),
@@ -141,6 +173,40 @@ impl Ticks {
                     .next()
                     .map(|tick| tick.timestamp_millis())
             }
+            Ticks::CronIn(schedule, zone) => {
+                use chrono::TimeZone;
+                let local = chrono::DateTime::from_timestamp_millis(ms)?
+                    .with_timezone(zone)
+                    .naive_local();
+                // The expression's local times, read as if they were UTC, from the local
+                // time of `ms` on. Their instants grow with them, so the first one after
+                // `ms` is the answer; at most an hour of them (the repeated hour) maps to
+                // instants at or before `ms`.
+                let local_as_utc = chrono::Utc.from_utc_datetime(&local);
+                schedule
+                    .after(&local_as_utc)
+                    .take(100_000)
+                    .filter_map(|tick| instant_of(zone, tick.naive_utc()))
+                    .find(|&tick| tick > ms)
+            }
+        }
+    }
+}
+
+/// The instant (unix ms) of the local time `local` in `zone`: the first of two when the
+/// clocks went back over it, and by the offset in force before the change when the clocks
+/// jumped over it.
+fn instant_of(zone: &chrono_tz::Tz, local: chrono::NaiveDateTime) -> Option<i64> {
+    use chrono::{LocalResult, Offset, TimeZone};
+    match zone.from_local_datetime(&local) {
+        LocalResult::Single(at) | LocalResult::Ambiguous(at, _) => Some(at.timestamp_millis()),
+        LocalResult::None => {
+            // The offset a day before: no zone changes its clocks twice within a day.
+            let before = zone
+                .offset_from_local_datetime(&(local - chrono::Duration::days(1)))
+                .earliest()?
+                .fix();
+            Some((local - before).and_utc().timestamp_millis())
         }
     }
 }
@@ -152,8 +218,141 @@ mod tests {
     fn cron(expression: &'static str) -> Schedule {
         Schedule::Cron {
             expression,
+            time_zone: None,
             catch_up: false,
         }
+    }
+
+    fn cron_in(expression: &'static str, zone: &'static str) -> Ticks {
+        Schedule::Cron {
+            expression,
+            time_zone: Some(zone),
+            catch_up: false,
+        }
+        .ticks("x")
+        .unwrap()
+    }
+
+    /// Unix ms of a UTC time `YYYY-MM-DD HH:MM:SS`.
+    fn utc(text: &str) -> i64 {
+        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S")
+            .unwrap()
+            .and_utc()
+            .timestamp_millis()
+    }
+
+    /// The ticks after `from` (UTC text) up to `count`, as UTC text.
+    fn ticks_from(ticks: &Ticks, from: &str, count: usize) -> Vec<String> {
+        let mut at = utc(from);
+        let mut out = Vec::new();
+        for _ in 0..count {
+            at = ticks.next_after(at).unwrap();
+            out.push(
+                chrono::DateTime::from_timestamp_millis(at)
+                    .unwrap()
+                    .format("%Y-%m-%d %H:%M:%S")
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    #[test]
+    fn cron_in_a_time_zone_reads_local_times() {
+        // 09:00 on weekdays in Paris: 08:00 UTC in winter, 07:00 UTC in summer.
+        let weekday_mornings = cron_in("0 0 9 * * MON-FRI", "Europe/Paris");
+        assert_eq!(
+            ticks_from(&weekday_mornings, "2026-12-04 12:00:00", 2),
+            ["2026-12-07 08:00:00", "2026-12-08 08:00:00"],
+            "Friday afternoon: next Monday and Tuesday"
+        );
+        assert_eq!(
+            ticks_from(&weekday_mornings, "2026-07-01 00:00:00", 1),
+            ["2026-07-01 07:00:00"]
+        );
+        // The first of the month at midnight in New York (UTC-5 in winter).
+        let monthly = cron_in("0 0 0 1 * *", "America/New_York");
+        assert_eq!(
+            ticks_from(&monthly, "2026-12-06 00:00:00", 2),
+            ["2027-01-01 05:00:00", "2027-02-01 05:00:00"]
+        );
+        // `Etc/UTC` is the same as no zone.
+        let hourly_utc = cron("0 0 * * * *").ticks("x").unwrap();
+        let hourly_etc = cron_in("0 0 * * * *", "Etc/UTC");
+        let at = utc("2026-12-06 01:30:00");
+        assert_eq!(hourly_utc.next_after(at), hourly_etc.next_after(at));
+    }
+
+    #[test]
+    fn each_local_time_fires_once_across_daylight_saving_changes() {
+        // Paris, 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00 UTC). 02:30 does not
+        // happen that night: it fires at 03:30 CEST (01:30 UTC), once.
+        let daily = cron_in("0 30 2 * * *", "Europe/Paris");
+        assert_eq!(
+            ticks_from(&daily, "2026-03-27 12:00:00", 4),
+            [
+                "2026-03-28 01:30:00", // 02:30 CET
+                "2026-03-29 01:30:00", // 03:30 CEST, the skipped 02:30
+                "2026-03-30 00:30:00", // 02:30 CEST
+                "2026-03-31 00:30:00",
+            ]
+        );
+        // Paris, 2026-10-25: 03:00 CEST goes back to 02:00 CET (01:00 UTC): 02:30
+        // happens twice and fires the first time only.
+        assert_eq!(
+            ticks_from(&daily, "2026-10-23 12:00:00", 4),
+            [
+                "2026-10-24 00:30:00", // 02:30 CEST
+                "2026-10-25 00:30:00", // the first 02:30 (CEST)
+                "2026-10-26 01:30:00", // 02:30 CET
+                "2026-10-27 01:30:00",
+            ]
+        );
+        // Every 30 minutes through the jump forward: no tick lost, none twice.
+        let half_hourly = cron_in("0 */30 * * * *", "Europe/Paris");
+        assert_eq!(
+            ticks_from(&half_hourly, "2026-03-29 00:00:00", 4),
+            [
+                "2026-03-29 00:30:00", // 01:30 CET
+                "2026-03-29 01:00:00", // 02:00 that does not happen = 03:00 CEST
+                "2026-03-29 01:30:00", // 02:30 that does not happen = 03:30 CEST
+                "2026-03-29 02:00:00", // 04:00 CEST (03:00 and 03:30 fell together)
+            ]
+        );
+        // And through the hour that happens twice: its second pass has no ticks.
+        assert_eq!(
+            ticks_from(&half_hourly, "2026-10-24 23:45:00", 5),
+            [
+                "2026-10-25 00:00:00", // 02:00 CEST
+                "2026-10-25 00:30:00", // 02:30 CEST
+                "2026-10-25 02:00:00", // 03:00 CET (02:00 and 02:30 CET are repeats)
+                "2026-10-25 02:30:00",
+                "2026-10-25 03:00:00",
+            ]
+        );
+        // From inside the repeated hour, the next tick is after it.
+        assert_eq!(
+            ticks_from(&half_hourly, "2026-10-25 01:10:00", 1),
+            ["2026-10-25 02:00:00"]
+        );
+    }
+
+    #[test]
+    fn an_unknown_time_zone_names_the_executor_and_an_example() {
+        let message = Schedule::Cron {
+            expression: "0 0 9 * * *",
+            time_zone: Some("Europe/Pariss"),
+            catch_up: false,
+        }
+        .ticks("billing::invoices")
+        .unwrap_err()
+        .to_string();
+        assert!(
+            message.contains("billing::invoices")
+                && message.contains("Europe/Pariss")
+                && message.contains("Europe/Paris\""),
+            "{message}"
+        );
     }
 
     #[test]

@@ -17,4 +17,13 @@ async fn report(month: u32) {
     let _ = month;
 }
 
+#[async_exec(type = SaveAsync, every = "1h", time_zone = "Europe/Paris")]
+async fn a_zone_for_a_period() {}
+
+#[async_exec(type = SaveAsync, time_zone = "Europe/Paris")]
+async fn a_zone_without_a_schedule() {}
+
+#[async_exec(type = SaveAsync, cron = "0 0 9 * * *", time_zone = "Europe Paris")]
+async fn a_zone_with_a_space() {}
+
 fn main() {}
