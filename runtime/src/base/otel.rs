@@ -16,8 +16,6 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::base::trace::TracePropagation;
-
 const TRACEPARENT: &str = "traceparent";
 const TRACESTATE: &str = "tracestate";
 
@@ -38,19 +36,24 @@ pub(crate) fn capture() -> Option<(String, Option<String>)> {
     Some((traceparent, tracestate))
 }
 
-/// Makes the stored context the parent of `span` ([`TracePropagation::Child`]) or adds a
-/// link to it ([`TracePropagation::Link`]). Text that is not a valid `traceparent` (a
-/// record written by hand, or altered) is ignored with a debug event: the body runs
-/// all the same.
+/// How an execution span is related to the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Relation {
+    /// The caller's span is its parent.
+    Child,
+    /// It links to the caller's span.
+    Link,
+}
+
+/// Makes the stored context the parent of `span`, or adds a link to it. Text that is not
+/// a valid `traceparent` (a record written by hand, or altered) is ignored with a debug
+/// event: the body runs all the same.
 pub(crate) fn attach(
     span: &tracing::Span,
     traceparent: &str,
     tracestate: Option<&str>,
-    propagation: TracePropagation,
+    relation: Relation,
 ) {
-    if propagation == TracePropagation::None {
-        return;
-    }
     let mut carrier = HashMap::with_capacity(2);
     carrier.insert(TRACEPARENT.to_string(), traceparent.to_string());
     if let Some(state) = tracestate {
@@ -65,14 +68,13 @@ pub(crate) fn attach(
         );
         return;
     }
-    match propagation {
-        TracePropagation::Child => {
+    match relation {
+        Relation::Child => {
             // Fails only when no OpenTelemetry layer is installed or the span is disabled:
             // then there is no OpenTelemetry span to give a parent.
             let _ = span.set_parent(context);
         }
-        TracePropagation::Link => span.add_link(caller),
-        TracePropagation::None => {}
+        Relation::Link => span.add_link(caller),
     }
 }
 
@@ -94,8 +96,8 @@ mod tests {
             &"0".repeat(100_000),
             "00-00000000000000000000000000000000-0000000000000000-01",
         ] {
-            attach(&span, text, Some("\u{0}"), TracePropagation::Child);
-            attach(&span, text, None, TracePropagation::Link);
+            attach(&span, text, Some("\u{0}"), Relation::Child);
+            attach(&span, text, None, Relation::Link);
         }
     }
 }

@@ -151,7 +151,13 @@ impl TraceContext {
     pub(crate) fn attach_to(&self, span: &tracing::Span, propagation: TracePropagation) {
         #[cfg(feature = "opentelemetry")]
         if let Some(traceparent) = &self.traceparent {
-            crate::base::otel::attach(span, traceparent, self.tracestate.as_deref(), propagation);
+            use crate::base::otel::{attach, Relation};
+            let relation = match propagation {
+                TracePropagation::Child => Relation::Child,
+                TracePropagation::Link => Relation::Link,
+                TracePropagation::None => return,
+            };
+            attach(span, traceparent, self.tracestate.as_deref(), relation);
         }
     }
 
