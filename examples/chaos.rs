@@ -25,7 +25,9 @@
 //! and in autocommit, some keys twice (one after the other, or from two calls at once),
 //! some transactions rolled back, some transaction scopes with a scope opened inside them
 //! (refused: the outer scope rolls back), some calls to `chaos::work3` (`max_attempts =
-//! 3`, failing on planned attempts), some transactions of keyed `SyncSave` calls, and
+//! 3`, failing on planned attempts), some to `chaos::stepped` (three durable steps, each
+//! recorded in `chaos_steps` when its work runs and when the body sees its value), some
+//! transactions of keyed `SyncSave` calls, and
 //! records every receipt in `chaos_receipts` after its transaction ended.
 
 #[path = "chaos/memory.rs"]
@@ -99,6 +101,8 @@ struct History {
     runs: AtomicU64,
     insert: String,
     update: String,
+    /// A row of `chaos_steps`: a step of `chaos::stepped` ran, or its value was seen.
+    step_insert: String,
     /// The in-memory and `SyncSave` bodies' statements (`chaos_mem_runs`).
     mem_insert: String,
     mem_update: String,
@@ -149,6 +153,11 @@ impl History {
                 url,
                 "UPDATE chaos_history SET ended = $1, outcome = $2 WHERE run_id = $3",
             ),
+            step_insert: dialect(
+                url,
+                "INSERT INTO chaos_steps (run_id, request_id, step, kind, nonce, at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            ),
         }
     }
 }
@@ -189,6 +198,125 @@ async fn work3(
     run_work(key, work_ms, &fail_on, Some(plan), ctx, &history).await
 }
 
+/// The steps of a `chaos::stepped` body, in order.
+pub const STEPS: [&str; 3] = ["reserve", "charge", "ship"];
+
+/// [`work`] in three durable steps (`ctx.step`): each step writes a `ran` row with a
+/// fresh random value when its work runs, and the body a `saw` row with the value each
+/// step returned (run now, or kept by an earlier attempt). With `fail_first`, the first
+/// attempt fails after the second step, so that the retry resumes at the third.
+#[async_exec(type = SaveAsync, name = "chaos::stepped", remark = "three durable steps", max_attempts = 1000, timeout = "30s")]
+async fn stepped(
+    key: Option<String>,
+    work_ms: u64,
+    fail_first: bool,
+    ctx: Context,
+    history: Data<History>,
+) -> anyhow::Result<()> {
+    let id = ctx.request_id().unwrap_or_default();
+    let attempt = ctx.attempt();
+    let run_id = history.start(id, key, attempt, None).await?;
+    let mut outcome = "ok";
+    for (position, step) in STEPS.into_iter().enumerate() {
+        let value = ctx
+            .step(step, || async {
+                let nonce = rand::random::<i64>() & i64::MAX;
+                history.step_row(&run_id, id, step, "ran", nonce).await?;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(work_ms / 3)) => Ok(nonce),
+                    _ = ctx.cancelled() => Err(anyhow::anyhow!("the lease was lost: stopped early")),
+                }
+            })
+            .await;
+        match value {
+            Ok(nonce) => history.step_row(&run_id, id, step, "saw", nonce).await?,
+            // A lost lease, or a value that could not be kept (the database cut off).
+            Err(_) if ctx.is_cancelled() => {
+                outcome = "cancelled";
+                break;
+            }
+            Err(_) => {
+                outcome = "step_error";
+                break;
+            }
+        }
+        if fail_first && attempt == 1 && position == 1 {
+            outcome = "failed";
+            break;
+        }
+    }
+    history.end(&run_id, outcome).await?;
+    match outcome {
+        "ok" => Ok(()),
+        "failed" => anyhow::bail!("attempt {attempt} fails on purpose after two steps"),
+        other => anyhow::bail!("stopped early: {other}"),
+    }
+}
+
+impl History {
+    /// Writes the `running` row of an execution; its run id.
+    async fn start(
+        &self,
+        id: i64,
+        key: Option<String>,
+        attempt: u32,
+        plan: Option<String>,
+    ) -> anyhow::Result<String> {
+        let run_id = format!(
+            "{}-{}",
+            self.instance,
+            self.runs.fetch_add(1, Ordering::Relaxed)
+        );
+        let started = now_ms();
+        self.write(|| {
+            sqlx::query(&self.insert)
+                .bind(run_id.clone())
+                .bind(id)
+                .bind(key.clone())
+                .bind(self.instance.clone())
+                .bind(attempt as i32)
+                .bind(started)
+                .bind(plan.clone())
+        })
+        .await?;
+        Ok(run_id)
+    }
+
+    /// Writes the end of an execution.
+    async fn end(&self, run_id: &str, outcome: &str) -> anyhow::Result<()> {
+        let ended = now_ms();
+        self.write(|| {
+            sqlx::query(&self.update)
+                .bind(ended)
+                .bind(outcome.to_string())
+                .bind(run_id.to_string())
+        })
+        .await
+    }
+
+    /// Writes a `chaos_steps` row.
+    async fn step_row(
+        &self,
+        run_id: &str,
+        id: i64,
+        step: &str,
+        kind: &str,
+        nonce: i64,
+    ) -> anyhow::Result<()> {
+        let at = now_ms();
+        self.write(|| {
+            sqlx::query(&self.step_insert)
+                .bind(run_id.to_string())
+                .bind(id)
+                .bind(step.to_string())
+                .bind(kind.to_string())
+                .bind(nonce)
+                .bind(at)
+        })
+        .await
+    }
+}
+
 /// One execution: a history row written first, the work, its end written last.
 async fn run_work(
     key: Option<String>,
@@ -200,39 +328,14 @@ async fn run_work(
 ) -> anyhow::Result<()> {
     let id = ctx.request_id().unwrap_or_default();
     let attempt = ctx.attempt();
-    let run_id = format!(
-        "{}-{}",
-        history.instance,
-        history.runs.fetch_add(1, Ordering::Relaxed)
-    );
-    let started = now_ms();
-    history
-        .write(|| {
-            sqlx::query(&history.insert)
-                .bind(run_id.clone())
-                .bind(id)
-                .bind(key.clone())
-                .bind(history.instance.clone())
-                .bind(attempt as i32)
-                .bind(started)
-                .bind(plan.clone())
-        })
-        .await?;
+    let run_id = history.start(id, key, attempt, plan).await?;
     let outcome = tokio::select! {
         _ = tokio::time::sleep(Duration::from_millis(work_ms)) => {
             if fail_on.contains(&attempt) { "failed" } else { "ok" }
         }
         _ = ctx.cancelled() => "cancelled",
     };
-    let ended = now_ms();
-    history
-        .write(|| {
-            sqlx::query(&history.update)
-                .bind(ended)
-                .bind(outcome)
-                .bind(run_id.clone())
-        })
-        .await?;
+    history.end(&run_id, outcome).await?;
     match outcome {
         "ok" => Ok(()),
         "failed" => anyhow::bail!("attempt {attempt} fails on purpose"),
@@ -290,6 +393,12 @@ async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
             "CREATE TABLE IF NOT EXISTS chaos_receipts (request_id {bigint}, req_key VARCHAR(200), \
              outcome VARCHAR(20) NOT NULL, via VARCHAR(20) NOT NULL, source VARCHAR(100) NOT NULL, \
              recorded {bigint} NOT NULL)"
+        ),
+        // A row per step's work run (`ran`) and per step's value seen by the body (`saw`).
+        format!(
+            "CREATE TABLE IF NOT EXISTS chaos_steps (run_id VARCHAR(100) NOT NULL, \
+             request_id {bigint} NOT NULL, step VARCHAR(20) NOT NULL, kind VARCHAR(10) NOT NULL, \
+             nonce {bigint} NOT NULL, at {bigint} NOT NULL, PRIMARY KEY (run_id, step, kind))"
         ),
         memory::CREATE_CALLS.replace("{bigint}", bigint),
         memory::CREATE_RUNS.replace("{bigint}", bigint),

@@ -274,6 +274,21 @@ async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
             last_error: text(row, 4),
         })
         .collect();
+    let rows = sqlx::query("SELECT run_id, request_id, step, kind, nonce, at FROM chaos_steps")
+        .fetch_all(pool)
+        .await
+        .expect("read chaos_steps");
+    run.steps = rows
+        .iter()
+        .map(|row| checker::steps::StepRow {
+            run_id: text(row, 0).unwrap_or_default(),
+            request_id: row.get(1),
+            step: text(row, 2).unwrap_or_default(),
+            kind: text(row, 3).unwrap_or_default(),
+            nonce: row.get(4),
+            at: row.get(5),
+        })
+        .collect();
     let rows = sqlx::query(
         "SELECT l.req_id, l.attempt, l.outcome, l.error FROM async_log l \
          JOIN async_req r ON r.id = l.req_id WHERE r.status = 'dead'",

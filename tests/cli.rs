@@ -40,6 +40,16 @@ async fn flaky_job(message: String) -> anyhow::Result<()> {
     anyhow::bail!(message)
 }
 
+/// Called at New Year in Auckland: once a year, so never during a test run but for the
+/// schedule `schedules` lists.
+#[async_exec(
+    type = SaveAsync,
+    name = "cli::new_year",
+    cron = "0 0 0 1 1 *",
+    time_zone = "Pacific/Auckland"
+)]
+async fn new_year() {}
+
 /// What one run of the tool did.
 struct Run {
     code: i32,
@@ -592,7 +602,56 @@ async fn purge_counts<DB: Backend>(db: TestDb) {
     assert_eq!(none["requests"], 0);
 }
 
+/// `schedules` lists what the live instances that run workers announce (the CLI links no
+/// executor of theirs), with the next ticks; a submit-only instance is not counted.
+async fn schedules_of_live_instances<DB: Backend>(db: TestDb) {
+    let submitter = db.builder().run_workers(false).start().await.unwrap();
+    let none = tool(&db, &["--json", "schedules"]).await.ok().json();
+    assert_eq!(
+        none["schedules"],
+        serde_json::json!([]),
+        "a submit-only instance calls no schedule"
+    );
+    let worker = db.builder().start().await.unwrap();
+    let listed = tool(&db, &["--json", "schedules", "--next", "2"])
+        .await
+        .ok()
+        .json();
+    let new_year = listed["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["executor"] == "cli::new_year")
+        .unwrap_or_else(|| panic!("listed: {listed}"))
+        .clone();
+    assert_eq!(new_year["describe"], "cron 0 0 0 1 1 * (Pacific/Auckland)");
+    assert_eq!(
+        new_year["instances"].as_array().unwrap().len(),
+        1,
+        "{new_year}"
+    );
+    let next: Vec<i64> = serde_json::from_value(new_year["next"].clone()).unwrap();
+    assert_eq!(next.len(), 2);
+    // Midnight on 1 January in Auckland is 11:00 UTC on 31 December (NZDT, +13).
+    assert_eq!(next[0].rem_euclid(86_400_000), 11 * 3_600_000, "{next:?}");
+    assert!(
+        (365..=366).contains(&((next[1] - next[0]) / 86_400_000)),
+        "{next:?}"
+    );
+    let human = tool(&db, &["schedules"]).await.ok();
+    assert!(
+        human.stdout.contains("cli::new_year") && human.stdout.contains("Pacific/Auckland"),
+        "{}",
+        human.stdout
+    );
+    let bad = tool(&db, &["schedules", "--next", "0"]).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    worker.shutdown().await.unwrap();
+    submitter.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    schedules_of_live_instances,
     migrate_stats_list_show,
     retry_cancel_delete,
     filters_with_metacharacters_and_odd_unicode,

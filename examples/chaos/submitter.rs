@@ -9,7 +9,7 @@ use async_exec::{Backend, Outcome, Runtime, Tx};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{memory, work, work3, Args, Receipts};
+use super::{memory, stepped, work, work3, Args, Receipts};
 
 /// One call's arguments, drawn from the seeded stream.
 struct Draw {
@@ -18,13 +18,16 @@ struct Draw {
     fail_first: bool,
     /// `Some`: a `work3` call (three attempts at most) failing on these attempts.
     fail_on: Option<Vec<u32>>,
+    /// A `stepped` call (three durable steps), when it is not a `work3` one.
+    stepped: bool,
 }
 
 impl Draw {
-    /// The call: `work`, or `work3` when the draw has a plan of failures.
+    /// The call: `work`, `work3` when the draw has a plan of failures, or `stepped`.
     fn call(&self) -> async_exec::Call {
         let call = match &self.fail_on {
             Some(fail_on) => work3(self.key.clone(), self.work_ms, fail_on.clone()),
+            None if self.stepped => stepped(self.key.clone(), self.work_ms, self.fail_first),
             None => work(self.key.clone(), self.work_ms, self.fail_first),
         };
         match &self.key {
@@ -76,11 +79,16 @@ impl Submitter<'_> {
                 2 => vec![1],
                 _ => vec![],
             });
+        // One call in eight of the others runs in three durable steps; a fifth of those
+        // fail their first attempt after the second step.
+        let stepped = fail_on.is_none() && self.rng.gen_bool(0.125);
+        let fail_first = self.rng.gen_bool(if stepped { 0.2 } else { 0.05 });
         Draw {
             key,
             work_ms,
-            fail_first: self.rng.gen_bool(0.05),
+            fail_first,
             fail_on,
+            stepped,
         }
     }
 

@@ -778,7 +778,7 @@ mod tests {
     fn unknown_and_case_sensitive_keys() {
         assert_eq!(
             messages("type = Async, foo = 1 + 2, remark = \"x\""),
-            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, catch_up, crate"]
+            ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, catch_up, time_zone, crate"]
         );
         let errs = messages("Type = Async");
         assert_eq!(errs.len(), 2, "{errs:?}");

@@ -73,7 +73,7 @@ pub use base::record::{ExecutorSign, InstanceInfo};
 #[doc(hidden)]
 pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use base::results::Partial;
-pub use base::schedule::Schedule;
+pub use base::schedule::{AnnouncedSchedule, Schedule};
 pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
@@ -98,7 +98,7 @@ pub use operate::requests::StepInfo;
 pub use operate::signal::shutdown_signal;
 pub use runtime::builder::Builder;
 pub use runtime::testing::RunDueReport;
-pub use runtime::ticker::ScheduleInfo;
+pub use runtime::ticker::{AnnouncedScheduleInfo, ScheduleInfo};
 pub use runtime::{global, Runtime, ShutdownReport};
 pub use store::bounded::statement_bound;
 pub use store::{Backend, Value};

@@ -16,7 +16,9 @@
 //! 9. in-memory strategies: rolled back never runs, `Async`/`Thread` at most once and
 //!    (unless their process died) once, `AsyncSave` until success (`memory.rs`);
 //! 10. keyed `SyncSave` in transactions: no body runs again once a call with its key
-//!     committed (`memory.rs`).
+//!     committed (`memory.rs`);
+//! 11. durable steps: a step whose value a body saw never runs again, and every value
+//!     seen of it is the one its run returned (`steps.rs`).
 //!
 //! Pure: it takes rows, so that its own tests can feed it broken histories.
 
@@ -138,6 +140,8 @@ pub struct Run {
     /// Windows (unix ms) in which the database itself did not commit a probe write for
     /// `probe::STALL_MS` or more (see `tests/chaos/probe.rs`).
     pub db_stalls: Vec<(i64, i64)>,
+    /// What the steps of `chaos::stepped` bodies wrote.
+    pub steps: Vec<steps::StepRow>,
 }
 
 /// A row left in `async_req`.
@@ -251,6 +255,7 @@ pub struct Summary {
     pub longest_db_stall: i64,
     pub bounded: bounded::Counts,
     pub memory: memory::Counts,
+    pub steps: steps::Counts,
 }
 
 impl fmt::Display for Summary {
@@ -283,6 +288,7 @@ impl fmt::Display for Summary {
         )?;
         writeln!(f, "  {}", self.bounded)?;
         writeln!(f, "  {}", self.memory)?;
+        writeln!(f, "  {}", self.steps)?;
         write!(
             f,
             "  lost 0, left in queue 0, uncommitted runs 0, overlaps 0, second requests for a key 0, \
@@ -543,6 +549,7 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     }
     summary.bounded = bounded::check(run, &by_request, &mut bad);
     summary.memory = memory::check(run, &processes, &mut bad);
+    summary.steps = steps::check(run, &mut bad);
     if bad.is_empty() {
         Ok(summary)
     } else {
@@ -554,10 +561,15 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
 mod bounded;
 #[path = "memory.rs"]
 mod memory;
+#[path = "steps.rs"]
+pub mod steps;
 
 #[cfg(test)]
 #[path = "rules_tests.rs"]
 mod rules_tests;
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod steps_tests;
 #[cfg(test)]
 #[path = "checker_tests.rs"]
 mod tests;

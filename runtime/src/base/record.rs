@@ -377,6 +377,10 @@ pub struct ExecutorSign {
     pub name: String,
     /// The sign (hash) of its persisted parameters' types.
     pub sign: String,
+    /// Its schedule (`every = ...`, `cron = ...`), if it has one. Absent from what
+    /// versions before schedules were announced wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::base::schedule::AnnouncedSchedule>,
 }
 
 /// Reads the executors column.

@@ -15,8 +15,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Inner, Runtime};
+use crate::base::error::Result;
 use crate::base::registry::ExecutorDef;
-use crate::base::schedule::{tick_key, Ticks};
+use crate::base::schedule::{tick_key, AnnouncedSchedule, Ticks};
 
 /// A scheduled executor and its ticks.
 #[derive(Debug, Clone)]
@@ -167,25 +168,79 @@ impl Runtime {
         self.inner
             .schedules
             .iter()
-            .map(|scheduled| {
-                let mut next = Vec::new();
-                let mut at = now;
-                while next.len() < n.min(100) {
-                    match scheduled.ticks.next_after(at) {
-                        Some(tick) => {
-                            next.push(tick);
-                            at = tick;
-                        }
-                        None => break,
-                    }
-                }
-                ScheduleInfo {
-                    executor: scheduled.def.name,
-                    schedule: scheduled.def.schedule.expect("a scheduled executor"),
-                    next,
-                }
+            .map(|scheduled| ScheduleInfo {
+                executor: scheduled.def.name,
+                schedule: scheduled.def.schedule.expect("a scheduled executor"),
+                next: scheduled.ticks.next(now, n),
             })
             .collect()
+    }
+}
+
+/// What [`Runtime::announced_schedules`] reports of one schedule: an executor's, as the
+/// live instances that run workers announced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AnnouncedScheduleInfo {
+    /// The executor's name.
+    pub executor: String,
+    /// Its schedule. Two versions side by side that give an executor two schedules are
+    /// two entries: each instance ticks by its own.
+    pub schedule: AnnouncedSchedule,
+    /// Its next ticks (unix ms, the database's clock), the first first; empty when this
+    /// version cannot read the schedule (see `error`).
+    pub next: Vec<i64>,
+    /// Why the next ticks could not be computed, if they could not.
+    pub error: Option<String>,
+    /// The instances that announce it, by name.
+    pub instances: Vec<String>,
+}
+
+impl Runtime {
+    /// The schedules the live instances of this application that run workers announce
+    /// (they are the ones that call them), with their next `n` ticks (at most 100): what
+    /// a binary that links no executors, such as the CLI's `schedules`, can list.
+    /// Sorted by executor.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// for s in rt.announced_schedules(3).await? {
+    ///     println!("{} ({}) on {:?}: next at {:?}", s.executor, s.schedule.describe(), s.instances, s.next);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn announced_schedules(&self, n: usize) -> Result<Vec<AnnouncedScheduleInfo>> {
+        let instances = self.instances().await?;
+        let now = self.inner.clock.now_ms();
+        let mut found: Vec<AnnouncedScheduleInfo> = Vec::new();
+        for instance in instances.iter().filter(|i| i.workers) {
+            for executor in &instance.executors {
+                let Some(schedule) = &executor.schedule else {
+                    continue;
+                };
+                match found
+                    .iter_mut()
+                    .find(|f| f.executor == executor.name && f.schedule == *schedule)
+                {
+                    Some(known) => known.instances.push(instance.name.clone()),
+                    None => {
+                        let (next, error) = match schedule.next_ticks(now, n) {
+                            Ok(next) => (next, None),
+                            Err(e) => (Vec::new(), Some(e.to_string())),
+                        };
+                        found.push(AnnouncedScheduleInfo {
+                            executor: executor.name.clone(),
+                            schedule: schedule.clone(),
+                            next,
+                            error,
+                            instances: vec![instance.name.clone()],
+                        });
+                    }
+                }
+            }
+        }
+        found.sort_by(|a, b| a.executor.cmp(&b.executor).then(a.next.cmp(&b.next)));
+        Ok(found)
     }
 }
 

@@ -120,6 +120,7 @@ pub(crate) fn executors_of(registry: &Registry) -> Vec<ExecutorSign> {
         .map(|def| ExecutorSign {
             name: def.name.to_string(),
             sign: def.sign.to_string(),
+            schedule: def.schedule.as_ref().map(Into::into),
         })
         .collect()
 }
@@ -212,6 +213,7 @@ mod tests {
         ExecutorSign {
             name: name.into(),
             sign: sign.into(),
+            schedule: None,
         }
     }
 

@@ -104,6 +104,13 @@ pub(crate) enum Command {
     /// Delete finished requests (success, cancelled; dead with --dead) and the attempt
     /// logs of requests that are gone, older than --older-than, in batches.
     Purge(PurgeArgs),
+    /// The periodic calls (`every`, `cron`) that the live instances running workers
+    /// announce, with their next ticks.
+    Schedules {
+        /// How many next ticks to show of each (1 to 100).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+        next: u16,
+    },
 }
 
 /// What `policy` changes.

@@ -20,7 +20,7 @@ pub(crate) struct Printed {
 }
 
 impl Printed {
-    fn ok(json: Value, human: String) -> Self {
+    pub(crate) fn ok(json: Value, human: String) -> Self {
         Printed {
             json,
             human,

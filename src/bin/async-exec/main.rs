@@ -1,7 +1,7 @@
 //! `async-exec`: the operators' command-line tool. Looks at and acts on the requests of
 //! an application through the runtime's public API, on any backend, without running
 //! anything itself: `migrate`, `stats`, `list`, `show`, `retry`, `cancel`, `delete`,
-//! `pause`, `resume`, `queues`, `queue-limits`, `purge`. Its actions are written to the audit trail that the
+//! `pause`, `resume`, `queues`, `queue-limits`, `purge`, `schedules`. Its actions are written to the audit trail that the
 //! console shows, as done by `cli:<os user>`. Human tables by default, one JSON document with `--json`.
 //!
 //! Exit status: 0 done, 1 failed (the reason on stderr, with what to do), 2 usage.
@@ -18,6 +18,7 @@ mod failure;
 mod operator;
 mod redact;
 mod render;
+mod schedules;
 mod time;
 
 use args::{Cli, Command};
@@ -125,6 +126,7 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         } => commands::queue_limits(&rt, &queue, (concurrency, per_instance, rate)).await,
         Command::Policy(policy) => commands::policy(&rt, policy).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
+        Command::Schedules { next } => schedules::schedules(&rt, usize::from(next)).await,
     };
     let stopped = rt.shutdown().await;
     let printed = printed?;
