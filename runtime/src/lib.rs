@@ -67,13 +67,14 @@ pub use base::query::{
     Pause, QueuePolicy, RequestQuery,
 };
 pub use base::queue::QueueLimits;
+pub use base::record::AnnouncedSchedule;
 pub use base::record::{AttemptLog, Progress, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};
 /// What the macro generates and the registry holds; not for users.
 #[doc(hidden)]
 pub use base::registry::{BoxFuture, ExecutorDef, Invocation, Registration, RunFn};
 pub use base::results::Partial;
-pub use base::schedule::{AnnouncedSchedule, Schedule};
+pub use base::schedule::Schedule;
 pub use base::secret::{mask_sealed, SECRET_KEY_BYTES};
 pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;

@@ -380,7 +380,56 @@ pub struct ExecutorSign {
     /// Its schedule (`every = ...`, `cron = ...`), if it has one. Absent from what
     /// versions before schedules were announced wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<crate::base::schedule::AnnouncedSchedule>,
+    pub schedule: Option<AnnouncedSchedule>,
+}
+
+/// A schedule as an instance announces it with its executors (in `async_instance`), so
+/// that what links no executors (the CLI) can list the schedules of the instances that
+/// run and their next ticks: [`Runtime::announced_schedules`](crate::Runtime::announced_schedules).
+///
+/// ```
+/// use async_exec::AnnouncedSchedule;
+/// let nightly: AnnouncedSchedule =
+///     serde_json::from_str(r#"{"cron":"0 0 2 * * *","time_zone":"Europe/Paris"}"#).unwrap();
+/// assert_eq!(nightly.describe(), "cron 0 0 2 * * * (Europe/Paris)");
+/// // 2026-12-06 00:00 UTC: the next 02:00 in Paris is 01:00 UTC.
+/// assert_eq!(nightly.next_ticks(1_796_515_200_000, 1).unwrap(), vec![1_796_518_800_000]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AnnouncedSchedule {
+    /// `every = ...`, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// `cron = ...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// `time_zone = ...` beside `cron`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// `catch_up = true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub catch_up: bool,
+}
+
+impl AnnouncedSchedule {
+    /// The schedule as [`Schedule::describe`](crate::Schedule::describe) gives it.
+    pub fn describe(&self) -> String {
+        let when = match (&self.every_ms, &self.cron) {
+            (Some(ms), _) => format!("every {ms} ms"),
+            (None, Some(cron)) => {
+                format!(
+                    "cron {cron} ({})",
+                    self.time_zone.as_deref().unwrap_or("UTC")
+                )
+            }
+            (None, None) => "no schedule".to_string(),
+        };
+        match self.catch_up {
+            true => format!("{when}, a missed tick caught up"),
+            false => when,
+        }
+    }
 }
 
 /// Reads the executors column.

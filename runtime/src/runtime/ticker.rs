@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Inner, Runtime};
 use crate::base::error::Result;
+use crate::base::record::AnnouncedSchedule;
 use crate::base::registry::ExecutorDef;
-use crate::base::schedule::{tick_key, AnnouncedSchedule, Ticks};
+use crate::base::schedule::{tick_key, Ticks};
 
 /// A scheduled executor and its ticks.
 #[derive(Debug, Clone)]
