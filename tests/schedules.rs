@@ -201,6 +201,57 @@ async fn a_missed_tick_is_caught_up_once_at_start<DB: Backend>(db: TestDb) {
     );
 }
 
+/// Not scheduled: a request that waits, to fill the quota.
+#[async_exec(type = SaveAsync, name = "schedules::later")]
+async fn later() {}
+
+/// The catch-up call at start is tried again until the next tick is due, as any tick:
+/// here the first try is refused (the application's quota of waiting requests is full)
+/// and a later one, after a waiting request was cancelled, is written. Seen failing
+/// before the fix: the catch-up was tried once and the missed tick skipped.
+async fn a_catch_up_refused_at_start_is_tried_again<DB: Backend>(db: TestDb) {
+    let ran = Ran::default();
+    let rt = instance(&db, &ran).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    rt.shutdown().await.unwrap();
+    let stopped = common::now_ms();
+    let resume = (stopped / 2_000 + 2) * 2_000 + 300;
+    tokio::time::sleep(Duration::from_millis((resume - stopped) as u64)).await;
+    // One request waits, and the instance allows one: its calls are refused.
+    let submitter = db.builder().run_workers(false).start().await.unwrap();
+    let waiting = later()
+        .delay(Duration::from_secs(3_600))
+        .on(&submitter)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let restarted = common::now_ms();
+    let again = db
+        .builder()
+        .data(ran.clone())
+        .delete_on_success(false)
+        .max_waiting(Some(1))
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let missed = restarted / 2_000 * 2_000;
+    assert!(
+        !ran.of("caught_up").contains(&missed),
+        "refused while the quota is full"
+    );
+    submitter.cancel(waiting).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    again.shutdown().await.unwrap();
+    submitter.shutdown().await.unwrap();
+    let caught = ran.of("caught_up");
+    assert!(
+        caught.iter().filter(|&&t| t == missed).count() == 1,
+        "the tick at {missed} (restarted at {restarted}) ran once, after the quota freed: {caught:?}"
+    );
+}
+
 /// Ticks under a database outage, on the servers (a TCP proxy in between).
 #[cfg_attr(
     not(any(async_exec_test_postgres, async_exec_test_mysql)),
@@ -255,6 +306,7 @@ mod outage {
 }
 
 backend_suite!(
+    a_catch_up_refused_at_start_is_tried_again,
     a_missed_tick_is_caught_up_once_at_start,
     each_tick_runs_once_whatever_the_instances,
     a_paused_schedule_skips_its_ticks,

@@ -63,12 +63,14 @@ pub(crate) async fn run(runtime: Weak<Inner>, scheduled: Scheduled, stop: Cancel
     // The last tick passed, if this schedule catches up: called now, under its tick's
     // key, which is taken if an instance called it already. Only within half the keys'
     // retention: past it, its key may be gone, and a call would run it a second time.
+    // Tried again, as any tick, until the next one is due.
     let catch_up = scheduled.def.schedule.is_some_and(|s| s.catches_up());
     if let Some(missed) = catch_up
         .then(|| scheduled.ticks.last_within(now, retention / 2))
         .flatten()
     {
-        if !call_tick(&runtime, &scheduled, missed, None, &stop).await {
+        let next = scheduled.ticks.next_after(now);
+        if !call_tick(&runtime, &scheduled, missed, next, &stop).await {
             return;
         }
     }
