@@ -197,7 +197,78 @@ async fn shutdown_returns_in_time_while_connections_are_silent(db: TestDb) {
 
 use sqlx::Connection;
 
+/// When a stepped body's step ended and what keeping it gave.
+#[derive(Debug, Default)]
+struct StepEnds(std::sync::Mutex<Vec<(Instant, Result<i64, String>)>>);
+
+#[async_exec(type = SaveAsync, max_attempts = 5, timeout = "1m")]
+async fn stepped_gated(
+    label: String,
+    gate: Data<Gate>,
+    probe: Data<Probe>,
+    ends: Data<StepEnds>,
+    ctx: Context,
+) {
+    let kept = ctx
+        .step("first", || async {
+            probe.record(&label, ctx.attempt());
+            let _passed = gate.0.acquire().await;
+            Ok::<i64, anyhow::Error>(7)
+        })
+        .await
+        .map_err(|e| e.to_string());
+    ends.0.lock().unwrap().push((Instant::now(), kept));
+}
+
+/// (d) A step's value is kept by a statement of the execution path, bounded as the
+/// others: with the database stalled (nothing answers, new connections neither) while a
+/// step finishes, `ctx.step` returns an error within a statement bound or two, and the
+/// body can stop before its lease runs out. Seen failing before the fix (the step's
+/// statements went unbounded through the operators' store): the step waited for as
+/// long as the stall lasted, past its lease, while the record could run elsewhere; the
+/// chaos run caught it (a stepped body overlapping its own next attempt).
+async fn a_step_is_kept_within_a_bound_or_fails(db: TestDb) {
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = db
+        .builder()
+        .database_url(&url)
+        .lease(LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_secs(1))
+        .data(Gate::default())
+        .data(StepEnds::default())
+        .start()
+        .await
+        .unwrap();
+    stepped_gated("stepped".into()).on(&rt).await.unwrap();
+    rt.data::<Probe>()
+        .unwrap()
+        .wait_runs_within("stepped", 1, Duration::from_secs(20))
+        .await;
+    proxy.stall();
+    let stalled = Instant::now();
+    rt.data::<Gate>().unwrap().open();
+    let ends = rt.data::<StepEnds>().unwrap();
+    let limit = STATEMENT_BOUND * 3;
+    while ends.0.lock().unwrap().is_empty() {
+        assert!(
+            stalled.elapsed() < limit,
+            "the step was still being kept {limit:?} into the stall (the lease is {LEASE:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (ended, kept) = ends.0.lock().unwrap()[0].clone();
+    eprintln!(
+        "the step ended {:?} into the stall: {kept:?}",
+        ended - stalled
+    );
+    assert!(kept.is_err(), "nothing could be kept: {kept:?}");
+    proxy.restore();
+    rt.abort();
+}
+
 network_suite!(
+    a_step_is_kept_within_a_bound_or_fails,
     outcomes_are_written_when_established_connections_go_silent,
     health_is_degraded_while_an_outcome_waits_too_long,
     shutdown_returns_in_time_while_connections_are_silent,

@@ -243,6 +243,30 @@ impl Store for Bounded {
         self.inner.migrate().await
     }
 
+    async fn execution_steps(&self, id: i64) -> Result<Vec<super::steps::StoredStep>> {
+        self.within("steps_of", self.inner.execution_steps(id))
+            .await
+    }
+
+    async fn execution_step_keep(&self, step: super::steps::NewStep<'_>) -> Result<bool> {
+        self.within("step_keep", self.inner.execution_step_keep(step))
+            .await
+    }
+
+    async fn execution_progress(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: i32,
+        progress: (i64, i64),
+    ) -> Result<bool> {
+        self.within(
+            "request_progress",
+            self.inner.execution_progress(id, owner, attempt, progress),
+        )
+        .await
+    }
+
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
         self.within("request_insert", self.inner.request_insert(request))
             .await

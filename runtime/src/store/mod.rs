@@ -279,6 +279,34 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Creates or updates the tables.
     async fn migrate(&self) -> Result<()>;
 
+    /// The finished steps of request `id` (`ctx.step`), in order. On the execution path:
+    /// [`bounded::Bounded`] bounds it as every other statement a body waits for.
+    async fn execution_steps(&self, id: i64) -> Result<Vec<steps::StoredStep>> {
+        use steps::StepStore as _;
+        self.ops().steps_of(id).await
+    }
+
+    /// Keeps a finished step (see `StepStore::step_keep`); bounded as
+    /// [`Store::execution_steps`].
+    async fn execution_step_keep(&self, step: steps::NewStep<'_>) -> Result<bool> {
+        use steps::StepStore as _;
+        self.ops().step_keep(step).await
+    }
+
+    /// Writes a running body's progress (see `OpsStore::request_progress`); bounded as
+    /// [`Store::execution_steps`].
+    async fn execution_progress(
+        &self,
+        id: i64,
+        owner: &str,
+        attempt: i32,
+        progress: (i64, i64),
+    ) -> Result<bool> {
+        self.ops()
+            .request_progress(id, owner, attempt, progress)
+            .await
+    }
+
     /// Inserts one request in its own transaction.
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted>;
 

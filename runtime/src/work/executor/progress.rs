@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::base::context::ProgressSink;
 use crate::base::record::RequestId;
 use crate::base::registry::BoxFuture;
-use crate::store::steps::{NewStep, StepStore as _, StoredStep};
+use crate::store::steps::{NewStep, StoredStep};
 use crate::store::Store;
 
 /// The least time between two writes of one request's progress.
@@ -85,8 +85,7 @@ impl ProgressSink for ProgressWriter {
             let attempt = i32::try_from(attempt).unwrap_or(i32::MAX);
             let wrote = self
                 .store
-                .ops()
-                .request_progress(id, &self.owner, attempt, (clamp(done), clamp(total)))
+                .execution_progress(id, &self.owner, attempt, (clamp(done), clamp(total)))
                 .await;
             if let Err(error) = wrote {
                 crate::log::warn!(request_id = id, %error, "could not write a body's progress");
@@ -95,7 +94,7 @@ impl ProgressSink for ProgressWriter {
     }
 
     fn steps(&self, id: RequestId) -> BoxFuture<'_, crate::Result<Vec<StoredStep>>> {
-        Box::pin(async move { self.store.ops().steps_of(id).await })
+        Box::pin(async move { self.store.execution_steps(id).await })
     }
 
     fn keep_step<'a>(
@@ -117,7 +116,7 @@ impl ProgressSink for ProgressWriter {
                 value_json,
                 now: self.clock.now_ms(),
             };
-            self.store.ops().step_keep(step).await
+            self.store.execution_step_keep(step).await
         })
     }
 }
