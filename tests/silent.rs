@@ -67,6 +67,7 @@ async fn started_bodies(db: &TestDb, url: &str) -> Runtime {
         .shutdown_grace(Duration::from_secs(1))
         .concurrency(BODIES)
         .data(Gate::default())
+        .data(StepEnds::default())
         .start()
         .await
         .unwrap();
@@ -288,6 +289,7 @@ async fn postgres_sessions_bound_the_servers_side() {
         .lease(LEASE)
         .heartbeat_interval(Duration::from_secs(1))
         .data(Gate::default())
+        .data(StepEnds::default())
         .start()
         .await
         .unwrap();
