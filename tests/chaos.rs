@@ -39,7 +39,7 @@ use sqlx::AnyPool;
 /// One chaos run at a time: they share two cores with everything else.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const DEFAULT_SECS: u64 = 60;
+const DEFAULT_SECS: u64 = 45;
 
 fn seed() -> u64 {
     std::env::var("ASYNC_EXEC_CHAOS_SEED")
