@@ -13,7 +13,7 @@
 //! fault log, and proves the promises held.
 //!
 //! `ASYNC_EXEC_CHAOS_SEED` repeats a run (the seed is printed); `ASYNC_EXEC_CHAOS_SECS`
-//! sets how long faults are injected (default 60 s per backend). PostgreSQL and MariaDB
+//! sets how long faults are injected (default 45 s per backend). PostgreSQL and MariaDB
 //! only (the suites are compiled in when their server URL is set, see
 //! `tests/common/mod.rs`); one backend at a time.
 #![allow(dead_code, unused_imports)]
