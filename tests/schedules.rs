@@ -165,18 +165,24 @@ async fn a_paused_schedule_skips_its_ticks<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Runs an instance for 2.5 s, stops it, and waits past the next even second and the
+/// one after (300 ms past it) with nothing running; when it stopped (unix ms).
+async fn ran_then_stopped_across_two_ticks(db: &TestDb, ran: &Ran) -> i64 {
+    let rt = instance(db, ran).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    rt.shutdown().await.unwrap();
+    let stopped = common::now_ms();
+    let resume = (stopped / 2_000 + 2) * 2_000 + 300;
+    tokio::time::sleep(Duration::from_millis((resume - stopped) as u64)).await;
+    stopped
+}
+
 /// While no instance runs, ticks pass: the schedule with `catch_up = true` has the last
 /// of them called when an instance starts again (once, under its key); the others skip
 /// theirs.
 async fn a_missed_tick_is_caught_up_once_at_start<DB: Backend>(db: TestDb) {
     let ran = Ran::default();
-    let rt = instance(&db, &ran).await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    rt.shutdown().await.unwrap();
-    let stopped = common::now_ms();
-    // Past the next even second, and the one after, with nothing running.
-    let resume = (stopped / 2_000 + 2) * 2_000 + 300;
-    tokio::time::sleep(Duration::from_millis((resume - stopped) as u64)).await;
+    let stopped = ran_then_stopped_across_two_ticks(&db, &ran).await;
     let restarted = common::now_ms();
     let again = instance(&db, &ran).await;
     // A second instance starting now finds the caught-up tick's key taken.
@@ -211,12 +217,7 @@ async fn later() {}
 /// before the fix: the catch-up was tried once and the missed tick skipped.
 async fn a_catch_up_refused_at_start_is_tried_again<DB: Backend>(db: TestDb) {
     let ran = Ran::default();
-    let rt = instance(&db, &ran).await;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    rt.shutdown().await.unwrap();
-    let stopped = common::now_ms();
-    let resume = (stopped / 2_000 + 2) * 2_000 + 300;
-    tokio::time::sleep(Duration::from_millis((resume - stopped) as u64)).await;
+    ran_then_stopped_across_two_ticks(&db, &ran).await;
     // One request waits, and the instance allows one: its calls are refused.
     let submitter = db.builder().run_workers(false).start().await.unwrap();
     let waiting = later()
