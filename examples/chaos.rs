@@ -27,19 +27,25 @@
 //! (refused: the outer scope rolls back), some calls to `chaos::work3` (`max_attempts =
 //! 3`, failing on planned attempts), some to `chaos::stepped` (three durable steps, each
 //! recorded in `chaos_steps` when its work runs and when the body sees its value), some
-//! transactions of keyed `SyncSave` calls, and
-//! records every receipt in `chaos_receipts` after its transaction ended.
+//! to `chaos::limited` (a queue of two over every instance), some delayed or with a
+//! deadline, some transactions of keyed `SyncSave` calls, and
+//! records every receipt in `chaos_receipts` after its transaction ended (with the
+//! call's deadline); now and then it cancels a request it committed, and records the
+//! answer in `chaos_cancels`.
 
 #[path = "chaos/memory.rs"]
 mod memory;
+#[path = "chaos/receipts.rs"]
+mod receipts;
 #[path = "chaos/submitter.rs"]
 mod submitter;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_exec::{async_exec, Context, Data, Outcome, Receipt, Runtime};
+use async_exec::{async_exec, Context, Data, QueueLimits, Runtime};
 use clap::Parser;
+use receipts::Receipts;
 use sqlx::AnyPool;
 
 #[derive(Parser, Debug)]
@@ -196,6 +202,25 @@ async fn work3(
             .join(",")
     );
     run_work(key, work_ms, &fail_on, Some(plan), ctx, &history).await
+}
+
+/// The queue whose limit the checker holds the history to: at most this many of its
+/// bodies at once over every instance (`chaos::limited`).
+pub const LIMITED_QUEUE: &str = "chaos_limited";
+pub const LIMITED_CONCURRENCY: u32 = 2;
+
+/// [`work`] in a queue of [`LIMITED_CONCURRENCY`] over every instance (the plan
+/// `limited` in the history).
+#[async_exec(type = SaveAsync, name = "chaos::limited", remark = "a queue of two", queue = "chaos_limited", max_attempts = 1000, timeout = "30s")]
+async fn limited(
+    key: Option<String>,
+    work_ms: u64,
+    fail_first: bool,
+    ctx: Context,
+    history: Data<History>,
+) -> anyhow::Result<()> {
+    let fail_on: &[u32] = if fail_first { &[1] } else { &[] };
+    run_work(key, work_ms, fail_on, Some("limited".into()), ctx, &history).await
 }
 
 /// The steps of a `chaos::stepped` body, in order.
@@ -392,7 +417,12 @@ async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
         format!(
             "CREATE TABLE IF NOT EXISTS chaos_receipts (request_id {bigint}, req_key VARCHAR(200), \
              outcome VARCHAR(20) NOT NULL, via VARCHAR(20) NOT NULL, source VARCHAR(100) NOT NULL, \
-             recorded {bigint} NOT NULL)"
+             recorded {bigint} NOT NULL, deadline_ms {bigint})"
+        ),
+        // A row per cancel the submitter asked, with its answer.
+        format!(
+            "CREATE TABLE IF NOT EXISTS chaos_cancels (request_id {bigint} NOT NULL, \
+             asked {bigint} NOT NULL, answered {bigint} NOT NULL, outcome VARCHAR(20) NOT NULL)"
         ),
         // A row per step's work run (`ran`) and per step's value seen by the body (`saw`).
         format!(
@@ -406,64 +436,6 @@ async fn setup(pool: &AnyPool, url: &str) -> anyhow::Result<()> {
         sqlx::query(&sql).execute(pool).await?;
     }
     Ok(())
-}
-
-/// Writes receipts to `chaos_receipts`; the history connection does not go through a
-/// proxy, so a failure here is the test's own and stops the process.
-struct Receipts {
-    pool: AnyPool,
-    insert: String,
-    source: String,
-}
-
-impl Receipts {
-    fn new(pool: AnyPool, url: &str, source: &str) -> Receipts {
-        Receipts {
-            pool,
-            insert: dialect(
-                url,
-                "INSERT INTO chaos_receipts (request_id, req_key, outcome, via, source, recorded) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            ),
-            source: source.to_string(),
-        }
-    }
-
-    async fn record(&self, id: Option<i64>, key: Option<&str>, outcome: &str, via: &str) {
-        let mut tries = 0;
-        loop {
-            let written = sqlx::query(&self.insert)
-                .bind(id)
-                .bind(key)
-                .bind(outcome)
-                .bind(via)
-                .bind(&self.source)
-                .bind(now_ms())
-                .execute(&self.pool)
-                .await;
-            match written {
-                Ok(_) => return,
-                Err(error) if tries < 20 => {
-                    tries += 1;
-                    eprintln!("receipt not written ({error}); again");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(error) => {
-                    panic!("receipt {id:?} {key:?} {outcome} could not be written: {error}")
-                }
-            }
-        }
-    }
-
-    async fn receipt(&self, receipt: &Receipt, key: Option<&str>, via: &str) {
-        let outcome = match receipt.outcome {
-            Outcome::Queued => "queued",
-            Outcome::Existing => "existing",
-            Outcome::Degraded { .. } => "degraded",
-            _ => "other",
-        };
-        self.record(receipt.id, key, outcome, via).await;
-    }
 }
 
 /// Runs until SIGTERM; on SIGUSR1 submits `probe_count` calls of its own.
@@ -575,6 +547,10 @@ async fn main() -> anyhow::Result<()> {
         .shutdown_grace(Duration::from_millis(args.grace_ms))
         .simulated_clock_offset(args.clock_offset_ms)
         .run_workers(!args.submit)
+        .queue(
+            LIMITED_QUEUE,
+            QueueLimits::new().concurrency(LIMITED_CONCURRENCY),
+        )
         .data(History::new(pool.clone(), &history_url, &args.instance))
         .start()
         .await?;

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use async_exec::{async_exec, Backend, Error, Status, Tx};
+use async_exec::{async_exec, Backend, CancelOutcome, Error, Status, Tx};
 use common::TestDb;
 
 /// A reminder for tomorrow.
@@ -64,8 +64,15 @@ async fn a_cancel_rolls_back_with_the_transaction<DB: Backend>(db: TestDb) {
     assert_eq!(status_of(&db, keyed).await, "init");
 
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
-    rt.cancel(id).within(&mut tx).await.unwrap();
-    rt.cancel_key("reminder-2").within(&mut tx).await.unwrap();
+    // Each says what it did: both were waiting.
+    assert_eq!(
+        rt.cancel(id).within(&mut tx).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(
+        rt.cancel_key("reminder-2").within(&mut tx).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
     tx.commit().await.unwrap();
     assert_eq!(status_of(&db, id).await, "cancelled");
     assert_eq!(status_of(&db, keyed).await, "cancelled");
@@ -85,7 +92,10 @@ async fn what_cannot_be_cancelled_is_refused<DB: Backend>(db: TestDb) {
         .unwrap()
         .id
         .unwrap();
-    rt.cancel_key("reminder-3").await.unwrap();
+    assert_eq!(
+        rt.cancel_key("reminder-3").await.unwrap(),
+        CancelOutcome::Cancelled
+    );
     assert_eq!(status_of(&db, waiting).await, "cancelled");
     let again = rt.cancel(waiting).await.unwrap_err();
     assert!(
@@ -140,7 +150,8 @@ async fn a_cancel_in_a_scope_goes_with_the_scope<DB: Backend>(db: TestDb) {
     let scoped = rt.clone();
     rt.transaction(|_tx: &mut Tx<DB>| {
         Box::pin(async move {
-            scoped.cancel(id).await?; // on its own: joins the scope
+            // On its own: joins the scope, and says so.
+            assert_eq!(scoped.cancel(id).await?, CancelOutcome::AtCommit);
             let now = scoped.get(id).await?.unwrap().status;
             assert_eq!(now, Status::Init, "made at the commit, not at the call");
             Ok::<_, Error>(())

@@ -70,8 +70,9 @@ async fn scalar(pool: &AnyPool, sql: &str) -> i64 {
     n
 }
 
-/// Committed requests without a successful execution (or a `dead` record, for the
-/// three-attempt ones), records left in `async_req` (but the dead three-attempt ones), and
+/// Committed requests without a successful execution (or a final record: `dead`, as
+/// three-attempt ones and those past their deadline end, or `cancelled`), records left in
+/// `async_req` but final ones (the checker says whether each should have ended so), and
 /// in-memory calls committed by the `alive` processes that have not run yet (an
 /// `AsyncSave` that failed in memory is waited for as its retry record).
 async fn outstanding(pool: &AnyPool, alive: &[String]) -> (i64, i64, i64) {
@@ -80,12 +81,12 @@ async fn outstanding(pool: &AnyPool, alive: &[String]) -> (i64, i64, i64) {
         "SELECT COUNT(*) FROM chaos_receipts r WHERE r.outcome = 'queued' AND NOT EXISTS \
          (SELECT 1 FROM chaos_history h WHERE h.request_id = r.request_id AND h.outcome = 'ok') \
          AND NOT EXISTS (SELECT 1 FROM async_req q WHERE q.id = r.request_id \
-           AND q.status = 'dead' AND q.executor = 'chaos::work3')",
+           AND q.status IN ('dead', 'cancelled'))",
     )
     .await;
     let left = scalar(
         pool,
-        "SELECT COUNT(*) FROM async_req WHERE NOT (status = 'dead' AND executor = 'chaos::work3')",
+        "SELECT COUNT(*) FROM async_req WHERE status NOT IN ('dead', 'cancelled')",
     )
     .await;
     let memory = if alive.is_empty() {
@@ -243,21 +244,50 @@ async fn read_run(pool: &AnyPool, kind: Kind, run: &mut Run) {
             },
         )
         .collect();
-    type ReceiptTuple = (Option<i64>, Option<String>, String, String, String);
-    let rows: Vec<ReceiptTuple> =
-        sqlx::query_as("SELECT request_id, req_key, outcome, via, source FROM chaos_receipts")
-            .fetch_all(pool)
-            .await
-            .expect("read the receipts");
+    type ReceiptTuple = (
+        Option<i64>,
+        Option<String>,
+        String,
+        String,
+        String,
+        i64,
+        Option<i64>,
+    );
+    let rows: Vec<ReceiptTuple> = sqlx::query_as(
+        "SELECT request_id, req_key, outcome, via, source, recorded, deadline_ms FROM chaos_receipts",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("read the receipts");
     run.receipts = rows
         .into_iter()
-        .map(|(request_id, key, outcome, via, source)| ReceiptRow {
-            request_id,
-            key,
-            outcome,
-            via,
-            source,
-        })
+        .map(
+            |(request_id, key, outcome, via, source, recorded, deadline_ms)| ReceiptRow {
+                request_id,
+                key,
+                outcome,
+                via,
+                source,
+                recorded,
+                deadline_ms,
+            },
+        )
+        .collect();
+    let rows: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as("SELECT request_id, asked, answered, outcome FROM chaos_cancels")
+            .fetch_all(pool)
+            .await
+            .expect("read chaos_cancels");
+    run.cancels = rows
+        .into_iter()
+        .map(
+            |(request_id, asked, answered, outcome)| checker::controls::CancelRow {
+                request_id,
+                asked,
+                answered,
+                outcome,
+            },
+        )
         .collect();
     use sqlx::Row as _;
     let rows = sqlx::query("SELECT id, executor, status, exec_count, last_error FROM async_req")

@@ -131,12 +131,28 @@ async fn each_tick_runs_once_whatever_the_instances<DB: Backend>(db: TestDb) {
             assert_eq!(pair[1] - pair[0], step, "{executor}: {ticks:?}");
         }
         assert!(ticks.iter().all(|t| t % step == 0), "{executor}: {ticks:?}");
-        let stored = db
+        let of_executor = format!(
+            "async_req WHERE executor = 'schedules::{executor}' AND idempotency_key LIKE 'tick:%'"
+        );
+        let done = db
+            .count(&format!("{of_executor} AND status = 'success'"))
+            .await;
+        assert_eq!(done, ticks.len() as i64, "{executor}: one request a tick");
+        // A tick written as the instances stopped waits for the next instance: stored,
+        // not run, and after every tick run.
+        let last_run = ticks.last().copied().unwrap_or(0);
+        let waiting = db
+            .count(&format!("{of_executor} AND status <> 'success'"))
+            .await;
+        let waiting_later = db
             .count(&format!(
-                "async_req WHERE executor = 'schedules::{executor}' AND idempotency_key LIKE 'tick:%'"
+                "{of_executor} AND status = 'init' AND idempotency_key > 'tick:schedules::{executor}:{last_run}'"
             ))
             .await;
-        assert_eq!(stored, ticks.len() as i64, "{executor}: one request a tick");
+        assert!(
+            waiting <= 1 && waiting == waiting_later,
+            "{executor}: {waiting} tick requests not run, {waiting_later} of them waiting after the last tick run ({last_run})"
+        );
         eprintln!(
             "{executor}: {} ticks, each run once by one of 3 instances",
             ticks.len()

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use async_exec::{async_exec, Backend, Context, Error, Status, Tx};
+use async_exec::{async_exec, Backend, CancelOutcome, Context, Error, Status, Tx};
 use common::TestDb;
 
 /// When each body (by its argument) saw its `Context` cancelled.
@@ -118,7 +118,8 @@ async fn a_running_request_is_cancelled_from_another_instance<DB: Backend>(db: T
     .await;
     assert_eq!(status(&rt, id).await, Status::Running);
     let asked = Instant::now();
-    other.cancel(id).await.unwrap();
+    // It says what it did: the request was running, so it is asked to stop.
+    assert_eq!(other.cancel(id).await.unwrap(), CancelOutcome::StopAsked);
     wait_until("the body is told", Duration::from_secs(5), async || {
         told_at(n).is_some()
     })
@@ -208,7 +209,10 @@ async fn a_cancel_of_a_running_request_goes_with_the_transaction<DB: Backend>(db
     assert_eq!(status(&rt, id).await, Status::Running);
     assert_eq!(rt.get(id).await.unwrap().unwrap().cancel_requested, None);
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
-    rt.cancel(id).within(&mut tx).await.unwrap();
+    assert_eq!(
+        rt.cancel(id).within(&mut tx).await.unwrap(),
+        CancelOutcome::StopAsked
+    );
     tx.commit().await.unwrap();
     wait_until("the request ends", Duration::from_secs(5), async || {
         status(&rt, id).await == Status::Cancelled

@@ -2,6 +2,7 @@
 //! program's own doc in `examples/chaos.rs`), each receipt recorded after its
 //! transaction ended.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -9,7 +10,11 @@ use async_exec::{Backend, Outcome, Runtime, Tx};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{memory, stepped, work, work3, Args, Receipts};
+use super::receipts::CancelAnswer;
+use super::{limited, memory, now_ms, stepped, work, work3, Args, Receipts};
+
+/// How many of the latest committed requests a cancel picks from, of each kind.
+const RECENT: usize = 32;
 
 /// One call's arguments, drawn from the seeded stream.
 struct Draw {
@@ -20,20 +25,34 @@ struct Draw {
     fail_on: Option<Vec<u32>>,
     /// A `stepped` call (three durable steps), when it is not a `work3` one.
     stepped: bool,
+    /// A `limited` call (a queue of two over every instance), when neither of the above.
+    limited: bool,
+    /// A `work` call made with `.delay(..)`: waiting, for a cancel to find.
+    delay_ms: Option<u64>,
+    /// A `work` call made with `.deadline(..)`.
+    deadline_ms: Option<u64>,
 }
 
 impl Draw {
-    /// The call: `work`, `work3` when the draw has a plan of failures, or `stepped`.
+    /// The call: `work`, `work3` when the draw has a plan of failures, `stepped` or
+    /// `limited`; keyed, delayed or with a deadline as drawn.
     fn call(&self) -> async_exec::Call {
-        let call = match &self.fail_on {
+        let mut call = match &self.fail_on {
             Some(fail_on) => work3(self.key.clone(), self.work_ms, fail_on.clone()),
             None if self.stepped => stepped(self.key.clone(), self.work_ms, self.fail_first),
+            None if self.limited => limited(self.key.clone(), self.work_ms, self.fail_first),
             None => work(self.key.clone(), self.work_ms, self.fail_first),
         };
-        match &self.key {
-            Some(key) => call.key(key.clone()),
-            None => call,
+        if let Some(key) = &self.key {
+            call = call.key(key.clone());
         }
+        if let Some(ms) = self.delay_ms {
+            call = call.delay(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.deadline_ms {
+            call = call.deadline(Duration::from_millis(ms));
+        }
+        call
     }
 }
 
@@ -51,6 +70,10 @@ struct Submitter<'a> {
     /// The keyed `SyncSave` calls' records and keys.
     sync_calls: memory::Calls,
     sync_keys: memory::SyncKeys,
+    /// The latest committed requests, for cancels to pick from: delayed ones (waiting)
+    /// and the others (waiting, running or done).
+    recent_delayed: VecDeque<i64>,
+    recent: VecDeque<i64>,
 }
 
 impl Submitter<'_> {
@@ -83,12 +106,31 @@ impl Submitter<'_> {
         // fail their first attempt after the second step.
         let stepped = fail_on.is_none() && self.rng.gen_bool(0.125);
         let fail_first = self.rng.gen_bool(if stepped { 0.2 } else { 0.05 });
+        // One in seven of the rest goes to the queue of two, with longer bodies (150 to
+        // 400 ms: the queue is full at times); of the plain `work` calls left, one in
+        // twelve waits 0.3 to 1.5 s before it may start, one in twelve must start within
+        // 0.2 to 2 s.
+        let limited = fail_on.is_none() && !stepped && self.rng.gen_bool(1.0 / 7.0);
+        let work_ms = if limited {
+            self.rng.gen_range(150..=400)
+        } else {
+            work_ms
+        };
+        let plain = fail_on.is_none() && !stepped && !limited;
+        let (delay_ms, deadline_ms) = match self.rng.gen_range(0..12) {
+            0 if plain => (Some(self.rng.gen_range(300..=1_500)), None),
+            1 if plain => (None, Some(self.rng.gen_range(200..=2_000))),
+            _ => (None, None),
+        };
         Draw {
             key,
             work_ms,
             fail_first,
             fail_on,
             stepped,
+            limited,
+            delay_ms,
+            deadline_ms,
         }
     }
 
@@ -105,12 +147,29 @@ impl Submitter<'_> {
         }
     }
 
+    /// Remembers a committed request for cancels to pick from.
+    fn committed(&mut self, receipt: &async_exec::Receipt, draw: &Draw) {
+        let (Some(id), Outcome::Queued) = (receipt.id, &receipt.outcome) else {
+            return;
+        };
+        let ring = if draw.delay_ms.is_some() {
+            &mut self.recent_delayed
+        } else {
+            &mut self.recent
+        };
+        if ring.len() == RECENT {
+            ring.pop_front();
+        }
+        ring.push_back(id);
+    }
+
     async fn autocommit(&mut self, draw: Draw) {
         self.calls += 1;
         match draw.call().on(self.rt).await {
             Ok(receipt) => {
+                self.committed(&receipt, &draw);
                 self.receipts
-                    .receipt(&receipt, draw.key.as_deref(), "auto")
+                    .receipt_with_deadline(&receipt, draw.key.as_deref(), "auto", draw.deadline_ms)
                     .await
             }
             Err(error) => {
@@ -143,7 +202,7 @@ impl Submitter<'_> {
         let mut failed = false;
         for draw in &draws {
             match draw.call().within(&mut tx).await {
-                Ok(receipt) => written.push((receipt, draw.key.clone())),
+                Ok(receipt) => written.push((receipt, draw.key.clone(), draw)),
                 Err(error) => {
                     eprintln!("call in a transaction failed: {error}");
                     failed = true;
@@ -156,10 +215,10 @@ impl Submitter<'_> {
             let _ = tx.rollback().await;
             let written_here: Vec<Option<i64>> = written
                 .iter()
-                .filter(|(r, _)| r.outcome == Outcome::Queued)
-                .map(|(r, _)| r.id)
+                .filter(|(r, _, _)| r.outcome == Outcome::Queued)
+                .map(|(r, _, _)| r.id)
                 .collect();
-            for (receipt, key) in &written {
+            for (receipt, key, _) in &written {
                 // A duplicate key's answer names the key's request: one of this
                 // transaction's (rolled back with it), or one committed before.
                 if receipt.outcome == Outcome::Existing && !written_here.contains(&receipt.id) {
@@ -174,14 +233,17 @@ impl Submitter<'_> {
         }
         match tx.commit().await {
             Ok(()) => {
-                for (receipt, key) in &written {
-                    self.receipts.receipt(receipt, key.as_deref(), via).await;
+                for (receipt, key, draw) in &written {
+                    self.committed(receipt, draw);
+                    self.receipts
+                        .receipt_with_deadline(receipt, key.as_deref(), via, draw.deadline_ms)
+                        .await;
                 }
             }
             Err(error) => {
                 // Whether it committed is unknown: the checker counts these apart.
                 eprintln!("commit failed: {error}");
-                for (receipt, key) in &written {
+                for (receipt, key, _) in &written {
                     self.receipts
                         .record(receipt.id, key.as_deref(), "commit_error", via)
                         .await;
@@ -214,7 +276,12 @@ impl Submitter<'_> {
         };
         let (in_tx, auto) = tokio::join!(in_tx, auto);
         match in_tx {
-            Ok(receipt) => self.receipts.receipt(&receipt, Some(&key), "race-tx").await,
+            Ok(receipt) => {
+                self.committed(&receipt, &first);
+                self.receipts
+                    .receipt_with_deadline(&receipt, Some(&key), "race-tx", first.deadline_ms)
+                    .await
+            }
             Err(error) => {
                 eprintln!("racing transaction failed: {error}");
                 self.receipts
@@ -224,8 +291,9 @@ impl Submitter<'_> {
         }
         match auto {
             Ok(receipt) => {
+                self.committed(&receipt, &second);
                 self.receipts
-                    .receipt(&receipt, Some(&key), "race-auto")
+                    .receipt_with_deadline(&receipt, Some(&key), "race-auto", second.deadline_ms)
                     .await
             }
             Err(error) => {
@@ -288,6 +356,49 @@ impl Submitter<'_> {
         }
     }
 
+    /// Cancels one of the latest committed requests (a delayed one, waiting, half the
+    /// time), from this process, which runs no workers: the request may be waiting,
+    /// running on an instance, or done.
+    async fn cancel(&mut self) {
+        let ring = if self.rng.gen_bool(0.5) && !self.recent_delayed.is_empty() {
+            &mut self.recent_delayed
+        } else {
+            &mut self.recent
+        };
+        if ring.is_empty() {
+            return;
+        }
+        let i = self.rng.gen_range(0..ring.len());
+        let Some(id) = ring.remove(i) else {
+            return;
+        };
+        let asked = now_ms();
+        let answer = self.rt.cancel(id).await;
+        let answered = now_ms();
+        let outcome = match answer {
+            Ok(async_exec::CancelOutcome::Cancelled) => "cancelled",
+            Ok(async_exec::CancelOutcome::StopAsked) => "stop_asked",
+            Ok(other) => {
+                eprintln!("cancel of {id} answered {other:?} outside a scope");
+                "error"
+            }
+            Err(async_exec::Error::NotFound(_)) => "not_found",
+            Err(async_exec::Error::InvalidState { .. }) => "refused",
+            Err(error) => {
+                eprintln!("cancel of {id} failed: {error}");
+                "error"
+            }
+        };
+        self.receipts
+            .cancel(CancelAnswer {
+                request_id: id,
+                asked,
+                answered,
+                outcome,
+            })
+            .await;
+    }
+
     async fn step<DB: Backend>(&mut self) {
         match self.rng.gen_range(0..100) {
             0..=31 => {
@@ -308,6 +419,7 @@ impl Submitter<'_> {
             40..=76 => self.transaction::<DB>(false).await,
             77..=88 => self.racing_pair::<DB>().await,
             89..=91 => self.nested_scope::<DB>().await,
+            92..=95 => self.cancel().await,
             _ => self.transaction::<DB>(true).await,
         }
         let pause = self.rng.gen_range(5..=30);
@@ -333,6 +445,8 @@ pub async fn submit<DB: Backend>(
         seed: args.seed,
         calls: 0,
         nested_refused: 0,
+        recent_delayed: VecDeque::new(),
+        recent: VecDeque::new(),
     };
     // A step is never cut short (its receipts are written after its commit): SIGTERM is
     // looked at between steps.

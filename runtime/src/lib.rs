@@ -80,6 +80,7 @@ pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
 pub use base::trace::{baggage, with_baggage, TracePropagation};
 pub use call::builder::{batch, Batch, BatchIn, Call, CallIn, MAX_TAGS};
+pub use call::cancel::CancelOutcome;
 pub use call::keys::KeyInfo;
 pub use call::receipt::{Outcome, Receipt};
 pub use call::submit::DrainReport;

@@ -74,7 +74,13 @@ pub fn check(
     let mut flag = |what: &'static str, rows: String| bad.push(Violation { what, rows });
     let mut plans: HashMap<i64, (i32, Vec<i32>)> = HashMap::new();
     for (id, runs) in by_request {
-        let Some(text) = runs.iter().find_map(|e| e.plan.as_deref()) else {
+        // The plan column also marks `chaos::limited` runs (`controls.rs`): no attempts
+        // planned there.
+        let Some(text) = runs
+            .iter()
+            .find_map(|e| e.plan.as_deref())
+            .filter(|plan| *plan != super::controls::LIMITED_PLAN)
+        else {
             continue;
         };
         let Some((max, fails)) = parse_plan(text) else {

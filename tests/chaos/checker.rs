@@ -18,7 +18,13 @@
 //! 10. keyed `SyncSave` in transactions: no body runs again once a call with its key
 //!     committed (`memory.rs`);
 //! 11. durable steps: a step whose value a body saw never runs again, and every value
-//!     seen of it is the one its run returned (`steps.rs`).
+//!     seen of it is the one its run returned (`steps.rs`);
+//! 12. a queue's limit: no more of its bodies at once than the limit, but for those whose
+//!     record was taken from them (`controls.rs`);
+//! 13. a cancel answered `Ok`: nothing of the request starts after it, a run of it then
+//!     stops within a bound, and it ends `cancelled` unless a run succeeded;
+//! 14. a deadline: nothing starts after it, a run then stops within a bound, and the
+//!     request ends succeeded, `dead` or `cancelled` by it.
 //!
 //! Pure: it takes rows, so that its own tests can feed it broken histories.
 
@@ -36,7 +42,8 @@ pub struct Execution {
     pub attempt: i32,
     pub started: i64,
     pub ended: Option<i64>,
-    /// `ok`, `failed` (on purpose), `cancelled` (its lease was lost) or `running`.
+    /// `ok`, `failed` (on purpose), `step_error` (a durable step's value could not be
+    /// kept: the attempt fails), `cancelled` (its lease was lost) or `running`.
     pub outcome: String,
     /// A `chaos::work3` run's plan: `3:1,2` (three attempts at most, attempts 1 and 2
     /// fail on purpose); `None` for `chaos::work`.
@@ -53,6 +60,10 @@ pub struct ReceiptRow {
     /// `auto`, `tx`, `rollback`, `race-tx`, `race-auto`, `probe`.
     pub via: String,
     pub source: String,
+    /// Unix ms when it was written (after the call's transaction ended).
+    pub recorded: i64,
+    /// The call's `.deadline(..)`, ms.
+    pub deadline_ms: Option<i64>,
 }
 
 /// A fault the schedule injected.
@@ -142,6 +153,8 @@ pub struct Run {
     pub db_stalls: Vec<(i64, i64)>,
     /// What the steps of `chaos::stepped` bodies wrote.
     pub steps: Vec<steps::StepRow>,
+    /// The cancels the submitter asked, with their answers.
+    pub cancels: Vec<controls::CancelRow>,
 }
 
 /// A row left in `async_req`.
@@ -256,6 +269,7 @@ pub struct Summary {
     pub bounded: bounded::Counts,
     pub memory: memory::Counts,
     pub steps: steps::Counts,
+    pub controls: controls::Counts,
 }
 
 impl fmt::Display for Summary {
@@ -289,6 +303,7 @@ impl fmt::Display for Summary {
         writeln!(f, "  {}", self.bounded)?;
         writeln!(f, "  {}", self.memory)?;
         writeln!(f, "  {}", self.steps)?;
+        writeln!(f, "  {}", self.controls)?;
         write!(
             f,
             "  lost 0, left in queue 0, uncommitted runs 0, overlaps 0, second requests for a key 0, \
@@ -401,11 +416,13 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
         .filter(|l| bounded::is_dead_bounded(l))
         .map(|l| l.id)
         .collect();
+    // A cancel or a deadline may end a request without a success.
+    let settled = controls::settled(run);
     for id in committed.keys() {
         let ran = by_request
             .get(id)
             .is_some_and(|runs| runs.iter().any(|e| e.outcome == "ok"));
-        if !ran && !dead_bounded.contains(id) {
+        if !ran && !dead_bounded.contains(id) && !settled.contains(id) {
             flag(
                 "a committed request never succeeded (lost)",
                 format!("request {id}: {:?}", by_request.get(id)),
@@ -415,7 +432,7 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     for row in run
         .left_in_queue
         .iter()
-        .filter(|l| !bounded::is_dead_bounded(l))
+        .filter(|l| !bounded::is_dead_bounded(l) && !settled.contains(&l.id))
     {
         flag(
             "a record left in async_req after the drain",
@@ -458,7 +475,9 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     for runs in by_request.values() {
         for pair in runs.windows(2) {
             let (before, again) = (pair[0], pair[1]);
-            let reason = if before.outcome == "failed" {
+            // `step_error`: a durable step's value could not be kept (its statement got no
+            // answer within its bound), and the body failed the attempt.
+            let reason = if before.outcome == "failed" || before.outcome == "step_error" {
                 Some("the earlier attempt failed")
             } else {
                 let instance = instance_of(&before.process);
@@ -550,6 +569,7 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
     summary.bounded = bounded::check(run, &by_request, &mut bad);
     summary.memory = memory::check(run, &processes, &mut bad);
     summary.steps = steps::check(run, &mut bad);
+    summary.controls = controls::check(run, &by_request, &processes, &mut bad);
     if bad.is_empty() {
         Ok(summary)
     } else {
@@ -559,11 +579,16 @@ pub fn check(run: &Run) -> Result<Summary, Violations> {
 
 #[path = "bounded.rs"]
 mod bounded;
+#[path = "controls.rs"]
+pub mod controls;
 #[path = "memory.rs"]
 mod memory;
 #[path = "steps.rs"]
 pub mod steps;
 
+#[cfg(test)]
+#[path = "controls_tests.rs"]
+mod controls_tests;
 #[cfg(test)]
 #[path = "rules_tests.rs"]
 mod rules_tests;

@@ -29,6 +29,8 @@ pub(super) fn receipt(id: i64, key: Option<&str>, outcome: &str) -> ReceiptRow {
         outcome: outcome.into(),
         via: "auto".into(),
         source: "submitter".into(),
+        recorded: 0,
+        deadline_ms: None,
     }
 }
 
@@ -231,6 +233,8 @@ fn failed_calls_and_panics_fail() {
             outcome: "error".into(),
             via: "race-auto".into(),
             source: "submitter".into(),
+            recorded: 0,
+            deadline_ms: None,
         })
     });
     assert!(

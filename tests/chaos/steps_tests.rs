@@ -73,3 +73,18 @@ fn steps_seen_out_of_order_fail() {
     });
     assert!(v.has("a body saw its steps out of order"), "{v}");
 }
+
+/// A step whose value could not be kept (its statement got no answer within its bound,
+/// under latency, which explains no re-execution by itself) fails the attempt: the run
+/// after it is explained by that failure.
+#[test]
+fn a_step_error_explains_the_next_attempt() {
+    let mut run = healthy();
+    run.executions.extend([
+        super::tests::exec("w2.g1-8", 31, "w2.g1", 500, Some(900), "step_error"),
+        super::tests::exec("w2.g1-9", 31, "w2.g1", 1_500, Some(1_600), "ok"),
+    ]);
+    run.receipts.push(super::tests::receipt(31, None, "queued"));
+    let summary = check(&run).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(summary.reruns["the earlier attempt failed"], 2);
+}

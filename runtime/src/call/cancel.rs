@@ -8,6 +8,37 @@ use crate::call::tx::Tx;
 use crate::runtime::Inner;
 use crate::store::Backend;
 
+/// What a cancel did: returned by [`Runtime::cancel`](crate::Runtime::cancel) and
+/// [`Runtime::cancel_key`](crate::Runtime::cancel_key), awaited or
+/// [`.within(&mut tx)`](crate::Cancel::within).
+///
+/// ```no_run
+/// use async_exec::{CancelOutcome, RequestId, Runtime};
+///
+/// # async fn demo(rt: Runtime, id: RequestId) -> async_exec::Result<()> {
+/// match rt.cancel(id).await? {
+///     CancelOutcome::Cancelled => println!("{id} will not run"),
+///     CancelOutcome::StopAsked => println!("{id} is running: told to stop"),
+///     CancelOutcome::AtCommit => println!("{id} is cancelled when the scope commits"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// It was waiting (`init` or `failed`): it is `cancelled` now (or when the caller's
+    /// transaction commits) and no instance starts it.
+    Cancelled,
+    /// It was running: its body is told to stop within about a second (through its
+    /// [`Context`](crate::Context)) and ends `cancelled` unless it succeeds; a body that
+    /// goes on is stopped at its timeout. It is not run again.
+    StopAsked,
+    /// Awaited inside [`Runtime::transaction`](crate::Runtime::transaction): the cancel is
+    /// made in the scope's transaction just before its commit (what it finds is known
+    /// only then; a refusal fails the scope).
+    AtCommit,
+}
+
 /// Which request a cancel is of.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
@@ -20,7 +51,7 @@ pub(crate) async fn cancel_in<DB: Backend>(
     inner: &Inner,
     tx: &mut Tx<DB>,
     target: &Target,
-) -> Result<()> {
+) -> Result<CancelOutcome> {
     inner.check_open()?;
     tx.check_before_write().await?;
     let now = inner.now_ms();
@@ -36,17 +67,18 @@ pub(crate) async fn cancel_in<DB: Backend>(
     };
     let done = DB::cancel_in(tx.raw_conn(), &inner.app, id, now).await;
     match tx.noting(done)? {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(CancelOutcome::Cancelled),
         Err(status) => cancelled(id, status),
     }
 }
 
 /// What a cancel that found `status` (`None`: no such request) returns.
-pub(crate) fn cancelled(id: RequestId, status: Option<Status>) -> Result<()> {
+pub(crate) fn cancelled(id: RequestId, status: Option<Status>) -> Result<CancelOutcome> {
     match status {
         None => Err(Error::NotFound(id)),
+        Some(Status::Init | Status::Failed) => Ok(CancelOutcome::Cancelled),
         // A running one was asked to stop.
-        Some(Status::Init | Status::Failed | Status::Running) => Ok(()),
+        Some(Status::Running) => Ok(CancelOutcome::StopAsked),
         Some(other) => Err(Error::InvalidState {
             id,
             status: other.to_string(),

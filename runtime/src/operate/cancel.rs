@@ -1,4 +1,5 @@
-//! `rt.cancel(id)` and `rt.cancel_key(key)`: a cancel of a waiting request, now (awaited),
+//! `rt.cancel(id)` and `rt.cancel_key(key)`: a cancel of a waiting request (or a stop
+//! asked of a running one), now (awaited),
 //! inside the caller's transaction (`.within(&mut tx)`), or, awaited inside
 //! `rt.transaction(..)`, in the scope's transaction at its commit; a rollback keeps the
 //! request as it was.
@@ -8,22 +9,25 @@ use std::pin::Pin;
 
 use crate::base::error::{Error, Result};
 use crate::base::record::{RequestId, Status};
-use crate::call::cancel::{cancel_in, cancelled, Target};
+use crate::call::cancel::{cancel_in, cancelled, CancelOutcome, Target};
 use crate::call::tx::Tx;
 use crate::runtime::Runtime;
 use crate::store::Backend;
 
-/// A cancel of a request that waits (`init` or `failed`): made by
-/// [`Runtime::cancel`] or [`Runtime::cancel_key`]. Awaited, it cancels at once;
-/// [`within`](Cancel::within) cancels inside the caller's transaction: nothing changes
-/// unless it commits.
+/// A cancel of a request: made by [`Runtime::cancel`] or [`Runtime::cancel_key`].
+/// Awaited, it cancels at once; [`within`](Cancel::within) cancels inside the caller's
+/// transaction: nothing changes unless it commits. Either says what it did
+/// ([`CancelOutcome`]): a waiting request (`init` or `failed`) is `cancelled`; a
+/// `running` one is asked to stop (its body learns within about a second, and it ends
+/// `cancelled` unless it succeeds).
 ///
-/// A request that is `running`, finished or already cancelled is refused
-/// ([`Error::InvalidState`]); an unknown id is [`Error::NotFound`], a key no request
-/// holds [`Error::KeyNotFound`]. Inside [`Runtime::transaction`] a cancel awaited on its
-/// own joins the scope: it is made in the scope's transaction just before its commit
-/// (after the scope's body returned), so the scope's rollback keeps the request, and a
-/// cancel refused there fails the scope with the refusal.
+/// A request that is finished or already cancelled is refused ([`Error::InvalidState`]);
+/// an unknown id is [`Error::NotFound`] (a request that succeeded is deleted unless
+/// `delete_on_success(false)`), a key no request holds [`Error::KeyNotFound`]. Inside
+/// [`Runtime::transaction`] a cancel awaited on its own joins the scope
+/// ([`CancelOutcome::AtCommit`]): it is made in the scope's transaction just before its
+/// commit (after the scope's body returned), so the scope's rollback keeps the request,
+/// and a cancel refused there fails the scope with the refusal.
 ///
 /// ```no_run
 /// use async_exec::{async_exec, Runtime, Sqlite, Tx};
@@ -50,8 +54,8 @@ pub struct Cancel<'r> {
 
 impl Runtime {
     /// Cancels a request that has not started and has not succeeded (`init` or
-    /// `failed`): awaited, at once; with [`.within(&mut tx)`](Cancel::within), in the
-    /// caller's transaction.
+    /// `failed`), or asks a running one to stop: awaited, at once; with
+    /// [`.within(&mut tx)`](Cancel::within), in the caller's transaction. See [`Cancel`].
     pub fn cancel(&self, id: RequestId) -> Cancel<'_> {
         Cancel {
             runtime: self,
@@ -71,17 +75,17 @@ impl Runtime {
 impl Cancel<'_> {
     /// Cancels inside the caller's transaction: the record is changed (and locked) in
     /// `tx`, and stays as it was if `tx` rolls back.
-    pub async fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> Result<()> {
+    pub async fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> Result<CancelOutcome> {
         cancel_in(&self.runtime.inner, tx, &self.target).await
     }
 
-    async fn now(self) -> Result<()> {
+    async fn now(self) -> Result<CancelOutcome> {
         let inner = &self.runtime.inner;
         // Inside a scope of this runtime: done in the scope's transaction at its commit.
         if let Some(scope) = crate::call::scope::current().filter(|s| s.is_of(self.runtime)) {
             inner.check_open()?;
             scope.cancel_at_commit(self.target);
-            return Ok(());
+            return Ok(CancelOutcome::AtCommit);
         }
         let id = match &self.target {
             Target::Id(id) => *id,
@@ -105,8 +109,8 @@ impl Cancel<'_> {
 }
 
 impl<'r> IntoFuture for Cancel<'r> {
-    type Output = Result<()>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'r>>;
+    type Output = Result<CancelOutcome>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<CancelOutcome>> + Send + 'r>>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.now())

@@ -315,9 +315,7 @@ impl Action {
         match self {
             Action::Retry => "queued to run again",
             Action::Replay => "queued to run again (replay)",
-            Action::Cancel => {
-                "cancelled (a running one: asked to stop, its body told within about a second)"
-            }
+            Action::Cancel => "cancelled",
             Action::Delete => "deleted",
         }
     }
@@ -331,12 +329,18 @@ impl Action {
         }
     }
 
-    async fn on(self, rt: &Runtime, id: RequestId) -> async_exec::Result<()> {
+    /// Does it; what was done, in words.
+    async fn on(self, rt: &Runtime, id: RequestId) -> async_exec::Result<&'static str> {
         match self {
-            Action::Retry => rt.retry_now(id).await,
-            Action::Replay => rt.replay(id).await,
-            Action::Cancel => rt.cancel(id).await,
-            Action::Delete => rt.delete(id).await,
+            Action::Retry => rt.retry_now(id).await.map(|()| self.past()),
+            Action::Replay => rt.replay(id).await.map(|()| self.past()),
+            Action::Cancel => rt.cancel(id).await.map(|done| match done {
+                async_exec::CancelOutcome::StopAsked => {
+                    "asked to stop (it is running: its body is told within about a second)"
+                }
+                _ => self.past(),
+            }),
+            Action::Delete => rt.delete(id).await.map(|()| self.past()),
         }
     }
 }
@@ -359,8 +363,8 @@ pub(crate) async fn act(
         rt.audit_action(&actor, action.name(), &target, u64::from(done.is_ok()))
             .await?;
         match done {
-            Ok(()) => {
-                human.push_str(&format!("{id}: {}\n", action.past()));
+            Ok(what) => {
+                human.push_str(&format!("{id}: {what}\n"));
                 results.push(json!({ "id": id, "ok": true }));
             }
             Err(error) => {
