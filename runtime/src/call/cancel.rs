@@ -16,10 +16,8 @@ use crate::store::Backend;
 /// use async_exec::{CancelOutcome, RequestId, Runtime};
 ///
 /// # async fn demo(rt: Runtime, id: RequestId) -> async_exec::Result<()> {
-/// match rt.cancel(id).await? {
-///     CancelOutcome::Cancelled => println!("{id} will not run"),
-///     CancelOutcome::StopAsked => println!("{id} is running: told to stop"),
-///     CancelOutcome::AtCommit => println!("{id} is cancelled when the scope commits"),
+/// if rt.cancel(id).await? == CancelOutcome::StopAsked {
+///     println!("{id} is running: its body is told to stop");
 /// }
 /// # Ok(()) }
 /// ```
