@@ -268,7 +268,117 @@ async fn a_step_is_kept_within_a_bound_or_fails(db: TestDb) {
     rt.abort();
 }
 
+/// When each `listening` body (by label) started and was told to stop.
+static LISTENING: std::sync::Mutex<Vec<(String, Option<Instant>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn listening_told(label: &str) -> Option<Option<Instant>> {
+    let heard = LISTENING.lock().unwrap();
+    heard
+        .iter()
+        .find(|(l, _)| l == label)
+        .map(|(_, told)| *told)
+}
+
+/// Runs until told to stop (a cancel, a deadline, a lost lease).
+#[async_exec(type = SaveAsync, name = "silent::listening", timeout = "1m")]
+async fn listening(label: String, ctx: Context) {
+    LISTENING.lock().unwrap().push((label.clone(), None));
+    ctx.cancelled().await;
+    let mut heard = LISTENING.lock().unwrap();
+    if let Some(entry) = heard.iter_mut().find(|(l, _)| *l == label) {
+        entry.1 = Some(Instant::now());
+    }
+}
+
+/// Never runs here: its executor is paused, so that its request waits for its deadline.
+#[async_exec(type = SaveAsync, name = "silent::held_back")]
+async fn held_back() {}
+
+/// (e) The stops sweep (cancels and deadlines of running bodies, every second) bounds
+/// its statements as the execution path does: one caught by a connection that then goes
+/// silent is abandoned, and the next round tells the body. A lease of 20 s here (a bound
+/// of 5 s), so that the body is told by the cancel, not by a lease that ran out (a
+/// renewal caught by the silence too is abandoned only at the lease's end). Here its statement that ends
+/// a waiting request past its deadline waits for a row lock when the connections go
+/// silent. Seen failing before (the sweep's statements went unbounded through the
+/// operators' store): the sweep waited for an answer that never came, and a cancel of
+/// the running body was never heard (the lease, renewed on new connections, did not
+/// stop it either).
+async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
+    const LONG_LEASE: Duration = Duration::from_secs(20);
+    let bound = async_exec::statement_bound(LONG_LEASE);
+    let label = format!("{:?}", db.kind);
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = db
+        .builder()
+        .database_url(&url)
+        .lease(LONG_LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_secs(1))
+        .data(Gate::default())
+        .data(StepEnds::default())
+        .start()
+        .await
+        .unwrap();
+    rt.pause_executor("silent::held_back", "test")
+        .await
+        .unwrap();
+    let running = listening(label.clone()).on(&rt).await.unwrap().id.unwrap();
+    let started = Instant::now();
+    while listening_told(&label).is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the body did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A waiting request whose deadline passes while a transaction here holds its row:
+    // the sweep's statement that would make it `dead` waits.
+    let deadline = Duration::from_millis(1_500);
+    let held = held_back()
+        .deadline(deadline)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let written = Instant::now();
+    let mut locker = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    let mut lock = locker.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT id FROM async_req WHERE id = {held} FOR UPDATE"
+    ))
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    // Past the deadline and into the next round: its statement waits for the lock.
+    tokio::time::sleep((deadline + Duration::from_millis(1_300)).saturating_sub(written.elapsed()))
+        .await;
+    proxy.black_hole();
+    lock.rollback().await.unwrap();
+    let other = db.builder().run_workers(false).start().await.unwrap();
+    other.cancel(running).await.unwrap();
+    let asked = Instant::now();
+    // Abandoned within a bound, the round after the failed one two seconds later.
+    let limit = bound * 2 + Duration::from_secs(3);
+    loop {
+        if let Some(Some(told)) = listening_told(&label) {
+            eprintln!("{label}: told {:?} after the cancel", told - asked);
+            break;
+        }
+        assert!(
+            asked.elapsed() < limit,
+            "{label}: the body was not told of the cancel within {limit:?}: the stops sweep is stuck on a silent connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    other.shutdown().await.unwrap();
+    rt.abort();
+}
+
 network_suite!(
+    a_cancel_is_heard_after_a_sweep_statement_went_silent,
     a_step_is_kept_within_a_bound_or_fails,
     outcomes_are_written_when_established_connections_go_silent,
     health_is_degraded_while_an_outcome_waits_too_long,

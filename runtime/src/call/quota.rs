@@ -16,6 +16,7 @@ use crate::base::strategy::Strategy;
 use crate::call::receipt::{Receipt, Submission};
 use crate::call::tx::Tx;
 use crate::runtime::{Inner, Runtime};
+use crate::store::bounded::bounded_op;
 use crate::store::sealed::BackendOps;
 use crate::store::Backend;
 
@@ -159,14 +160,13 @@ pub(crate) async fn check<DB: Backend>(
     }
     for (quota, adding) in quotas {
         let limit = i64::try_from(quota.limit).unwrap_or(i64::MAX);
-        let committed = ops
-            .quota_count(
-                &inner.app,
-                quota.executors.as_deref(),
-                quota.tag.as_deref(),
-                limit,
-            )
-            .await?;
+        let count = ops.quota_count(
+            &inner.app,
+            quota.executors.as_deref(),
+            quota.tag.as_deref(),
+            limit,
+        );
+        let committed = bounded_op(&*inner.store, "quota_count", count).await?;
         let waiting = committed.max(0) as u64 + tx.quota_used(&quota.key);
         if waiting + adding > quota.limit {
             return Err(Error::QuotaExceeded {
@@ -191,7 +191,12 @@ async fn register(inner: &Inner, key: &str) -> Result<()> {
     if inner.quota_rows.lock().expect("quota rows").contains(key) {
         return Ok(());
     }
-    ops.quota_register(&inner.app, key).await?;
+    bounded_op(
+        &*inner.store,
+        "quota_register",
+        ops.quota_register(&inner.app, key),
+    )
+    .await?;
     inner
         .quota_rows
         .lock()

@@ -199,6 +199,21 @@ impl Bounded {
     }
 }
 
+/// Runs `statement`, one of the operators' statements (`store.ops()`), within `store`'s
+/// bound when it bounds its statements: for the sweeps that run them (the stops sweep,
+/// the pauses and policies read every second), so that a statement caught by a silent
+/// connection does not stop the sweep until TCP gives up.
+pub(crate) async fn bounded_op<T>(
+    store: &dyn Store,
+    what: &'static str,
+    statement: Statement<'_, T>,
+) -> Result<T> {
+    match store.statements_bound() {
+        Some((bound, abandoned)) => within(bound, &abandoned, what, statement).await,
+        None => statement.await,
+    }
+}
+
 /// Runs `statement` within `bound`; abandons it (drops it, with its connection) when no
 /// answer came in time, noting it in `abandoned` first.
 async fn within<T>(
@@ -236,6 +251,10 @@ impl Store for Bounded {
 
     fn ops(&self) -> &dyn super::ops::OpsStore {
         self.inner.ops()
+    }
+
+    fn statements_bound(&self) -> Option<(Duration, Arc<Abandoned>)> {
+        Some((self.bound, self.abandoned.clone()))
     }
 
     /// Not bounded: migrations may take long.

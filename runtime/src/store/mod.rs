@@ -273,8 +273,18 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// For downcasting to the backend's store (to begin a typed transaction).
     fn as_any(&self) -> &dyn Any;
 
-    /// The operators' statements of this backend (`store/<backend>/ops.rs`).
+    /// The operators' statements of this backend (`store/<backend>/ops.rs`). Not
+    /// bounded (an operator's page may take long): a sweep that runs one wraps it in
+    /// [`bounded::bounded_op`].
     fn ops(&self) -> &dyn ops::OpsStore;
+
+    /// The bound on each statement, and the note of abandoned ones, when this store
+    /// bounds its statements ([`bounded::Bounded`], over the network); `None` otherwise.
+    fn statements_bound(
+        &self,
+    ) -> Option<(std::time::Duration, std::sync::Arc<bounded::Abandoned>)> {
+        None
+    }
 
     /// Creates or updates the tables.
     async fn migrate(&self) -> Result<()>;

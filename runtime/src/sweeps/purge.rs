@@ -128,8 +128,8 @@ pub(crate) async fn purge_all(
     loop {
         let tags = store
             .ops()
-            .tag_purge_orphans(application, before, purge.batch)
-            .await?;
+            .tag_purge_orphans(application, before, purge.batch);
+        let tags = crate::store::bounded::bounded_op(store, "tag_purge_orphans", tags).await?;
         if tags < purge.batch as u64 {
             break;
         }
@@ -139,8 +139,8 @@ pub(crate) async fn purge_all(
         use crate::store::steps::StepStore as _;
         let steps = store
             .ops()
-            .step_purge_orphans(application, before, purge.batch)
-            .await?;
+            .step_purge_orphans(application, before, purge.batch);
+        let steps = crate::store::bounded::bounded_op(store, "step_purge_orphans", steps).await?;
         if steps < purge.batch as u64 {
             break;
         }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::error::Result;
+use crate::store::bounded::bounded_op;
 use crate::store::Store;
 use crate::sweeps::clock::Clock;
 use crate::work::pool::ExecutorPool;
@@ -56,10 +57,12 @@ impl Stops {
         let told = self.tell_running().await?;
         let expired =
             crate::sweeps::sweep::while_full(EXPIRE_BATCH as u64, STOPS_INTERVAL / 2, || async {
-                self.store
-                    .ops()
-                    .request_expire_deadlines(&self.application, self.clock.now_ms(), EXPIRE_BATCH)
-                    .await
+                let expire = self.store.ops().request_expire_deadlines(
+                    &self.application,
+                    self.clock.now_ms(),
+                    EXPIRE_BATCH,
+                );
+                bounded_op(&*self.store, "request_expire_deadlines", expire).await
             })
             .await?;
         crate::operate::metrics::swept(crate::operate::metrics::Sweep::Stops, "told", told);
@@ -83,8 +86,8 @@ impl Stops {
         let stops = self
             .store
             .ops()
-            .request_stops(&self.owner, &running, self.clock.now_ms())
-            .await?;
+            .request_stops(&self.owner, &running, self.clock.now_ms());
+        let stops = bounded_op(&*self.store, "request_stops", stops).await?;
         let mut told = 0;
         for (id, attempt, why) in stops {
             if self.pool.ask_stop(id, attempt, why) {

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::base::policy::Overrides;
 use crate::base::query::{MinuteStat, QueuePolicy, StatDelta};
+use crate::store::bounded::bounded_op;
 use crate::store::ops::minute_of;
 use crate::store::{CompletionResult, Store};
 use crate::sweeps::clock::Clock;
@@ -227,8 +228,10 @@ impl ControlPart {
     /// an executor was resumed, so that its waiting records are claimed at once.
     pub(crate) async fn refresh_pauses(&self) -> crate::Result<()> {
         let ops = self.store.ops();
-        let paused = ops.pause_list(&self.application).await?;
-        let policies = ops.queue_policy_list(&self.application).await?;
+        let store = &*self.store;
+        let paused = bounded_op(store, "pause_list", ops.pause_list(&self.application)).await?;
+        let policies = ops.queue_policy_list(&self.application);
+        let policies = bounded_op(store, "queue_policy_list", policies).await?;
         let mut paused: Vec<String> = paused.into_iter().map(|p| p.executor).collect();
         paused.extend(self.control.set_policies(&policies));
         paused.dedup();
@@ -262,7 +265,8 @@ impl ControlPart {
         if deltas.is_empty() {
             return;
         }
-        if let Err(error) = self.store.ops().stat_add(&self.application, &deltas).await {
+        let add = self.store.ops().stat_add(&self.application, &deltas);
+        if let Err(error) = bounded_op(&*self.store, "stat_add", add).await {
             crate::log::warn!(%error, "could not add to async_stat; trying again with the next counts");
             self.control.restore(deltas);
         }
