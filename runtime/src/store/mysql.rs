@@ -431,8 +431,11 @@ impl Store for MySqlStore {
         let mut released = 0;
         for chunk in held.chunks(MAX_IN) {
             // By id (the primary key), then only at the attempt claimed.
+            // Asked to stop while it waited to start (a cancel of a running request): ended
+            // `cancelled`, not put back to wait.
             let sql = format!(
-                "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?, \
+                "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+             THEN 'cancelled' ELSE 'init' END, exec_count = exec_count - 1, run_at = ?, \
                  lease_owner = NULL, lease_until = NULL, update_time = ? \
                  WHERE status = 'running' AND lease_owner = ? AND id IN ({}) \
                  AND (id, exec_count) IN ({})",

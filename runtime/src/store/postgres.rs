@@ -304,8 +304,11 @@ impl Store for PostgresStore {
         let (ids, attempts): (Vec<RequestId>, Vec<i32>) = held.iter().copied().unzip();
         // Locked in id order, as every statement locks records; only those `owner` holds
         // at the attempt it claimed.
+        // Asked to stop while it waited to start (a cancel of a running request): ended
+        // `cancelled`, not put back to wait.
         let done = sqlx::query(
-            "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = $1, \
+            "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+             THEN 'cancelled' ELSE 'init' END, exec_count = exec_count - 1, run_at = $1, \
              lease_owner = NULL, lease_until = NULL, update_time = $2 \
              WHERE status = 'running' AND lease_owner = $3 \
              AND (id, exec_count) IN (SELECT * FROM UNNEST($4::BIGINT[], $5::INTEGER[])) \

@@ -226,3 +226,98 @@ async fn mysql_outcomes_are_fenced_by_owner_and_attempt() {
         .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
     outcomes_are_fenced_by_owner_and_attempt(&store).await;
 }
+
+/// A record handed back unstarted (shutdown, or a claim whose lease ran out before a
+/// worker was free) that was asked to stop meanwhile (`rt.cancel` of a running request)
+/// ends `cancelled`, not back to wait: a hand-back that put it to `init` let a later
+/// claim run it after its cancel (seen so before the fix, on every backend). One not
+/// asked goes back to `init`, its attempt uncounted.
+async fn a_handed_back_record_asked_to_stop_ends_cancelled(store: &dyn Store) {
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("handback-test-{}", now_ms()).as_str());
+    let requests: Vec<NewRequest> = (0..2).map(|_| new_request(&application)).collect();
+    let ids: Vec<RequestId> = store
+        .request_insert_many(&requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| match i {
+            Inserted::New(id) => id,
+            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
+        })
+        .collect();
+    let claimed = store
+        .request_claim_ids(ClaimIds {
+            ids: &ids,
+            owner: "owner-a",
+            now: now_ms(),
+            lease_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let (asked, other) = (ids[0], ids[1]);
+    assert_eq!(
+        store
+            .request_cancel(&application, asked, now_ms())
+            .await
+            .unwrap(),
+        Some(Status::Running),
+        "a running record is asked to stop"
+    );
+    let released = store
+        .lease_release("owner-a", &[(asked, 1), (other, 1)], now_ms())
+        .await
+        .unwrap();
+    assert_eq!(released, 2);
+    assert_eq!(
+        status(store, &application, asked).await,
+        Some(Status::Cancelled)
+    );
+    assert_eq!(status(store, &application, other).await, Some(Status::Init));
+    for id in ids {
+        store.request_delete(&application, id).await.unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_a_handed_back_record_asked_to_stop_ends_cancelled() {
+    let store = super::sqlite::SqliteStore::connect(
+        "sqlite::memory:",
+        1,
+        Default::default(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_postgres),
+    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+)]
+async fn postgres_a_handed_back_record_asked_to_stop_ends_cancelled() {
+    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+    let store = super::postgres::PostgresStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_mysql),
+    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+)]
+async fn mysql_a_handed_back_record_asked_to_stop_ends_cancelled() {
+    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+    let store = super::mysql::MySqlStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
+}

@@ -106,7 +106,12 @@ impl ExecutorPool {
                 }
             })
             .or_insert_with(|| InFlight::new(attempt, lease_until));
-        if flight.lost || flight.lease_until <= now.saturating_add(next_renewal_ms) {
+        // Asked to stop while it waited (a cancel, its deadline): it must not start
+        // either; handed back, it ends `cancelled` (a cancel) or `dead` (its deadline).
+        if flight.lost
+            || flight.stop.is_some()
+            || flight.lease_until <= now.saturating_add(next_renewal_ms)
+        {
             in_flight.remove(&id);
             return None;
         }
@@ -268,13 +273,16 @@ impl ExecutorPool {
         lapsed
     }
 
-    /// The records whose bodies run here now and have not been asked to stop (nor lost
-    /// their lease): those a check for cancels and deadlines looks at.
+    /// The records held here, running or claimed and waiting for a worker, that have not
+    /// been asked to stop (nor lost their lease): those a check for cancels and deadlines
+    /// looks at. One waiting is asked too, so that it never starts after a cancel or its
+    /// deadline (found by the chaos run: an instance whose workers were held up started
+    /// such requests seconds after their cancel).
     pub(crate) fn unstopped(&self) -> Vec<crate::store::Held> {
         let in_flight = self.in_flight.lock().expect("in-flight lock");
         let mut held: Vec<crate::store::Held> = in_flight
             .iter()
-            .filter(|(_, f)| f.abort.is_some() && !f.done && !f.lost && f.stop.is_none())
+            .filter(|(_, f)| !f.done && !f.lost && f.stop.is_none())
             .map(|(id, f)| (*id, f.attempt))
             .collect();
         held.sort_unstable();
@@ -370,5 +378,18 @@ mod tests {
         // Renewed before the lease ends: started.
         pool.reserve(8, 1, 10_000);
         assert!(pool.start_flight(8, 1, i64::MAX, 0, 9_600, 300).is_some());
+    }
+
+    #[test]
+    fn a_claim_asked_to_stop_while_it_waits_is_not_started() {
+        let pool = ExecutorPool::new(1);
+        pool.reserve(9, 1, 10_000);
+        // Waiting for a worker, it is among those the stops sweep looks at...
+        assert_eq!(pool.unstopped(), vec![(9, 1)]);
+        assert!(pool.ask_stop(9, 1, crate::base::record::StopAsked::Cancel));
+        assert!(pool.unstopped().is_empty());
+        // ... and once asked, a free worker does not start it.
+        assert!(pool.start_flight(9, 1, i64::MAX, 0, 1_000, 500).is_none());
+        assert_eq!(pool.held(), 0, "handed back");
     }
 }

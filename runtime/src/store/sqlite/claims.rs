@@ -293,8 +293,11 @@ pub(super) async fn release(
     if held.is_empty() {
         return Ok(0);
     }
+    // Asked to stop while it waited to start (a cancel of a running request): ended
+    // `cancelled`, not put back to wait.
     let done = sqlx::query(&format!(
-        "UPDATE async_req SET status = 'init', exec_count = exec_count - 1, run_at = ?1, \
+        "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+             THEN 'cancelled' ELSE 'init' END, exec_count = exec_count - 1, run_at = ?1, \
          lease_owner = NULL, lease_until = NULL, update_time = ?2 \
          WHERE status = 'running' AND lease_owner = ?3 AND {}",
         held_at(4)

@@ -296,8 +296,10 @@ impl Executor {
         }
     }
 
-    /// A claimed record whose lease was lost or ran out before a worker was free: its body
-    /// did not start, so its attempt does not count. Handed back (on a task of the pool,
+    /// A claimed record whose lease was lost or ran out, or that was asked to stop (a
+    /// cancel, its deadline), before a worker was free: its body did not start, so its
+    /// attempt does not count (one asked to stop by a cancel ends `cancelled`; one past its
+    /// deadline waits, and the stops sweep makes it `dead`). Handed back (on a task of the pool,
     /// which `wait_idle` and shutdown wait for) while this instance still holds it at that
     /// attempt; a record another instance took, or the rescuer moved on, is left alone.
     fn hand_back_unstarted(&self, id: RequestId, attempt: i32) {
@@ -308,9 +310,9 @@ impl Executor {
                     request_id = id,
                     attempt,
                     released,
-                    "not started: the lease of a claimed request was lost or ran out before a \
-                     worker was free; handed back without counting the attempt (unless \
-                     another instance holds it now)"
+                    "not started: a claimed request lost its lease, or was asked to stop \
+                     (a cancel, its deadline), before a worker was free; handed back without \
+                     counting the attempt (unless another instance holds it now)"
                 ),
                 Err(error) => crate::log::warn!(
                     request_id = id,
