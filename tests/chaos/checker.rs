@@ -21,8 +21,10 @@
 //!     seen of it is the one its run returned (`steps.rs`);
 //! 12. a queue's limit: no more of its bodies at once than the limit, but for those whose
 //!     record was taken from them (`controls.rs`);
-//! 13. a cancel answered `Ok`: nothing of the request starts after it, a run of it then
-//!     stops within a bound, and it ends `cancelled` unless a run succeeded;
+//! 13. a cancel answered `Cancelled`: nothing of the request starts after it, and it
+//!     ends `cancelled`; answered `StopAsked`: only the run that held it goes on, it
+//!     stops within a bound, nothing runs it again, and it ends `cancelled` unless that
+//!     run succeeded;
 //! 14. a deadline: nothing starts after it, a run then stops within a bound, and the
 //!     request ends succeeded, `dead` or `cancelled` by it.
 //!
