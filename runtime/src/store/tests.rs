@@ -35,10 +35,9 @@ async fn status(store: &dyn Store, application: &str, id: RequestId) -> Option<S
         .map(|r| r.status)
 }
 
-async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
-    store.migrate().await.unwrap();
-    let application: Arc<str> = Arc::from(format!("fence-test-{}", now_ms()).as_str());
-    let requests: Vec<NewRequest> = (0..8).map(|_| new_request(&application)).collect();
+/// `n` new records of `application`, claimed by `owner-a` at attempt 1.
+async fn insert_claimed(store: &dyn Store, application: &Arc<str>, n: usize) -> Vec<RequestId> {
+    let requests: Vec<NewRequest> = (0..n).map(|_| new_request(application)).collect();
     let ids: Vec<RequestId> = store
         .request_insert_many(&requests)
         .await
@@ -49,18 +48,25 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
             Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
         })
         .collect();
-    let now = now_ms();
     let claimed = store
         .request_claim_ids(ClaimIds {
             ids: &ids,
             owner: "owner-a",
-            now,
+            now: now_ms(),
             lease_ms: 60_000,
         })
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 8);
+    assert_eq!(claimed.len(), n);
     assert!(claimed.iter().all(|c| c.attempt == 1));
+    ids
+}
+
+async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("fence-test-{}", now_ms()).as_str());
+    let ids = insert_claimed(store, &application, 8).await;
+    let now = now_ms();
     let [a, b, c, d, e, f, g, h] = ids[..] else {
         unreachable!()
     };
@@ -235,27 +241,7 @@ async fn mysql_outcomes_are_fenced_by_owner_and_attempt() {
 async fn a_handed_back_record_asked_to_stop_ends_cancelled(store: &dyn Store) {
     store.migrate().await.unwrap();
     let application: Arc<str> = Arc::from(format!("handback-test-{}", now_ms()).as_str());
-    let requests: Vec<NewRequest> = (0..2).map(|_| new_request(&application)).collect();
-    let ids: Vec<RequestId> = store
-        .request_insert_many(&requests)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| match i {
-            Inserted::New(id) => id,
-            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
-        })
-        .collect();
-    let claimed = store
-        .request_claim_ids(ClaimIds {
-            ids: &ids,
-            owner: "owner-a",
-            now: now_ms(),
-            lease_ms: 60_000,
-        })
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 2);
+    let ids = insert_claimed(store, &application, 2).await;
     let (asked, other) = (ids[0], ids[1]);
     assert_eq!(
         store
