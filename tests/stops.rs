@@ -77,6 +77,13 @@ async fn fleeting(n: i64) {
     STARTED.lock().unwrap().push(n);
 }
 
+/// Holds its worker for 1.5 s.
+#[async_exec(type = SaveAsync)]
+async fn busy(n: i64) {
+    STARTED.lock().unwrap().push(n);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+}
+
 /// Runs at once; takes no deadline (it is not `SaveAsync`).
 #[async_exec(type = Async)]
 async fn in_memory(n: i64) {
@@ -300,6 +307,51 @@ async fn deadlines_end_waiting_and_running_requests<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// A request due at once whose deadline passes while it waits for a worker (the only one
+/// is busy) never starts, however it reached the instance (handed over at its commit or
+/// claimed), and goes `dead` without an attempt counted. Whichever comes first stops it:
+/// the stops sweep, or the check at the body's start.
+async fn a_deadline_that_passes_while_waiting_for_a_worker_keeps_it_from_starting<DB: Backend>(
+    db: TestDb,
+) {
+    let rt = db
+        .builder()
+        .delete_on_success(false)
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let (holder, late) = (fresh(), fresh());
+    busy(holder).on(&rt).await.unwrap();
+    wait_until("the worker is taken", Duration::from_secs(5), async || {
+        started(holder)
+    })
+    .await;
+    let id = fleeting(late)
+        .deadline(Duration::from_millis(300))
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    wait_until("it is dead", Duration::from_secs(6), async || {
+        status(&rt, id).await == Status::Dead
+    })
+    .await;
+    // The worker is free again (the holder's 1.5 s are over): still not started.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!started(late), "started past its deadline");
+    let request = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(request.status, Status::Dead, "{request:?}");
+    assert_eq!(
+        request.last_error.as_deref(),
+        Some("deadline passed while it waited")
+    );
+    assert_eq!(request.exec_count, 0, "no attempt counted");
+    rt.shutdown().await.unwrap();
+}
+
 /// Deadlines that cannot be kept are refused when the call is awaited, saying why.
 async fn impossible_deadlines_are_refused<DB: Backend>(db: TestDb) {
     let rt = db.builder().start().await.unwrap();
@@ -428,5 +480,6 @@ backend_suite!(
     what_the_body_does_after_the_stop_decides,
     a_cancel_of_a_running_request_goes_with_the_transaction,
     deadlines_end_waiting_and_running_requests,
+    a_deadline_that_passes_while_waiting_for_a_worker_keeps_it_from_starting,
     impossible_deadlines_are_refused,
 );

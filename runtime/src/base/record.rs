@@ -327,6 +327,9 @@ pub(crate) struct Claimed {
     pub(crate) run_at: i64,
     /// For the outcome listeners (`None`, unallocated, for most records).
     pub(crate) idempotency_key: Option<String>,
+    /// Not started by then (unix ms), it must not start (checked again at the body's
+    /// start: a claim can be answered, or a worker freed, after it).
+    pub(crate) deadline_at: Option<i64>,
 }
 
 impl Claimed {

@@ -260,7 +260,7 @@ impl Inner {
                             writer.delayed(id, request.now);
                         }
                         // A delayed one gets a timer after the commit.
-                        let job = stored_job(call.job(), id, call.key.take());
+                        let job = stored_job(call.job(), id, call.key.take(), request.deadline_at);
                         writer.after_commit(self, vec![job]).await;
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
@@ -414,7 +414,12 @@ impl Inner {
                             writer.delayed(id, request.now);
                         }
                         // A delayed one gets a timer after the commit.
-                        jobs.push(stored_job(call.job(), id, call.key.take()));
+                        jobs.push(stored_job(
+                            call.job(),
+                            id,
+                            call.key.take(),
+                            request.deadline_at,
+                        ));
                         Receipt::new(Some(id), Outcome::Queued)
                     }
                     Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),

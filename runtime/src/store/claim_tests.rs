@@ -25,6 +25,7 @@ async fn a_claim_returns_every_column_as_written(store: &dyn Store) {
     keyed.priority = -3;
     keyed.max_attempts = 7;
     keyed.run_at -= 1_000;
+    keyed.deadline_at = Some(keyed.now + 3_600_000);
     let plain = super::fixture::new_request(&application, "claim_test", "0123456789abcdef");
     let written = [keyed, plain];
     let mut ids = Vec::new();
@@ -50,6 +51,7 @@ async fn a_claim_returns_every_column_as_written(store: &dyn Store) {
         assert_eq!(c.priority, w.priority);
         assert_eq!(c.run_at, w.run_at);
         assert_eq!(c.idempotency_key, w.idempotency_key);
+        assert_eq!(c.deadline_at, w.deadline_at);
     }
 }
 

@@ -116,7 +116,7 @@ impl MySqlStore {
 
 const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
-    idempotency_key";
+    idempotency_key, deadline_at";
 
 /// The most binds in one `IN (...)` list; longer lists are split.
 const MAX_IN: usize = 1024;

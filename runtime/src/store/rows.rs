@@ -10,7 +10,7 @@ use crate::base::record::{AttemptLog, Claimed, Progress, Request, Status};
 /// The columns of [`Claimed`], in `RETURNING` order.
 pub(crate) const CLAIMED_COLUMNS: &str =
     "id, executor, sign, param_json, exec_count, max_attempts, trace_json, priority, run_at, \
-    idempotency_key";
+    idempotency_key, deadline_at";
 
 pub(crate) fn status(text: &str) -> Result<Status> {
     Status::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))
@@ -77,6 +77,7 @@ where
         priority: row.try_get(7)?,
         run_at: row.try_get(8)?,
         idempotency_key: row.try_get(9)?,
+        deadline_at: row.try_get(10)?,
     })
 }
 
@@ -96,8 +97,21 @@ pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
         i32,
         i64,
         Option<String>,
+        Option<i64>,
     );
-    let (id, executor, sign, params, attempt, max_attempts, trace_json, priority, run_at, key): Columns =
+    let (
+        id,
+        executor,
+        sign,
+        params,
+        attempt,
+        max_attempts,
+        trace_json,
+        priority,
+        run_at,
+        key,
+        deadline_at,
+    ): Columns =
         serde_json::from_str(text).map_err(|e| Error::Database(sqlx::Error::Decode(e.into())))?;
     Ok(Claimed {
         id,
@@ -110,6 +124,7 @@ pub(crate) fn claimed_from_json(text: &str) -> Result<Claimed> {
         priority,
         run_at,
         idempotency_key: key,
+        deadline_at,
     })
 }
 
@@ -151,7 +166,8 @@ mod claimed_tests {
                 "trace_json",
                 "priority",
                 "run_at",
-                "idempotency_key"
+                "idempotency_key",
+                "deadline_at"
             ]
         );
     }

@@ -326,6 +326,7 @@ impl Claimer {
                 max_attempts: claimed.max_attempts,
                 sign: claimed.sign.into(),
                 key: claimed.idempotency_key,
+                deadline: claimed.deadline_at,
             }),
             due: Some(claimed.run_at),
         })

@@ -543,8 +543,14 @@ pub(crate) fn uses_channel(strategy: Strategy) -> bool {
     !matches!(strategy, Strategy::Thread | Strategy::SyncSave)
 }
 
-/// A stored job for a record just written with the caller's arguments (and `key`).
-pub(crate) fn stored_job(job: Job, id: RequestId, key: Option<String>) -> Job {
+/// A stored job for a record just written with the caller's arguments (and `key`, and
+/// `deadline`).
+pub(crate) fn stored_job(
+    job: Job,
+    id: RequestId,
+    key: Option<String>,
+    deadline: Option<i64>,
+) -> Job {
     let sign = job.def.sign.into();
     Job {
         record: Some(RecordRef {
@@ -553,6 +559,7 @@ pub(crate) fn stored_job(job: Job, id: RequestId, key: Option<String>) -> Job {
             max_attempts: 0,
             sign,
             key,
+            deadline,
         }),
         ..job
     }

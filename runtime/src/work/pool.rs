@@ -60,6 +60,28 @@ impl InFlight {
     }
 }
 
+/// When a stored job is about to start, what decides whether it may (all unix ms, this
+/// instance's reading of the database's clock). It may not when its lease was lost while
+/// it waited, or ends before the next renewal (a claim answered late, after a stall, holds
+/// little of its lease: the body would be cut off mid-way, or run beside another
+/// instance's; its lease is left to expire and the record is taken whole, by the rescuer
+/// or another claim), or when its deadline has passed (a claim answered late, or a worker
+/// freed late: "not started by its deadline" must hold at the body's start, not only at
+/// the claim's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlightStart {
+    /// Now.
+    pub(crate) now: i64,
+    /// Past this the lease is no longer renewed (the body overran its timeout).
+    pub(crate) renew_until: i64,
+    /// The lease's end, for a job that was not reserved when claimed.
+    pub(crate) lease_until: i64,
+    /// How far away the next renewal is (ms).
+    pub(crate) next_renewal_ms: i64,
+    /// The record's deadline, if it has one.
+    pub(crate) deadline: Option<i64>,
+}
+
 /// The worker pool: a semaphore of `concurrency` permits and the jobs running under them.
 #[derive(Debug)]
 pub(crate) struct ExecutorPool {
@@ -80,42 +102,36 @@ impl ExecutorPool {
         }
     }
 
-    /// Registers a stored job that is about to start (attempt `attempt` of record `id`):
-    /// past `renew_until` its lease is no longer renewed; `lease_until` is its lease's end
-    /// when it was not reserved. Returns the token its body's `Context` sees cancelled when
-    /// the lease is lost, or `None` when the lease was lost while it waited, or ends before
-    /// the next renewal (within `next_renewal_ms` of `now`, this instance's clock): it must
-    /// not run here (another instance may run it already, or would take it mid-body: a
-    /// claim answered late, after a stall, holds little of its lease). Its lease is left
-    /// to expire and the record is taken whole, by the rescuer or another claim.
+    /// Registers a stored job that is about to start (attempt `attempt` of record `id`).
+    /// Returns the token its body's `Context` sees cancelled when the lease is lost, or
+    /// `None` when it must not start here (see [`FlightStart`]); its reservation is then
+    /// dropped and the caller hands the record back.
     pub(super) fn start_flight(
         &self,
         id: RequestId,
         attempt: i32,
-        renew_until: i64,
-        lease_until: i64,
-        now: i64,
-        next_renewal_ms: i64,
+        start: FlightStart,
     ) -> Option<CancellationToken> {
         let mut in_flight = self.in_flight.lock().expect("in-flight lock");
         let flight = in_flight
             .entry(id)
             .and_modify(|f| {
                 if f.attempt != attempt {
-                    *f = InFlight::new(attempt, lease_until);
+                    *f = InFlight::new(attempt, start.lease_until);
                 }
             })
-            .or_insert_with(|| InFlight::new(attempt, lease_until));
+            .or_insert_with(|| InFlight::new(attempt, start.lease_until));
         // Asked to stop while it waited (a cancel, its deadline): it must not start
         // either; handed back, it ends `cancelled` (a cancel) or `dead` (its deadline).
         if flight.lost
             || flight.stop.is_some()
-            || flight.lease_until <= now.saturating_add(next_renewal_ms)
+            || flight.lease_until <= start.now.saturating_add(start.next_renewal_ms)
+            || start.deadline.is_some_and(|deadline| deadline <= start.now)
         {
             in_flight.remove(&id);
             return None;
         }
-        flight.renew_until = renew_until;
+        flight.renew_until = start.renew_until;
         Some(flight.lease_lost.clone())
     }
 
@@ -367,17 +383,45 @@ impl ExecutorPool {
 mod tests {
     use super::*;
 
+    /// Starting at `now`, the next renewal `next_renewal_ms` away, with `deadline`.
+    fn at(now: i64, next_renewal_ms: i64, deadline: Option<i64>) -> FlightStart {
+        FlightStart {
+            now,
+            renew_until: i64::MAX,
+            lease_until: 0,
+            next_renewal_ms,
+            deadline,
+        }
+    }
+
+    #[test]
+    fn a_claim_whose_deadline_passed_while_it_waited_is_not_started() {
+        let pool = ExecutorPool::new(1);
+        // Claimed before its deadline (2_000), a worker free only at 2_000: not started,
+        // though the lease has long to run and no sweep has asked it to stop yet.
+        pool.reserve(5, 1, 10_000);
+        assert!(pool
+            .start_flight(5, 1, at(2_000, 500, Some(2_000)))
+            .is_none());
+        assert_eq!(pool.held(), 0, "handed back");
+        // A millisecond before it: started.
+        pool.reserve(6, 1, 10_000);
+        assert!(pool
+            .start_flight(6, 1, at(1_999, 500, Some(2_000)))
+            .is_some());
+    }
+
     #[test]
     fn a_claim_whose_lease_ends_before_the_next_renewal_is_not_started() {
         let pool = ExecutorPool::new(1);
         // Claimed with a lease to 10_000, started at 9_600 (a claim answered late, after a
         // stall), the next renewal 500 ms away: the body would be cut off mid-way.
         pool.reserve(7, 1, 10_000);
-        assert!(pool.start_flight(7, 1, i64::MAX, 0, 9_600, 500).is_none());
+        assert!(pool.start_flight(7, 1, at(9_600, 500, None)).is_none());
         assert_eq!(pool.held(), 0, "left to expire and be taken whole");
         // Renewed before the lease ends: started.
         pool.reserve(8, 1, 10_000);
-        assert!(pool.start_flight(8, 1, i64::MAX, 0, 9_600, 300).is_some());
+        assert!(pool.start_flight(8, 1, at(9_600, 300, None)).is_some());
     }
 
     #[test]
@@ -389,7 +433,7 @@ mod tests {
         assert!(pool.ask_stop(9, 1, crate::base::record::StopAsked::Cancel));
         assert!(pool.unstopped().is_empty());
         // ... and once asked, a free worker does not start it.
-        assert!(pool.start_flight(9, 1, i64::MAX, 0, 1_000, 500).is_none());
+        assert!(pool.start_flight(9, 1, at(1_000, 500, None)).is_none());
         assert_eq!(pool.held(), 0, "handed back");
     }
 }

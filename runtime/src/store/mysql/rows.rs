@@ -69,6 +69,7 @@ pub(super) fn claimed_from_row(row: &MySqlRow) -> Result<Claimed> {
         priority: row.try_get("priority")?,
         run_at: row.try_get("run_at")?,
         idempotency_key: opt_text(row, "idempotency_key")?,
+        deadline_at: row.try_get("deadline_at")?,
     })
 }
 

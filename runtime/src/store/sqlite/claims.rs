@@ -46,7 +46,7 @@ pub(super) async fn claim_ids(
 }
 
 /// Claims due records; their rows, in no particular order: each one JSON array of its
-/// [`CLAIMED_COLUMNS`] (decoded by `claimed_from_json`). One value rather than ten: sqlx
+/// [`CLAIMED_COLUMNS`] (decoded by `claimed_from_json`). One value rather than eleven: sqlx
 /// copies every value of every row on the connection's thread (a copy and two
 /// allocations each) while the claim holds the writer and SQLite's write lock, and a
 /// claim returns hundreds of rows. In alternating runs (20,000 jobs, `synchronous =

@@ -35,6 +35,7 @@ use crate::work::completer::Completer;
 use crate::work::control::Control;
 
 pub(crate) use super::pool::ExecutorPool;
+use super::pool::FlightStart;
 
 /// One execution to perform.
 #[derive(Debug)]
@@ -62,6 +63,8 @@ pub(crate) struct RecordRef {
     pub(crate) sign: Arc<str>,
     /// The call's idempotency key, for the outcome listeners.
     pub(crate) key: Option<String>,
+    /// Not started by then (unix ms, the database's clock), it must not start at all.
+    pub(crate) deadline: Option<i64>,
 }
 
 /// What one run of a body did.
@@ -268,12 +271,14 @@ impl Executor {
             let overrun = self.timeout_of(job.def) + self.config.heartbeat_interval;
             let now = self.clock.now_ms();
             let renew_until = now.saturating_add(overrun.as_millis() as i64);
-            let lease_until = now + self.config.lease.as_millis() as i64;
-            let next_renewal = self.config.heartbeat_interval.as_millis() as i64;
-            match self
-                .pool
-                .start_flight(id, attempt, renew_until, lease_until, now, next_renewal)
-            {
+            let start = FlightStart {
+                now,
+                renew_until,
+                lease_until: now + self.config.lease.as_millis() as i64,
+                next_renewal_ms: self.config.heartbeat_interval.as_millis() as i64,
+                deadline: job.record.as_ref().and_then(|r| r.deadline),
+            };
+            match self.pool.start_flight(id, attempt, start) {
                 Some(token) => lease_lost = token,
                 None => {
                     self.hand_back_unstarted(id, attempt);
@@ -297,11 +302,12 @@ impl Executor {
     }
 
     /// A claimed record whose lease was lost or ran out, or that was asked to stop (a
-    /// cancel, its deadline), before a worker was free: its body did not start, so its
-    /// attempt does not count (one asked to stop by a cancel ends `cancelled`; one past its
-    /// deadline waits, and the stops sweep makes it `dead`). Handed back (on a task of the pool,
-    /// which `wait_idle` and shutdown wait for) while this instance still holds it at that
-    /// attempt; a record another instance took, or the rescuer moved on, is left alone.
+    /// cancel, its deadline), or whose deadline passed, before a worker was free: its body
+    /// did not start, so its attempt does not count (one asked to stop by a cancel ends
+    /// `cancelled`; one past its deadline waits, unclaimable, and the stops sweep makes it
+    /// `dead`). Handed back (on a task of the pool, which `wait_idle` and shutdown wait
+    /// for) while this instance still holds it at that attempt; a record another instance
+    /// took, or the rescuer moved on, is left alone.
     fn hand_back_unstarted(&self, id: RequestId, attempt: i32) {
         let (store, owner, now) = (self.store.clone(), self.owner.clone(), self.clock.now_ms());
         self.pool.tasks.spawn(async move {
@@ -310,8 +316,8 @@ impl Executor {
                     request_id = id,
                     attempt,
                     released,
-                    "not started: a claimed request lost its lease, or was asked to stop \
-                     (a cancel, its deadline), before a worker was free; handed back without \
+                    "not started: a claimed request lost its lease, was asked to stop \
+                     (a cancel, its deadline) or saw its deadline pass, before a worker was free; handed back without \
                      counting the attempt (unless another instance holds it now)"
                 ),
                 Err(error) => crate::log::warn!(
