@@ -14,8 +14,8 @@ use crate::base::supervise::panic_text;
 use crate::operate::metrics::Sweep;
 use crate::operate::pulse::PartPulse;
 
-/// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait doubles (up to a
-/// minute) and each failure is logged; the first success after failures says so. Each
+/// Runs `once` every `interval` until `shutdown` is cancelled. While it fails, the wait
+/// doubles (up to [`longest_wait`]) and each failure is logged; the first success after failures says so. Each
 /// wait is told to `pulse`, so that a backoff is not taken for a hang. A round that
 /// panics is a failed round of `sweep` (unless a part of it counted its panic under its
 /// own sweep, with [`caught`]).
@@ -32,13 +32,7 @@ pub(crate) async fn every<F, Fut>(
     let name = sweep.as_str();
     let mut failures = 0u32;
     loop {
-        let wait = if failures == 0 {
-            interval
-        } else {
-            interval
-                .saturating_mul(1 << failures.min(6))
-                .min(Duration::from_secs(60))
-        };
+        let wait = wait_after(sweep, interval, failures);
         pulse.expect_within(wait);
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -57,6 +51,28 @@ pub(crate) async fn every<F, Fut>(
             }
         }
     }
+}
+
+/// The longest wait between the failed rounds of `sweep`: a minute, to spare a database
+/// that fails, but the stops sweep's few seconds. Its statements are cheap (by primary key,
+/// through a partial index) and what it does is promised "within about a second": a
+/// cancel asked, or a deadline passed, right after a database failover must not wait a
+/// minute more to be heard.
+pub(crate) const fn longest_wait(sweep: Sweep) -> Duration {
+    match sweep {
+        Sweep::Stops => Duration::from_secs(4),
+        _ => Duration::from_secs(60),
+    }
+}
+
+/// How long `sweep`, run every `interval`, waits after `failures` failed rounds in a row.
+fn wait_after(sweep: Sweep, interval: Duration, failures: u32) -> Duration {
+    if failures == 0 {
+        return interval;
+    }
+    interval
+        .saturating_mul(1 << failures.min(6))
+        .min(longest_wait(sweep))
 }
 
 /// Runs one round of `sweep`; a panic in it is logged, counted as a failed round of
@@ -105,6 +121,23 @@ mod tests {
     /// A round that panics counts as a failed round of its sweep, as a round that fails
     /// does (`round`, in the sweeps); the loop goes on; a panic caught inside a round under
     /// another sweep counts once, there.
+    #[test]
+    fn a_failing_sweep_backs_off_to_a_minute_but_the_stops_sweep_to_seconds() {
+        let second = Duration::from_secs(1);
+        assert_eq!(wait_after(Sweep::Retrier, second, 0), second);
+        assert_eq!(wait_after(Sweep::Retrier, second, 1), 2 * second);
+        assert_eq!(wait_after(Sweep::Retrier, second, 10), 60 * second);
+        assert_eq!(wait_after(Sweep::Stops, second, 0), second);
+        assert_eq!(wait_after(Sweep::Stops, second, 1), 2 * second);
+        // After a long outage, a cancel is heard within seconds of the database's return.
+        assert_eq!(wait_after(Sweep::Stops, second, 10), 4 * second);
+        // A failed round of a sweep run hourly is tried again within a minute.
+        assert_eq!(
+            wait_after(Sweep::Retention, Duration::from_secs(3_600), 1),
+            60 * second
+        );
+    }
+
     #[test]
     fn a_round_that_panics_is_counted_as_failed() {
         let counting = Counting::default();
