@@ -70,8 +70,11 @@ impl InFlight {
 /// the claim's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FlightStart {
-    /// Now.
+    /// Now (the database's clock as last read, up to a round trip behind it).
     pub(crate) now: i64,
+    /// Now, never earlier than the database's clock: what the deadline is held to, so
+    /// that no body starts at or past it by the clock that set it.
+    pub(crate) latest: i64,
     /// Past this the lease is no longer renewed (the body overran its timeout).
     pub(crate) renew_until: i64,
     /// The lease's end, for a job that was not reserved when claimed.
@@ -126,7 +129,9 @@ impl ExecutorPool {
         if flight.lost
             || flight.stop.is_some()
             || flight.lease_until <= start.now.saturating_add(start.next_renewal_ms)
-            || start.deadline.is_some_and(|deadline| deadline <= start.now)
+            || start
+                .deadline
+                .is_some_and(|deadline| deadline <= start.latest)
         {
             in_flight.remove(&id);
             return None;
@@ -387,6 +392,7 @@ mod tests {
     fn at(now: i64, next_renewal_ms: i64, deadline: Option<i64>) -> FlightStart {
         FlightStart {
             now,
+            latest: now,
             renew_until: i64::MAX,
             lease_until: 0,
             next_renewal_ms,
@@ -409,6 +415,14 @@ mod tests {
         assert!(pool
             .start_flight(6, 1, at(1_999, 500, Some(2_000)))
             .is_some());
+        // Before it by the last reading, but perhaps not by the database's clock (the
+        // reading's round trip ago): not started.
+        pool.reserve(4, 1, 10_000);
+        let late_reading = FlightStart {
+            latest: 2_003,
+            ..at(1_990, 500, Some(2_000))
+        };
+        assert!(pool.start_flight(4, 1, late_reading).is_none());
     }
 
     #[test]

@@ -273,6 +273,7 @@ impl Executor {
             let renew_until = now.saturating_add(overrun.as_millis() as i64);
             let start = FlightStart {
                 now,
+                latest: self.clock.latest_ms(),
                 renew_until,
                 lease_until: now + self.config.lease.as_millis() as i64,
                 next_renewal_ms: self.config.heartbeat_interval.as_millis() as i64,
