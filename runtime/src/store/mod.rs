@@ -303,7 +303,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         self.ops().step_keep(step).await
     }
 
-    /// Writes a running body's progress (see `OpsStore::request_progress`); bounded as
+    /// Writes a running body's progress (see `LifecycleOps::request_progress`); bounded as
     /// [`Store::execution_steps`].
     async fn execution_progress(
         &self,

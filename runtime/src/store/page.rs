@@ -327,7 +327,7 @@ impl<'a> PageSql<'a> {
     }
 }
 
-/// See [`super::ops::OpsStore::request_page`] and the module doc.
+/// See [`super::ops::RequestOps::request_page`] and the module doc.
 pub(crate) async fn request_page<S: SqlRunner + ?Sized>(
     store: &S,
     application: &str,

@@ -165,7 +165,7 @@ where
     &'q str: Encode<'q, DB> + Type<DB>,
 {
     // On PostgreSQL and MySQL/MariaDB the row exists (made on a connection of its own,
-    // `OpsStore::quota_register`: two transactions making it at once deadlock on
+    // `ControlOps::quota_register`: two transactions making it at once deadlock on
     // MySQL/MariaDB). SQLite's lock is its write lock, which the write that makes the row
     // (or finds it made) takes.
     let lock = match DB::DIALECT {

@@ -1,0 +1,276 @@
+//! The controls kept in tables: pauses (`async_pause`), queues and their policies
+//! (`async_queue`), and the quota rows and counts (`async_quota`) that submissions lock.
+
+use async_trait::async_trait;
+
+use crate::base::error::Result;
+use crate::base::query::{Pause, QueuePolicy};
+use crate::store::sql::{Col, SqlRunner};
+
+/// The statements of pauses, queue policies and quotas.
+/// Every backend has them through its [`SqlRunner`].
+#[async_trait]
+pub(crate) trait ControlOps: SqlRunner {
+    /// Pauses claims of `executor` (again: keeps the first pause).
+    async fn pause_set(&self, application: &str, executor: &str, by: &str, now: i64) -> Result<()> {
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_pause (application_name, executor, paused_by, paused_at) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(executor)
+            .push(", ")
+            .bind_text(by)
+            .push(", ")
+            .bind_int(now)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// Resumes claims of `executor`; whether it was paused.
+    async fn pause_clear(&self, application: &str, executor: &str) -> Result<bool> {
+        let mut s = self.sql("DELETE FROM async_pause WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND executor = ")
+            .bind_text(executor);
+        Ok(self.execute(&s).await? > 0)
+    }
+
+    /// The paused executors of `application`.
+    async fn pause_list(&self, application: &str) -> Result<Vec<Pause>> {
+        let mut s = self.sql(
+            "SELECT executor, paused_by, paused_at FROM async_pause WHERE application_name = ",
+        );
+        s.bind_text(application).push(" ORDER BY executor");
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Text, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(Pause {
+                    executor: row.text()?,
+                    paused_by: row.text()?,
+                    paused_at: row.int()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Sets the limits of `queue` that override the builder's (`None`: the builder's).
+    async fn queue_policy_set(
+        &self,
+        application: &str,
+        queue: &str,
+        (concurrency, per_instance, rate): (Option<i64>, Option<i64>, Option<i64>),
+        by: &str,
+        now: i64,
+    ) -> Result<()> {
+        let mut s = self.sql(
+            "INSERT INTO async_queue (application_name, name, concurrency, per_instance, rate, \
+             changed_by, changed_at) VALUES (",
+        );
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(queue)
+            .push(", ");
+        for limit in [concurrency, per_instance, rate] {
+            match limit {
+                Some(n) => s.bind_int(n),
+                None => s.push("NULL"),
+            };
+            s.push(", ");
+        }
+        s.bind_text(by).push(", ").bind_int(now).push(")");
+        let upsert = self.dialect().upsert(
+            "async_queue",
+            "application_name, name",
+            &[],
+            &[
+                "concurrency",
+                "per_instance",
+                "rate",
+                "changed_by",
+                "changed_at",
+            ],
+        );
+        s.push(&upsert);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// Makes the row of quota `scope` of `application` unless it has one (autocommit). A
+    /// plain read first: on MySQL/MariaDB an `INSERT IGNORE` of a row that a submission
+    /// holds locked waits for that transaction.
+    async fn quota_register(&self, application: &str, scope: &str) -> Result<()> {
+        let mut found = self.sql("SELECT COUNT(*) FROM async_quota WHERE application_name = ");
+        found
+            .bind_text(application)
+            .push(" AND scope = ")
+            .bind_text(scope);
+        if self.fetch_ints(&found).await?.first().copied().flatten() == Some(1) {
+            return Ok(());
+        }
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_quota (application_name, scope) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(scope)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// How many requests of `application` wait (`init`, `failed`), counted up to `limit`
+    /// at most: all of them, those of `executors`, or those tagged `tag`.
+    async fn quota_count(
+        &self,
+        application: &str,
+        executors: Option<&[&'static str]>,
+        tag: Option<&str>,
+        limit: i64,
+    ) -> Result<i64> {
+        let mut s = match tag {
+            Some(tag) => {
+                let mut s = self.sql(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM async_tag t JOIN async_req r \
+                     ON r.id = t.req_id WHERE t.application_name = ",
+                );
+                s.bind_text(application)
+                    .push(" AND t.tag = ")
+                    .bind_text(tag)
+                    .push(" AND r.status IN ('init', 'failed')");
+                s
+            }
+            None => {
+                let mut s = self
+                    .sql("SELECT COUNT(*) FROM (SELECT 1 FROM async_req WHERE application_name = ");
+                s.bind_text(application)
+                    .push(" AND status IN ('init', 'failed')");
+                if let Some(executors) = executors {
+                    s.push(" AND executor IN (");
+                    for (i, executor) in executors.iter().enumerate() {
+                        if i > 0 {
+                            s.push(", ");
+                        }
+                        s.bind_text(executor);
+                    }
+                    s.push(")");
+                }
+                s
+            }
+        };
+        s.push(" LIMIT ").bind_int(limit).push(") AS waiting");
+        let counted = self.fetch_ints(&s).await?;
+        Ok(counted.first().copied().flatten().unwrap_or(0))
+    }
+
+    /// Makes the row of `queue` (its limits the builder's) unless it has one.
+    async fn queue_register(&self, application: &str, queue: &str) -> Result<()> {
+        let (insert, or_ignore) = self.dialect().insert_or_ignore();
+        let mut s = self.sql(&format!(
+            "{insert} async_queue (application_name, name) VALUES ("
+        ));
+        s.bind_text(application)
+            .push(", ")
+            .bind_text(queue)
+            .push(")")
+            .push(or_ignore);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// The queues of `application` that have a row: named by a service's executors, or
+    /// given limits.
+    async fn queue_policy_list(&self, application: &str) -> Result<Vec<QueuePolicy>> {
+        let d = self.dialect();
+        let ints = [
+            "concurrency",
+            "per_instance",
+            "rate",
+            "paused",
+            "max_attempts",
+            "backoff_base_ms",
+            "backoff_cap_ms",
+            "timeout_ms",
+            "priority_boost",
+        ]
+        .map(|c| d.int64(c))
+        .join(", ");
+        let mut s = self.sql(&format!(
+            "SELECT name, {ints}, changed_by, changed_at FROM async_queue \
+             WHERE application_name = "
+        ));
+        s.bind_text(application).push(" ORDER BY name");
+        let mut columns = vec![Col::Text];
+        columns.extend([Col::Int; 9]);
+        columns.extend([Col::Text, Col::Int]);
+        let rows = self.fetch_rows(&s, &columns).await?;
+        rows.into_iter()
+            .map(|mut row| {
+                Ok(QueuePolicy {
+                    queue: row.text()?,
+                    concurrency: row.opt_int()?,
+                    per_instance: row.opt_int()?,
+                    rate: row.opt_int()?,
+                    paused: row.opt_int()?.is_some_and(|p| p != 0),
+                    max_attempts: row.opt_int()?,
+                    backoff_base_ms: row.opt_int()?,
+                    backoff_cap_ms: row.opt_int()?,
+                    timeout_ms: row.opt_int()?,
+                    priority_boost: row.opt_int()?,
+                    changed_by: row.opt_text()?,
+                    changed_at: row.opt_int()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes the fields `change` sets of the policy row `name` (made if missing), NULL
+    /// for those it resets, as changed by `by` at `now`.
+    async fn policy_write(
+        &self,
+        application: &str,
+        name: &str,
+        change: &[(&'static str, Option<i64>)],
+        by: &str,
+        now: i64,
+    ) -> Result<()> {
+        let mut columns = String::from("application_name, name");
+        for (column, _) in change {
+            columns.push_str(", ");
+            columns.push_str(column);
+        }
+        let mut s = self.sql(&format!(
+            "INSERT INTO async_queue ({columns}, changed_by, changed_at) VALUES ("
+        ));
+        s.bind_text(application).push(", ").bind_text(name);
+        for (_, value) in change {
+            s.push(", ");
+            match value {
+                Some(n) => s.bind_int(*n),
+                None => s.push("NULL"),
+            };
+        }
+        s.push(", ")
+            .bind_text(by)
+            .push(", ")
+            .bind_int(now)
+            .push(")");
+        let mut updated: Vec<&str> = change.iter().map(|(c, _)| *c).collect();
+        updated.extend(["changed_by", "changed_at"]);
+        let upsert = self
+            .dialect()
+            .upsert("async_queue", "application_name, name", &[], &updated);
+        s.push(&upsert);
+        self.execute(&s).await?;
+        Ok(())
+    }
+}
+
+impl<S: SqlRunner> ControlOps for S {}
