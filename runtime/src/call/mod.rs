@@ -10,6 +10,7 @@
 pub(crate) mod builder;
 pub(crate) mod cancel;
 pub(crate) mod delayed;
+pub(crate) mod hand_over;
 pub(crate) mod keys;
 pub(crate) mod nested;
 pub(crate) mod open_tx;
