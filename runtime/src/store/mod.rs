@@ -5,7 +5,7 @@
 //!
 //! What the backends write alike is written once: `sql.rs` (a `Dialect` renders
 //! placeholders, upserts, locks; `Sql` and `Statement` carry the text; `SqlRunner` is what
-//! a backend does with it), `ops.rs` and `page.rs` (the operators' statements and pages),
+//! a backend does with it), `ops/` and `page.rs` (the operators' statements and pages),
 //! `records.rs` (an operator's look at and change of one record), `shared.rs` (key reads
 //! and log writes inside a transaction, generic over the sqlx database type). What the
 //! store's callers pass and get back: `claim.rs`, `key.rs`, `lease.rs`, `sweeps.rs`, and
