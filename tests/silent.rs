@@ -377,7 +377,79 @@ async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
     rt.abort();
 }
 
+/// The bodies of `resumed_later` that ran, by label.
+static RESUMED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+#[async_exec(type = SaveAsync)]
+async fn resumed_later(label: String) {
+    RESUMED.lock().unwrap().push(label);
+}
+
+/// The loop that reads pauses and policies every second also samples the queue depth
+/// into `async_depth` (a few seconds after start, then each minute). Caught by a silent
+/// connection in that sample, it stopped for good: a resumed executor stayed paused on
+/// this instance, and no policy change reached it. Seen failing before the sample's
+/// statements were bounded (on PostgreSQL and MariaDB).
+async fn pauses_are_read_again_after_a_depth_sample_went_silent(db: TestDb) {
+    const LONG_LEASE: Duration = Duration::from_secs(20);
+    let bound = async_exec::statement_bound(LONG_LEASE);
+    let label = format!("{:?}", db.kind);
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = db
+        .builder()
+        .database_url(&url)
+        .lease(LONG_LEASE)
+        .heartbeat_interval(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_secs(1))
+        .data(Gate::default())
+        .data(StepEnds::default())
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    rt.pause_executor("silent::resumed_later", "test")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    resumed_later(label.clone()).on(&rt).await.unwrap();
+    // The first depth sample (5 s after start) waits: a transaction here locks the table.
+    let mut locker = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    let mut lock = locker.begin().await.unwrap();
+    let lock_table = match db.kind {
+        common::Kind::Postgres => "LOCK TABLE async_depth IN SHARE MODE",
+        _ => "SELECT * FROM async_depth FOR UPDATE",
+    };
+    sqlx::query(lock_table).execute(&mut *lock).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(6_500).saturating_sub(started.elapsed())).await;
+    assert!(
+        !RESUMED.lock().unwrap().contains(&label),
+        "{label}: ran while paused"
+    );
+    proxy.black_hole();
+    lock.rollback().await.unwrap();
+    let other = db.builder().run_workers(false).start().await.unwrap();
+    assert!(other
+        .resume_executor("silent::resumed_later", "test")
+        .await
+        .unwrap());
+    let resumed = Instant::now();
+    // The sample abandoned within a bound; pauses read again the second after.
+    let limit = bound * 2 + Duration::from_secs(3);
+    while !RESUMED.lock().unwrap().contains(&label) {
+        assert!(
+            resumed.elapsed() < limit,
+            "{label}: the resumed executor did not run within {limit:?}: the loop that reads \
+             pauses is stuck on a silent connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("{label}: ran {:?} after the resume", resumed.elapsed());
+    other.shutdown().await.unwrap();
+    rt.abort();
+}
+
 network_suite!(
+    pauses_are_read_again_after_a_depth_sample_went_silent,
     a_cancel_is_heard_after_a_sweep_statement_went_silent,
     a_step_is_kept_within_a_bound_or_fails,
     outcomes_are_written_when_established_connections_go_silent,

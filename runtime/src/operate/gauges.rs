@@ -76,7 +76,8 @@ impl QueueSampler {
     /// `async_exec_sweep_failures_total{sweep="queue_sampler"}` and leaves them as they were.
     pub(crate) async fn sample(&self) -> Result<()> {
         let now = self.clock.now_ms();
-        let counts = self.store.ops().queue_depth(&self.application, now).await;
+        let counts = self.store.ops().queue_depth(&self.application, now);
+        let counts = crate::store::bounded::bounded_op(&*self.store, "queue_depth", counts).await;
         let counts = round(Sweep::QueueSampler, counts)?;
         let mut depth: BTreeMap<(SharedString, &'static str), i64> = BTreeMap::new();
         let mut oldest: BTreeMap<SharedString, i64> = BTreeMap::new();

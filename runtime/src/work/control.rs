@@ -302,12 +302,16 @@ impl ControlPart {
             // A few seconds after start (not amid its first claims: at a large backlog the
             // count is long), then every minute.
             if ticks % depth_every == DEPTH_FIRST_TICK && self.workers.load(Ordering::Acquire) {
+                // Bounded as the pauses' reads are: this loop reads them, and a sample
+                // caught by a silent connection would stop it for good.
                 let now = self.clock.now_ms();
-                let ops = self.store.ops();
-                if let Err(error) = ops.depth_sample(&self.application, minute_of(now)).await {
+                let (ops, store) = (self.store.ops(), &*self.store);
+                let sample = ops.depth_sample(&self.application, minute_of(now));
+                if let Err(error) = bounded_op(store, "depth_sample", sample).await {
                     crate::log::warn!(%error, "could not sample the queue depth into async_depth");
                 }
-                if let Err(error) = ops.stat_prune(minute_of(now - STAT_KEEP_MS)).await {
+                let prune = ops.stat_prune(minute_of(now - STAT_KEEP_MS));
+                if let Err(error) = bounded_op(store, "stat_prune", prune).await {
                     crate::log::warn!(%error, "could not prune async_stat");
                 }
             }
