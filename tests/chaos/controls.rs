@@ -7,12 +7,13 @@
 //!   never end because their process was killed), which the store no longer counts.
 //! - **A cancel** (asked by the submitter, which runs no workers) answered
 //!   `Cancelled` (the request was waiting): no execution of it starts after the answer,
-//!   and it ends `cancelled`. Answered `StopAsked` (it was running): only the run that
-//!   held it then (started before the answer, or within [`START_SLACK_MS`] of it, its
-//!   claim made before) runs at or after the cancel, and it ends within
-//!   [`STOP_BOUND_MS`] of the answer (told by the stops sweep within about a second, or
-//!   by its lease if its instance is cut off) or with its process; the request is not
-//!   run again, and ends `cancelled` unless that run succeeded.
+//!   and it ends `cancelled`. Answered `StopAsked` (a claim held it): only the run of
+//!   that claim runs at or after the cancel: one that started before the answer (or
+//!   within [`START_SLACK_MS`] of it), or, when none had, one that starts later (the
+//!   claim's answer or a worker came late); it ends within [`STOP_BOUND_MS`] of the
+//!   answer or of its start, whichever is later (told by the stops sweep within about a
+//!   second, or by its lease if its instance is cut off) or with its process; the
+//!   request is not run again, and ends `cancelled` unless that run succeeded.
 //! - **A deadline** (`.deadline(d)`, its receipt written at `recorded`, after the call's
 //!   commit, so the deadline is at or before `recorded + d`): no execution starts after
 //!   it (but for [`START_SLACK_MS`] between a claim made in time and its body's first
@@ -69,6 +70,9 @@ pub struct Counts {
     /// Runs told to stop by a cancel, and the longest one went on after it (ms).
     pub cancelled_running: usize,
     pub longest_stop_ms: i64,
+    /// Of those, whose body started only after the answer (their claim's answer, or a
+    /// worker, came late).
+    pub cancelled_late_start: usize,
     /// Requests with a deadline: succeeded, `dead` while waiting, stopped while running.
     pub deadlines: usize,
     pub deadline_succeeded: usize,
@@ -82,7 +86,7 @@ impl fmt::Display for Counts {
             f,
             "controls: queue of {LIMITED_CONCURRENCY}: runs {}, most at once {} ({} holding \
              their record); cancels {:?}, of running requests {} (stopped within {} ms at \
-             most); deadlines {} (succeeded {}, dead waiting {}, stopped running {}); over \
+             most; {} started only after the answer); deadlines {} (succeeded {}, dead waiting {}, stopped running {}); over \
              the limit 0, runs after a cancel or deadline 0",
             self.limited_runs,
             self.limited_peak,
@@ -90,6 +94,7 @@ impl fmt::Display for Counts {
             self.cancels,
             self.cancelled_running,
             self.longest_stop_ms,
+            self.cancelled_late_start,
             self.deadlines,
             self.deadline_succeeded,
             self.deadline_dead,
@@ -228,18 +233,25 @@ fn cancels(
                 }
             }
             "stop_asked" => {
-                let (held, others): (Vec<&&Execution>, Vec<&&Execution>) = after
+                let (held, late): (Vec<&&Execution>, Vec<&&Execution>) = after
                     .iter()
                     .partition(|e| e.started <= c.answered + START_SLACK_MS);
-                if held.len() > 1 || !others.is_empty() {
+                // `StopAsked` says a claim held the record. Its body may start only
+                // later (the claim's answer, or a worker, came late: the stops sweep
+                // tells it within about a second of its start), so one late run is the
+                // holder's when none ran at the answer; any other is a run again.
+                if held.len() + late.len() > 1 {
                     flag(
                         "a request ran again after a stop was asked of it",
                         format!("{c:?}: runs {after:?}"),
                     );
                 }
-                for e in &held {
+                if held.is_empty() && late.len() == 1 {
+                    counts.cancelled_late_start += 1;
+                }
+                for e in held.iter().chain(&late) {
                     counts.cancelled_running += 1;
-                    let went_on = end_of(e).saturating_sub(c.answered);
+                    let went_on = end_of(e).saturating_sub(c.answered.max(e.started));
                     if went_on > STOP_BOUND_MS {
                         flag(
                             "a running request went on long after its cancel",

@@ -40,7 +40,9 @@ fn left(id: i64, status: &str, error: &str) -> Left {
 /// counts its run once its lease ended), 20 and 21 beside it, 22 when 20 ended, 23 again
 /// on w2. Request 24 delayed and cancelled while it waited; 25 cancelled while it ran (it
 /// stopped 500 ms later); 26 cancelled too late (it had succeeded: "not_found"); 30
-/// claimed just before its cancel, its body's first line just after, succeeded.
+/// claimed just before its cancel, its body's first line just after, succeeded; 31
+/// claimed before its cancel too, its body started 2.5 s after the answer (the claim's
+/// answer came late), succeeded.
 /// Request 27 with a deadline of 1 s ran in time; 28's passed while it waited (`dead`);
 /// 29's while it ran (stopped, `cancelled`).
 fn with_controls() -> Run {
@@ -54,10 +56,11 @@ fn with_controls() -> Run {
         exec("c-0", 25, "w2.g1", 2_000, Some(2_510), "cancelled"),
         exec("c-1", 26, "w2.g1", 2_000, Some(2_100), "ok"),
         exec("c-3", 30, "w2.g1", 2_030, Some(2_070), "ok"),
+        exec("c-5", 31, "w1.g2", 4_510, Some(4_600), "ok"),
         exec("d-0", 27, "w2.g1", 3_100, Some(3_200), "ok"),
         exec("d-1", 29, "w2.g1", 3_100, Some(4_600), "cancelled"),
     ]);
-    for id in 20..=30 {
+    for id in 20..=31 {
         run.receipts.push(receipt(id, None, "queued"));
     }
     for (id, recorded) in [(27, 3_000), (28, 3_000), (29, 3_000)] {
@@ -74,6 +77,7 @@ fn with_controls() -> Run {
         cancel(25, 2_000, "stop_asked"),
         cancel(26, 2_200, "not_found"),
         cancel(30, 2_000, "stop_asked"),
+        cancel(31, 2_000, "stop_asked"),
     ];
     run.left_in_queue = vec![
         left(24, "cancelled", "cancelled"),
@@ -98,8 +102,9 @@ fn controls_pass_when_held() {
     let c = &summary.controls;
     assert_eq!(c.limited_runs, 5);
     assert_eq!((c.limited_peak, c.limited_peak_held), (3, 2));
-    assert_eq!((c.cancels["cancelled"], c.cancels["stop_asked"]), (1, 2));
-    assert_eq!(c.cancelled_running, 2);
+    assert_eq!((c.cancels["cancelled"], c.cancels["stop_asked"]), (1, 3));
+    assert_eq!(c.cancelled_running, 3);
+    assert_eq!(c.cancelled_late_start, 1);
     assert_eq!(c.longest_stop_ms, 500);
     assert_eq!(
         (
@@ -165,6 +170,41 @@ fn a_run_after_a_cancel_fails() {
     );
     let v = broken(|run| run.left_in_queue[0].status = "dead".into());
     assert!(v.has("a cancelled request did not end cancelled"), "{v}");
+}
+
+#[test]
+fn a_late_start_after_a_stop_is_the_holders_only() {
+    // The late-starting holder of 31 ran, then it ran again (a rescue or a retry).
+    let v = broken(|run| {
+        run.executions
+            .push(exec("c-6", 31, "w2.g1", 5_000, Some(5_100), "ok"))
+    });
+    assert!(
+        v.has("a request ran again after a stop was asked of it"),
+        "{v}"
+    );
+    // 25's run held it at the answer: a run starting later is another claim's.
+    let v = broken(|run| {
+        run.executions
+            .push(exec("c-7", 25, "w1.g2", 4_000, Some(4_100), "ok"))
+    });
+    assert!(
+        v.has("a request ran again after a stop was asked of it"),
+        "{v}"
+    );
+    // The late holder went on long after its start, never told.
+    let v = broken(|run| {
+        let e = run
+            .executions
+            .iter_mut()
+            .find(|e| e.run_id == "c-5")
+            .unwrap();
+        e.ended = Some(4_510 + STOP_BOUND_MS + 1);
+    });
+    assert!(
+        v.has("a running request went on long after its cancel"),
+        "{v}"
+    );
 }
 
 #[test]

@@ -27,9 +27,12 @@ pub enum CancelOutcome {
     /// It was waiting (`init` or `failed`): it is `cancelled` now (or when the caller's
     /// transaction commits) and no instance starts it.
     Cancelled,
-    /// It was running: its body is told to stop within about a second (through its
-    /// [`Context`](crate::Context)) and ends `cancelled` unless it succeeds; a body that
-    /// goes on is stopped at its timeout. It is not run again.
+    /// It was running (claimed by an instance): its body is told to stop within about a
+    /// second (through its [`Context`](crate::Context)) and ends `cancelled` unless it
+    /// succeeds; a body that goes on is stopped at its timeout. It is not run again. A
+    /// claim whose body had not started yet is usually not started; under faults (the
+    /// claim's answer or a worker came late) its body can still start after this answer,
+    /// and is then told within about a second of its start.
     StopAsked,
     /// Awaited inside [`Runtime::transaction`](crate::Runtime::transaction): the cancel is
     /// made in the scope's transaction just before its commit (what it finds is known
