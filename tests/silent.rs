@@ -295,20 +295,13 @@ async fn listening(label: String, ctx: Context) {
 #[async_exec(type = SaveAsync, name = "silent::held_back")]
 async fn held_back() {}
 
-/// (e) The stops sweep (cancels and deadlines of running bodies, every second) bounds
-/// its statements as the execution path does: one caught by a connection that then goes
-/// silent is abandoned, and the next round tells the body. A lease of 20 s here (a bound
-/// of 5 s), so that the body is told by the cancel, not by a lease that ran out (a
-/// renewal caught by the silence too is abandoned only at the lease's end). Here its statement that ends
-/// a waiting request past its deadline waits for a row lock when the connections go
-/// silent. Seen failing before (the sweep's statements went unbounded through the
-/// operators' store): the sweep waited for an answer that never came, and a cancel of
-/// the running body was never heard (the lease, renewed on new connections, did not
-/// stop it either).
-async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
-    const LONG_LEASE: Duration = Duration::from_secs(20);
-    let bound = async_exec::statement_bound(LONG_LEASE);
-    let label = format!("{:?}", db.kind);
+/// The lease of the runtimes whose statement goes silent in a sweep or loop: 20 s (a
+/// bound of 5 s), so that what the test waits for comes from that sweep or loop, not
+/// from a lease that ran out.
+const LONG_LEASE: Duration = Duration::from_secs(20);
+
+/// A runtime through a fault proxy, with the [`LONG_LEASE`]; and the proxy.
+async fn behind_a_proxy_with_a_long_lease(db: &TestDb) -> (Proxy, Runtime) {
     let (proxy, url) = Proxy::for_url(&db.url).await;
     let rt = db
         .builder()
@@ -321,6 +314,23 @@ async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
         .start()
         .await
         .unwrap();
+    (proxy, rt)
+}
+
+/// (e) The stops sweep (cancels and deadlines of running bodies, every second) bounds
+/// its statements as the execution path does: one caught by a connection that then goes
+/// silent is abandoned, and the next round tells the body. A lease of 20 s here (a bound
+/// of 5 s), so that the body is told by the cancel, not by a lease that ran out (a
+/// renewal caught by the silence too is abandoned only at the lease's end). Here its statement that ends
+/// a waiting request past its deadline waits for a row lock when the connections go
+/// silent. Seen failing before (the sweep's statements went unbounded through the
+/// operators' store): the sweep waited for an answer that never came, and a cancel of
+/// the running body was never heard (the lease, renewed on new connections, did not
+/// stop it either).
+async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
+    let bound = async_exec::statement_bound(LONG_LEASE);
+    let label = format!("{:?}", db.kind);
+    let (proxy, rt) = behind_a_proxy_with_a_long_lease(&db).await;
     rt.pause_executor("silent::held_back", "test")
         .await
         .unwrap();
@@ -391,21 +401,9 @@ async fn resumed_later(label: String) {
 /// this instance, and no policy change reached it. Seen failing before the sample's
 /// statements were bounded (on PostgreSQL and MariaDB).
 async fn pauses_are_read_again_after_a_depth_sample_went_silent(db: TestDb) {
-    const LONG_LEASE: Duration = Duration::from_secs(20);
     let bound = async_exec::statement_bound(LONG_LEASE);
     let label = format!("{:?}", db.kind);
-    let (proxy, url) = Proxy::for_url(&db.url).await;
-    let rt = db
-        .builder()
-        .database_url(&url)
-        .lease(LONG_LEASE)
-        .heartbeat_interval(Duration::from_secs(1))
-        .shutdown_grace(Duration::from_secs(1))
-        .data(Gate::default())
-        .data(StepEnds::default())
-        .start()
-        .await
-        .unwrap();
+    let (proxy, rt) = behind_a_proxy_with_a_long_lease(&db).await;
     let started = Instant::now();
     rt.pause_executor("silent::resumed_later", "test")
         .await

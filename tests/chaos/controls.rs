@@ -249,9 +249,14 @@ fn cancels(
                 if held.is_empty() && late.len() == 1 {
                     counts.cancelled_late_start += 1;
                 }
-                for e in held.iter().chain(&late) {
+                // Held at the answer: bounded from it; started late: from its start.
+                let bounded_from = held
+                    .iter()
+                    .map(|e| (e, c.answered))
+                    .chain(late.iter().map(|e| (e, e.started)));
+                for (e, from) in bounded_from {
                     counts.cancelled_running += 1;
-                    let went_on = end_of(e).saturating_sub(c.answered.max(e.started));
+                    let went_on = end_of(e).saturating_sub(from);
                     if went_on > STOP_BOUND_MS {
                         flag(
                             "a running request went on long after its cancel",

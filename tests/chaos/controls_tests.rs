@@ -17,6 +17,14 @@ fn limited(
     e
 }
 
+/// The execution `run_id` of `run`, to change.
+fn execution<'r>(run: &'r mut Run, run_id: &str) -> &'r mut Execution {
+    run.executions
+        .iter_mut()
+        .find(|e| e.run_id == run_id)
+        .unwrap()
+}
+
 fn cancel(id: i64, asked: i64, outcome: &str) -> CancelRow {
     CancelRow {
         request_id: id,
@@ -127,11 +135,7 @@ fn broken(change: impl FnOnce(&mut Run)) -> Violations {
 fn a_queue_over_its_limit_fails() {
     // The run on w1 had held its record after all: it ended as it should.
     let v = broken(|run| {
-        let e = run
-            .executions
-            .iter_mut()
-            .find(|e| e.run_id == "l-2")
-            .unwrap();
+        let e = execution(run, "l-2");
         (e.ended, e.outcome) = (Some(1_004), "ok".into());
     });
     assert!(
@@ -157,11 +161,7 @@ fn a_run_after_a_cancel_fails() {
         "{v}"
     );
     let v = broken(|run| {
-        let e = run
-            .executions
-            .iter_mut()
-            .find(|e| e.run_id == "c-0")
-            .unwrap();
+        let e = execution(run, "c-0");
         e.ended = Some(2_010 + STOP_BOUND_MS + 1);
     });
     assert!(
@@ -194,11 +194,7 @@ fn a_late_start_after_a_stop_is_the_holders_only() {
     );
     // The late holder went on long after its start, never told.
     let v = broken(|run| {
-        let e = run
-            .executions
-            .iter_mut()
-            .find(|e| e.run_id == "c-5")
-            .unwrap();
+        let e = execution(run, "c-5");
         e.ended = Some(4_510 + STOP_BOUND_MS + 1);
     });
     assert!(
@@ -215,11 +211,7 @@ fn a_run_past_its_deadline_fails() {
     });
     assert!(v.has("a request started after its deadline"), "{v}");
     let v = broken(|run| {
-        let e = run
-            .executions
-            .iter_mut()
-            .find(|e| e.run_id == "d-1")
-            .unwrap();
+        let e = execution(run, "d-1");
         e.ended = Some(4_000 + STOP_BOUND_MS + 1);
     });
     assert!(v.has("a request ran on long after its deadline"), "{v}");

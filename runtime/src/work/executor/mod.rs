@@ -272,13 +272,15 @@ impl Executor {
             let overrun = self.timeout_of(job.def) + self.config.heartbeat_interval;
             let now = self.clock.now_ms();
             let renew_until = now.saturating_add(overrun.as_millis() as i64);
+            let deadline = job.record.as_ref().and_then(|r| r.deadline);
             let start = FlightStart {
                 now,
-                latest: self.clock.latest_ms(),
+                // A second reading of the clock only for the few records with a deadline.
+                latest: deadline.map_or(now, |_| self.clock.latest_ms()),
                 renew_until,
                 lease_until: now + self.config.lease.as_millis() as i64,
                 next_renewal_ms: self.config.heartbeat_interval.as_millis() as i64,
-                deadline: job.record.as_ref().and_then(|r| r.deadline),
+                deadline,
             };
             match self.pool.start_flight(id, attempt, start) {
                 Some(token) => lease_lost = token,
