@@ -307,12 +307,139 @@ where
     panic!("condition not met within {limit:?}");
 }
 
+/// The runs of `claimed_unanswered`, by label (no `Data`: every runtime of this file would
+/// have to provide it).
+static UNANSWERED_RUNS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+#[async_exec(type = SaveAsync, max_attempts = 1, timeout = "1m")]
+async fn claimed_unanswered(label: String) {
+    UNANSWERED_RUNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(label);
+}
+
+/// Found by a CI run (`not_started::postgres`, a claim abandoned after a stall): a claim
+/// statement that gets no answer within its bound is abandoned, but the database may
+/// still commit it (PostgreSQL runs a statement whose client has gone to its end). Its
+/// records were then running under this instance's lease with no body: nothing started
+/// them, and when the lease ran out the rescuer counted the attempt, and wrote `dead`
+/// for a request with one attempt that never ran. They are handed back now, without
+/// counting, and claimed again. Here the claim waits for a table lock past its bound (a
+/// lease of 2 s: a bound of 0.5 s) and commits once the lock is let go. On MariaDB the
+/// claim is a transaction that the server rolls back when its connection closes before
+/// the `COMMIT`: nothing is left claimed there, and the request runs as well.
+async fn a_claim_whose_answer_never_came_is_handed_back_uncounted(db: TestDb) {
+    logs();
+    let label = format!("{:?}", db.kind);
+    let rt = db
+        .builder()
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(300))
+        .max_connections(2)
+        .delete_on_success(false)
+        .data(Told::default())
+        .start()
+        .await
+        .expect("start");
+    // Written by an instance that runs nothing, so that only the retrier here claims it
+    // (a delayed call's own instance starts it when due).
+    let writer = db
+        .builder()
+        .run_workers(false)
+        .start()
+        .await
+        .expect("start");
+    let id = claimed_unanswered(label.clone())
+        .delay(Duration::from_millis(300))
+        .on(&writer)
+        .await
+        .expect("call")
+        .id
+        .expect("stored");
+    // The claim's statement prepared on every connection of the pool, as it is after
+    // the first claims (a statement not yet prepared waits for the lock in its `Parse`,
+    // and never runs once its connection is closed).
+    for _ in 0..4 {
+        rt.retrier().run_once().await.expect("nothing due yet");
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    sqlx::any::install_default_drivers();
+    let mut locker = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    // PostgreSQL: a transaction's table lock; MariaDB: the session's.
+    let (lock, unlock): (&[&str], &str) = match db.kind {
+        common::Kind::Postgres => (&["BEGIN", "LOCK TABLE async_req IN SHARE MODE"], "ROLLBACK"),
+        _ => (&["LOCK TABLES async_req WRITE"], "UNLOCK TABLES"),
+    };
+    for statement in lock {
+        sqlx::raw_sql(statement)
+            .execute(&mut locker)
+            .await
+            .expect("lock the table");
+    }
+    let claim = rt.retrier().run_once().await;
+    assert!(
+        matches!(claim, Err(async_exec::Error::NoAnswer(_))),
+        "the claim was not abandoned: {claim:?}"
+    );
+    sqlx::raw_sql(unlock)
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    // The claim goes on in the database, and commits there.
+    let status = || async {
+        let pool = sqlx::AnyPool::connect(&db.url).await.expect("connect");
+        let row: (String,) =
+            sqlx::query_as(&format!("SELECT status FROM async_req WHERE id = {id}"))
+                .fetch_one(&pool)
+                .await
+                .expect("status");
+        pool.close().await;
+        row.0
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = status().await;
+    eprintln!("{label}: after the abandoned claim, the record is {left}");
+    if db.kind == common::Kind::Postgres {
+        assert_eq!(
+            left, "running",
+            "the abandoned claim did not commit: the test shows nothing"
+        );
+    }
+    // The next round hands it back and claims it again, well within its lease.
+    let started = rt.retrier().run_once().await.expect("retry").started;
+    rt.wait_idle().await;
+    let runs = UNANSWERED_RUNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|l| **l == label)
+        .count();
+    assert_eq!(
+        (started, runs),
+        (1, 1),
+        "{label}: the request claimed by the claim that got no answer did not run"
+    );
+    let request = rt.get(id).await.expect("get").expect("record");
+    assert_eq!(
+        (request.status, request.exec_count),
+        (async_exec::Status::Success, 1),
+        "{label}: the attempt the unanswered claim took was counted"
+    );
+    sqlx::Connection::close(locker).await.expect("close");
+    writer.shutdown().await.expect("shutdown");
+    rt.shutdown().await.expect("shutdown");
+}
+
 network_suite!(
     lease_survives_a_short_outage,
     a_lease_survives_a_slow_network_after_an_outage,
     a_lease_that_cannot_be_kept_is_told_and_fenced,
     a_claim_whose_lease_ran_out_while_waiting_is_not_started,
     a_row_locked_elsewhere_is_not_a_lost_lease,
+    a_claim_whose_answer_never_came_is_handed_back_uncounted,
 );
 
 /// Issue 18 item 8: a claim given up before its body started (its lease ran out while it

@@ -335,6 +335,19 @@ impl Store for Bounded {
             .await
     }
 
+    async fn lease_claimed_at(
+        &self,
+        application: &str,
+        owner: &str,
+        claimed_at: &[i64],
+    ) -> Result<Vec<Held>> {
+        self.within(
+            "lease_claimed_at",
+            self.inner.lease_claimed_at(application, owner, claimed_at),
+        )
+        .await
+    }
+
     async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
         self.within("request_rescue", self.inner.request_rescue(batch))
             .await

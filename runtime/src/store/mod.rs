@@ -361,6 +361,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// shutdown). Returns how many.
     async fn lease_release(&self, owner: &str, held: &[Held], now: i64) -> Result<u64>;
 
+    /// The records of `application` that `owner` holds as running and that a claim made
+    /// at one of `claimed_at` took (the claim's `now`, written as their `update_time`),
+    /// with their attempts, in id order: what claims that got no answer (abandoned, or
+    /// their connection broke) may have taken all the same.
+    async fn lease_claimed_at(
+        &self,
+        application: &str,
+        owner: &str,
+        claimed_at: &[i64],
+    ) -> Result<Vec<Held>>;
+
     /// Running records whose lease ended more than `grace_ms` ago (by the database's
     /// clock): back to `failed`, or `dead` when out of attempts.
     async fn request_rescue(&self, batch: RescueBatch<'_>) -> Result<Rescued>;

@@ -428,31 +428,16 @@ impl Store for MySqlStore {
     }
 
     async fn lease_release(&self, owner: &str, held: &[super::Held], now: i64) -> Result<u64> {
-        let mut released = 0;
-        for chunk in held.chunks(MAX_IN) {
-            // By id (the primary key), then only at the attempt claimed.
-            // Asked to stop while it waited to start (a cancel of a running request): ended
-            // `cancelled`, not put back to wait.
-            let sql = format!(
-                "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
-             THEN 'cancelled' ELSE 'init' END, exec_count = exec_count - 1, run_at = ?, \
-                 lease_owner = NULL, lease_until = NULL, update_time = ? \
-                 WHERE status = 'running' AND lease_owner = ? AND id IN ({}) \
-                 AND (id, exec_count) IN ({})",
-                marks(chunk.len()),
-                pair_marks(chunk.len())
-            );
-            let ids: Vec<RequestId> = chunk.iter().map(|&(id, _)| id).collect();
-            let done = with_retry(|| async {
-                let query = sqlx::query(&sql).bind(now.max(1)).bind(now).bind(owner);
-                Ok(bind_pairs(bind_list(query, &ids), chunk)
-                    .execute(&self.pool)
-                    .await?)
-            })
-            .await?;
-            released += done.rows_affected();
-        }
-        Ok(released)
+        leases::release(&self.pool, owner, held, now).await
+    }
+
+    async fn lease_claimed_at(
+        &self,
+        application: &str,
+        owner: &str,
+        claimed_at: &[i64],
+    ) -> Result<Vec<super::Held>> {
+        leases::claimed_at(&self.pool, application, owner, claimed_at).await
     }
 
     async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {

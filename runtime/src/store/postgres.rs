@@ -327,6 +327,15 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
+    async fn lease_claimed_at(
+        &self,
+        application: &str,
+        owner: &str,
+        claimed_at: &[i64],
+    ) -> Result<Vec<super::Held>> {
+        leases::claimed_at(&self.pool, application, owner, claimed_at).await
+    }
+
     async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
         let super::RescueBatch {
             application,

@@ -345,6 +345,15 @@ impl Store for SqliteStore {
         writer.check(result)
     }
 
+    async fn lease_claimed_at(
+        &self,
+        application: &str,
+        owner: &str,
+        claimed_at: &[i64],
+    ) -> Result<Vec<super::Held>> {
+        claims::claimed_at(&self.pool, application, owner, claimed_at).await
+    }
+
     async fn request_rescue(&self, batch: super::RescueBatch<'_>) -> Result<Rescued> {
         let mut writer = self.writer().await?;
         let result = rescue(writer.conn(), batch).await;

@@ -266,6 +266,123 @@ async fn a_handed_back_record_asked_to_stop_ends_cancelled(store: &dyn Store) {
     }
 }
 
+/// `lease_claimed_at` finds what claims of one owner made at the given times took, in
+/// this application, while they are running under that owner: no other owner's, no
+/// other time's, nothing handed back.
+async fn the_records_a_claim_took_are_found_by_its_time(store: &dyn Store) {
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("claimed-at-test-{}", now_ms()).as_str());
+    let requests: Vec<NewRequest> = (0..4).map(|_| new_request(&application)).collect();
+    let ids: Vec<RequestId> = store
+        .request_insert_many(&requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| match i {
+            Inserted::New(id) => id,
+            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
+        })
+        .collect();
+    let (t1, t2) = (now_ms(), now_ms() + 7);
+    for (claim, owner, now) in [
+        (&ids[0..2], "owner-a", t1),
+        (&ids[2..3], "owner-a", t2),
+        (&ids[3..4], "owner-b", t1),
+    ] {
+        let claimed = store
+            .request_claim_ids(ClaimIds {
+                ids: claim,
+                owner,
+                now,
+                lease_ms: 60_000,
+            })
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), claim.len());
+    }
+    let found = |times: Vec<i64>| {
+        let application = application.clone();
+        async move {
+            store
+                .lease_claimed_at(&application, "owner-a", &times)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(found(vec![t1]).await, vec![(ids[0], 1), (ids[1], 1)]);
+    assert_eq!(
+        found(vec![t2, t1]).await,
+        vec![(ids[0], 1), (ids[1], 1), (ids[2], 1)]
+    );
+    assert_eq!(found(vec![t1 - 1]).await, vec![]);
+    assert_eq!(found(vec![]).await, vec![]);
+    assert_eq!(
+        store
+            .lease_claimed_at("another-application", "owner-a", &[t1])
+            .await
+            .unwrap(),
+        vec![]
+    );
+    // Handed back: no longer running under the owner.
+    assert_eq!(
+        store
+            .lease_release("owner-a", &[(ids[0], 1)], now_ms())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(found(vec![t1]).await, vec![(ids[1], 1)]);
+    assert_eq!(
+        status(store, &application, ids[0]).await,
+        Some(Status::Init)
+    );
+    for id in ids {
+        store.request_delete(&application, id).await.unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_the_records_a_claim_took_are_found_by_its_time() {
+    let store = super::sqlite::SqliteStore::connect(
+        "sqlite::memory:",
+        1,
+        Default::default(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    the_records_a_claim_took_are_found_by_its_time(&store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_postgres),
+    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+)]
+async fn postgres_the_records_a_claim_took_are_found_by_its_time() {
+    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+    let store = super::postgres::PostgresStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+    the_records_a_claim_took_are_found_by_its_time(&store).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_mysql),
+    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+)]
+async fn mysql_the_records_a_claim_took_are_found_by_its_time() {
+    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+    let store = super::mysql::MySqlStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+    the_records_a_claim_took_are_found_by_its_time(&store).await;
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_a_handed_back_record_asked_to_stop_ends_cancelled() {

@@ -3,7 +3,8 @@
 //! instance's lease, attempt + 1), turns them into jobs reserved in the executor pool
 //! (the heartbeat keeps their leases until they start), and starts each under a worker
 //! permit. At shutdown it starts nothing more: a claimed job not started is handed back at
-//! once.
+//! once. A claim that got no answer may have been committed all the same: what it took is
+//! handed back by a later claim's round (see [`Unanswered`]).
 //!
 //! It holds the store, the application and the executors it claims for (the registry),
 //! this instance's name, the database's clock, the skip list of a rolling deploy (kept by
@@ -27,6 +28,7 @@ use crate::sweeps::clock::Clock;
 use crate::sweeps::instances::{skip_key, Roster};
 use crate::work::control::Control;
 use crate::work::executor::{Executor, ExecutorPool, Job, RecordRef};
+use crate::work::unanswered::Unanswered;
 
 /// The settings the claimer reads, taken from [`Settings`] (validated there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +64,8 @@ pub(crate) struct Claimer {
     shutdown: CancellationToken,
     /// Records handed back because shutdown came before they started.
     handed_back: Arc<AtomicU64>,
+    /// Claims that got no answer, and the rounds that hand back what they took.
+    unanswered: Unanswered,
     config: ClaimerConfig,
 }
 
@@ -118,6 +122,7 @@ impl Claimer {
             executor,
             shutdown,
             handed_back,
+            unanswered: Unanswered::new(config.lease),
             config,
         }
     }
@@ -194,13 +199,15 @@ impl Claimer {
         cap: Option<QueueCap<'_>>,
         global: Option<QueueCap<'_>>,
     ) -> Result<Vec<Job>> {
+        self.release_unanswered().await;
+        let _claiming = self.unanswered.claiming().await;
         let now = self.clock.now_ms();
         let lease_until = now + self.lease_ms();
         let skip = self.roster.current();
         if executors.is_empty() {
             return Ok(Vec::new()); // every executor paused
         }
-        let mut claimed = self
+        let claimed = self
             .store
             .request_claim_due(ClaimDue {
                 application: &self.application,
@@ -214,7 +221,8 @@ impl Claimer {
                 cap,
                 global,
             })
-            .await?;
+            .await;
+        let mut claimed = self.answered(claimed, now)?;
         if claimed.iter().any(|c| self.is_foreign(c)) {
             claimed = self.leave_to_their_instances(claimed).await;
         }
@@ -223,6 +231,72 @@ impl Claimer {
             .into_iter()
             .filter_map(|c| self.job_from_claim(c, lease_until))
             .collect())
+    }
+
+    /// A claim's answer; a claim made at `now` that got none (an error: abandoned at its
+    /// bound, its connection broken, ...) may have been committed all the same, and is
+    /// noted, for [`release_unanswered`](Self::release_unanswered).
+    fn answered<T>(&self, answer: Result<T>, now: i64) -> Result<T> {
+        if answer.is_err() {
+            self.unanswered.note(now);
+        }
+        answer
+    }
+
+    /// Hands back, without counting the attempt, what claims of this instance that got no
+    /// answer took all the same: records it holds as running from those claims (by their
+    /// time) but not in its pool. At most every eighth of a lease while such a claim is
+    /// recent; otherwise one atomic read. See [`Unanswered`].
+    async fn release_unanswered(&self) {
+        if !self.unanswered.is_due(self.clock.now_ms()) {
+            return;
+        }
+        let Some(claimed_at) = self.unanswered.take_round(self.clock.now_ms()) else {
+            return;
+        };
+        let _alone = self.unanswered.alone().await;
+        let found = match self
+            .store
+            .lease_claimed_at(&self.application, &self.owner, &claimed_at)
+            .await
+        {
+            Ok(found) => found,
+            Err(error) => {
+                crate::log::warn!(%error, "could not look for records taken by claims that \
+                    got no answer; tried again shortly");
+                return;
+            }
+        };
+        let taken: Vec<Held> = found
+            .into_iter()
+            .filter(|&(id, _)| !self.executor.pool.holds(id))
+            .collect();
+        if taken.is_empty() {
+            return;
+        }
+        let ids: Vec<RequestId> = taken.iter().map(|&(id, _)| id).collect();
+        match self
+            .store
+            .lease_release(&self.owner, &taken, self.clock.now_ms())
+            .await
+        {
+            Ok(released) => {
+                self.handed_back.fetch_add(released, Ordering::AcqRel);
+                crate::log::warn!(
+                    requests = ?ids,
+                    released,
+                    "not started: taken by a claim that got no answer (abandoned at its \
+                     bound, or its connection broke) but that the database committed; \
+                     handed back without counting the attempt"
+                );
+            }
+            Err(error) => crate::log::warn!(
+                %error,
+                requests = ?ids,
+                "could not hand back records taken by a claim that got no answer; tried \
+                 again shortly"
+            ),
+        }
     }
 
     /// Whether a claimed record carries a signature this binary does not have for its
@@ -285,6 +359,8 @@ impl Claimer {
     /// are handed back with the rest. Records claimed elsewhere, cancelled, or not yet
     /// committed are not in the answer.
     pub(crate) async fn claim_ids(&self, ids: &[RequestId]) -> Result<Vec<ClaimedId>> {
+        self.release_unanswered().await;
+        let _claiming = self.unanswered.claiming().await;
         let now = self.clock.now_ms();
         let lease_until = now + self.lease_ms();
         let claimed = self
@@ -295,7 +371,8 @@ impl Claimer {
                 now,
                 lease_ms: self.lease_ms(),
             })
-            .await?;
+            .await;
+        let claimed = self.answered(claimed, now)?;
         for c in &claimed {
             self.executor.pool.reserve(c.id, c.attempt, lease_until);
         }
@@ -386,6 +463,8 @@ impl Claimer {
     /// Claims up to `limit` due records of `kind` (never more than there are free workers)
     /// and starts them. Returns how many were started.
     pub(crate) async fn claim_and_start(&self, kind: DueKind, limit: i64) -> Result<usize> {
+        // Even with no worker free (the claim below is then not made).
+        self.release_unanswered().await;
         let free = self.executor.pool.available() as i64;
         let limit = limit.min(free);
         if limit <= 0 {
@@ -400,3 +479,7 @@ impl Claimer {
         Ok(started)
     }
 }
+
+#[cfg(test)]
+#[path = "claimer_tests.rs"]
+mod tests;

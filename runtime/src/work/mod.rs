@@ -10,3 +10,4 @@ pub(crate) mod control;
 pub(crate) mod dispatcher;
 pub(crate) mod executor;
 pub(crate) mod pool;
+pub(crate) mod unanswered;

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::{MySql, MySqlConnection};
+use sqlx::{MySql, MySqlConnection, MySqlPool, Row};
 
+use super::{bind_list, bind_pairs, with_retry, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::RequestId;
 use crate::store::dedicated::DedicatedConnection;
@@ -170,6 +171,62 @@ impl LeaseKeeper for MySqlLeases {
             })
             .await
     }
+}
+
+/// Hands records back to the queue without counting the attempt, while `owner` holds
+/// them at their attempt (see `Store::lease_release`).
+pub(super) async fn release(pool: &MySqlPool, owner: &str, held: &[Held], now: i64) -> Result<u64> {
+    let mut released = 0;
+    for chunk in held.chunks(MAX_IN) {
+        // By id (the primary key), then only at the attempt claimed.
+        // Asked to stop while it waited to start (a cancel of a running request): ended
+        // `cancelled`, not put back to wait.
+        let sql = format!(
+            "UPDATE async_req SET status = CASE WHEN cancel_requested IS NOT NULL \
+             THEN 'cancelled' ELSE 'init' END, exec_count = exec_count - 1, run_at = ?, \
+             lease_owner = NULL, lease_until = NULL, update_time = ? \
+             WHERE status = 'running' AND lease_owner = ? AND id IN ({}) \
+             AND (id, exec_count) IN ({})",
+            super::marks(chunk.len()),
+            super::pair_marks(chunk.len())
+        );
+        let ids: Vec<RequestId> = chunk.iter().map(|&(id, _)| id).collect();
+        let done = with_retry(|| async {
+            let query = sqlx::query(&sql).bind(now.max(1)).bind(now).bind(owner);
+            Ok(bind_pairs(bind_list(query, &ids), chunk)
+                .execute(pool)
+                .await?)
+        })
+        .await?;
+        released += done.rows_affected();
+    }
+    Ok(released)
+}
+
+/// The records of `application` that `owner` holds as running and that a claim made at
+/// one of `claimed_at` took (their `update_time`), in id order (see
+/// `Store::lease_claimed_at`). Found through the claim index's range of running records.
+pub(super) async fn claimed_at(
+    pool: &MySqlPool,
+    application: &str,
+    owner: &str,
+    claimed_at: &[i64],
+) -> Result<Vec<Held>> {
+    let mut held = Vec::new();
+    for chunk in claimed_at.chunks(MAX_IN) {
+        let sql = format!(
+            "SELECT id, exec_count FROM async_req WHERE application_name = ? \
+             AND status = 'running' AND lease_owner = ? AND update_time IN ({})",
+            super::marks(chunk.len())
+        );
+        let query = sqlx::query(&sql).bind(application).bind(owner);
+        for row in bind_list(query, chunk).fetch_all(pool).await? {
+            held.push((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    held.sort_unstable();
+    held.dedup();
+    Ok(held)
 }
 
 #[cfg(test)]

@@ -92,3 +92,26 @@ impl LeaseKeeper for PostgresLeases {
             .await
     }
 }
+/// The records of `application` that `owner` holds as running and that a claim made at
+/// one of `claimed_at` took (their `update_time`), in id order (see
+/// `Store::lease_claimed_at`). Found through the partial index of running records.
+pub(super) async fn claimed_at(
+    pool: &sqlx::PgPool,
+    application: &str,
+    owner: &str,
+    claimed_at: &[i64],
+) -> Result<Vec<Held>> {
+    if claimed_at.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(RequestId, i32)> = sqlx::query_as(
+        "SELECT id, exec_count FROM async_req WHERE status = 'running' \
+         AND application_name = $1 AND lease_owner = $2 AND update_time = ANY($3) ORDER BY id",
+    )
+    .bind(application)
+    .bind(owner)
+    .bind(claimed_at)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}

@@ -311,6 +311,31 @@ pub(super) async fn release(
     Ok(done.rows_affected())
 }
 
+/// The records of `application` that `owner` holds as running and that a claim made at
+/// one of `claimed_at` took (their `update_time`), in id order (see
+/// `Store::lease_claimed_at`).
+pub(super) async fn claimed_at(
+    pool: &sqlx::SqlitePool,
+    application: &str,
+    owner: &str,
+    claimed_at: &[i64],
+) -> Result<Vec<Held>> {
+    if claimed_at.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(RequestId, i32)> = sqlx::query_as(
+        "SELECT id, exec_count FROM async_req WHERE application_name = ? \
+         AND status = 'running' AND lease_owner = ? \
+         AND update_time IN (SELECT value FROM json_each(?)) ORDER BY id",
+    )
+    .bind(application)
+    .bind(owner)
+    .bind(json_list(claimed_at))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
 /// Running records whose lease ended more than `grace_ms` ago: back to `failed`, or `dead`.
 pub(super) async fn rescue(conn: &mut SqliteConnection, batch: RescueBatch<'_>) -> Result<Rescued> {
     let RescueBatch {

@@ -1,0 +1,141 @@
+//! The claimer on its own: the core parts on a store, no runtime started.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::base::record::{now_ms, Inserted, RequestId, Status};
+use crate::base::registry::{ExecutorDef, Registry};
+use crate::base::settings::Settings;
+use crate::base::strategy::Strategy;
+use crate::runtime::parts::{Core, Shared};
+use crate::store::{ClaimIds, Store};
+use crate::sweeps::clock::Clock;
+
+static CLAIMED: ExecutorDef = ExecutorDef {
+    name: "claimer_test::claimed",
+    path: "claimer_test::claimed",
+    sign: "0000000000000000",
+    signature: "()",
+    remark: "",
+    strategy: Strategy::SaveAsync,
+    max_attempts: None,
+    timeout_ms: None,
+    queue: None,
+    deadline_ms: None,
+    data: &[],
+    secrets: &[],
+    schedule: None,
+    run: |_| Box::pin(async { Ok(()) }),
+};
+
+const OWNER: &str = "claimer-test";
+
+/// A claim that got no answer but committed took a record: the next claim's round hands
+/// it back (`init`, its attempt uncounted); a record claimed at the same time that the
+/// pool holds stays this instance's.
+async fn what_a_claim_without_answer_took_is_handed_back(store: Arc<dyn Store>) {
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("claimer-test-{}", now_ms()).as_str());
+    let request = crate::store::fixture::new_request(&application, CLAIMED.name, CLAIMED.sign);
+    let ids: Vec<RequestId> = store
+        .request_insert_many(&[request.clone(), request])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|inserted| match inserted {
+            Inserted::New(id) => id,
+            Inserted::Existing(_) => unreachable!("no keys"),
+        })
+        .collect();
+    let (taken, held) = (ids[0], ids[1]);
+    let clock = Arc::new(Clock::new(0));
+    clock.sync(&*store).await.unwrap();
+    let handed_back = Arc::new(AtomicU64::new(0));
+    let shared = Shared {
+        store: store.clone(),
+        application: application.clone(),
+        owner: OWNER.into(),
+        clock: clock.clone(),
+        registry: Arc::new(Registry::from_defs([&CLAIMED]).unwrap()),
+        data: Default::default(),
+        skip: Default::default(),
+        control: Default::default(),
+        queues: Arc::new(
+            crate::base::queue::QueuePlan::new(&[&CLAIMED], &Default::default()).unwrap(),
+        ),
+        shutdown: CancellationToken::new(),
+        handed_back: handed_back.clone(),
+        listeners: Default::default(),
+    };
+    let core = Core::assemble(&Settings::default(), &shared);
+    let claimer = core.claimer.clone();
+    // Both claimed at `at`; the answer came for `held` only (reserved in the pool).
+    let at = clock.now_ms() - 5;
+    let claimed = store
+        .request_claim_ids(ClaimIds {
+            ids: &ids,
+            owner: OWNER,
+            now: at,
+            lease_ms: 60_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    claimer.pool().reserve(held, 1, at + 60_000);
+    // Without a claim noted, a claim looks for nothing.
+    assert!(claimer.claim_ids(&[]).await.unwrap().is_empty());
+    let status = |id| {
+        let (store, application) = (store.clone(), application.clone());
+        async move {
+            let record = store.request_get(&application, id).await.unwrap().unwrap();
+            (record.status, record.exec_count)
+        }
+    };
+    assert_eq!(status(taken).await, (Status::Running, 1));
+    claimer.unanswered.note(at);
+    assert!(claimer.claim_ids(&[]).await.unwrap().is_empty());
+    assert_eq!(status(taken).await, (Status::Init, 0));
+    assert_eq!(status(held).await, (Status::Running, 1));
+    assert_eq!(handed_back.load(Ordering::Acquire), 1);
+    for id in ids {
+        store.request_delete(&application, id).await.unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_what_a_claim_without_answer_took_is_handed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::fixture::sqlite(&dir).await;
+    what_a_claim_without_answer_took_is_handed_back(store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_postgres),
+    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+)]
+async fn postgres_what_a_claim_without_answer_took_is_handed_back() {
+    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+    let store = crate::store::postgres::PostgresStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+    what_a_claim_without_answer_took_is_handed_back(Arc::new(store)).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+#[cfg_attr(
+    not(async_exec_test_mysql),
+    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+)]
+async fn mysql_what_a_claim_without_answer_took_is_handed_back() {
+    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
+    let store = crate::store::mysql::MySqlStore::connect(&url, 2)
+        .await
+        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+    what_a_claim_without_answer_took_is_handed_back(Arc::new(store)).await;
+}
