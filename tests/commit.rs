@@ -234,6 +234,10 @@ mod mysql_only {
             .unwrap();
         let pool = MySqlPool::connect(url).await.unwrap();
         let mut other = pool.begin().await.unwrap();
+        let (other_id,): (u64,) = sqlx::query_as("SELECT CONNECTION_ID()")
+            .fetch_one(&mut *other)
+            .await
+            .unwrap();
         sqlx::query("INSERT INTO heavy (id) VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10)")
             .execute(&mut *other)
             .await
@@ -252,21 +256,38 @@ mod mysql_only {
         // Until the other transaction waits for this one's row (a state, not a time: a
         // loaded CI machine once took longer than the 5 s of `common::wait_for`).
         let began = std::time::Instant::now();
+        // Its own transaction's state: the server runs other tests' transactions too.
         loop {
             let (n,): (i64,) = sqlx::query_as(
                 "SELECT COUNT(*) FROM information_schema.innodb_trx \
-                 WHERE trx_state = 'LOCK WAIT'",
+                 WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?",
             )
+            .bind(other_id)
             .fetch_one(&watch)
             .await
             .unwrap();
             if n > 0 {
                 break;
             }
-            assert!(
-                began.elapsed() < Duration::from_secs(30),
-                "the other transaction never waited for this one's row"
-            );
+            if waiting.is_finished() {
+                // It did not wait: say what happened to it rather than time out.
+                panic!(
+                    "the other transaction did not wait for this one's row: {:?}",
+                    waiting.await
+                );
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                let states: Vec<(u64, String)> = sqlx::query_as(
+                    "SELECT trx_mysql_thread_id, trx_state FROM information_schema.innodb_trx",
+                )
+                .fetch_all(&watch)
+                .await
+                .unwrap();
+                panic!(
+                    "the other transaction (connection {other_id}) never waited for this \
+                     one's row; the server's transactions: {states:?}"
+                );
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let lost = sqlx::query("UPDATE rows2 SET v = v + 1 WHERE id = 2")
