@@ -480,7 +480,13 @@ async fn serve(
                             receipts.receipt(&receipt, None, "probe").await;
                             queued += 1;
                         }
-                        Err(error) => eprintln!("probe call failed: {error}"),
+                        Err(error) => {
+                            eprintln!("probe call failed: {error}");
+                            // Written, maybe: the request may run, without a receipt.
+                            if let async_exec::Error::Unconfirmed { .. } = error {
+                                receipts.record(None, None, "unconfirmed", "probe").await;
+                            }
+                        }
                     }
                 }
                 println!("probed {queued}");

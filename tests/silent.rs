@@ -387,6 +387,51 @@ async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
     rt.abort();
 }
 
+/// A call made outside any transaction whose write gets no answer (the connections stall
+/// past the statement bound) fails with `Error::Unconfirmed`, which says that the record
+/// may have been written: a plain "no answer" error let a caller repeat an unkeyed call
+/// that had been written (a chaos run on MariaDB: two such calls, one of which ran). Its
+/// message names the executor and says what repeating it does.
+async fn a_call_whose_write_gets_no_answer_is_unconfirmed(db: TestDb) {
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let lease = Duration::from_secs(2);
+    let rt = db
+        .builder()
+        .database_url(&url)
+        .lease(lease)
+        .heartbeat_interval(Duration::from_millis(500))
+        .shutdown_grace(Duration::from_secs(1))
+        .data(Gate::default())
+        .data(StepEnds::default())
+        .start()
+        .await
+        .unwrap();
+    proxy.stall();
+    let asked = Instant::now();
+    let called = held_back().on(&rt).await;
+    let waited = asked.elapsed();
+    proxy.restore();
+    match &called {
+        Err(async_exec::Error::Unconfirmed { executor, cause }) => {
+            assert_eq!(*executor, "silent::held_back");
+            assert!(
+                matches!(**cause, async_exec::Error::NoAnswer(_)),
+                "{cause:?}"
+            );
+        }
+        other => panic!("expected an unconfirmed call, got {other:?}"),
+    }
+    let message = called.unwrap_err().to_string();
+    assert!(
+        message.contains("may have been written") && message.contains(".key("),
+        "{message}"
+    );
+    // Within the bound and a connection's ping, not TCP's patience.
+    let bound = async_exec::statement_bound(lease);
+    assert!(waited < bound * 2 + Duration::from_secs(1), "{waited:?}");
+    rt.abort();
+}
+
 /// The bodies of `resumed_later` that ran, by label.
 static RESUMED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
@@ -447,6 +492,7 @@ async fn pauses_are_read_again_after_a_depth_sample_went_silent(db: TestDb) {
 }
 
 network_suite!(
+    a_call_whose_write_gets_no_answer_is_unconfirmed,
     pauses_are_read_again_after_a_depth_sample_went_silent,
     a_cancel_is_heard_after_a_sweep_statement_went_silent,
     a_step_is_kept_within_a_bound_or_fails,

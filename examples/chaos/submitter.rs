@@ -13,6 +13,16 @@ use rand::{Rng, SeedableRng};
 use super::receipts::CancelAnswer;
 use super::{limited, memory, now_ms, stepped, work, work3, Args, Receipts};
 
+/// The receipt of a call made outside a transaction that failed: `unconfirmed` when its
+/// record may have been written all the same (the checker then lets one request without
+/// a receipt run for it), `error` otherwise.
+pub fn failed_call(error: &async_exec::Error) -> &'static str {
+    match error {
+        async_exec::Error::Unconfirmed { .. } => "unconfirmed",
+        _ => "error",
+    }
+}
+
 /// How many of the latest committed requests a cancel picks from, of each kind.
 const RECENT: usize = 32;
 
@@ -175,7 +185,7 @@ impl Submitter<'_> {
             Err(error) => {
                 eprintln!("autocommit call failed: {error}");
                 self.receipts
-                    .record(None, draw.key.as_deref(), "error", "auto")
+                    .record(None, draw.key.as_deref(), failed_call(&error), "auto")
                     .await
             }
         }
@@ -299,7 +309,7 @@ impl Submitter<'_> {
             Err(error) => {
                 eprintln!("racing autocommit call failed: {error}");
                 self.receipts
-                    .record(None, Some(&key), "error", "race-auto")
+                    .record(None, Some(&key), failed_call(&error), "race-auto")
                     .await
             }
         }

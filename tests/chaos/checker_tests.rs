@@ -211,6 +211,44 @@ fn uncommitted_runs_fail() {
     assert!(v.has("a request nobody committed ran"), "{v}");
 }
 
+/// A call outside a transaction whose write is unknown (`unconfirmed`) may have written
+/// its request: one request without a receipt may run for each such call (for a keyed
+/// call, a request of its key), no more.
+#[test]
+fn an_unconfirmed_call_explains_one_request_without_a_receipt() {
+    let unconfirmed = |key: Option<&str>| ReceiptRow {
+        request_id: None,
+        key: key.map(String::from),
+        outcome: "unconfirmed".into(),
+        via: "auto".into(),
+        source: "submitter".into(),
+        recorded: 0,
+        deadline_ms: None,
+    };
+    let mut run = healthy();
+    run.receipts.push(unconfirmed(None));
+    run.executions
+        .push(exec("w2.g1-8", 99, "w2.g1", 500, Some(510), "ok"));
+    let summary = check(&run).expect("one unkeyed request for one unconfirmed call");
+    assert_eq!((summary.unconfirmed, summary.unconfirmed_ran), (1, 1));
+    // Two requests without a receipt for one unconfirmed call: one is unexplained.
+    run.executions
+        .push(exec("w2.g1-9", 98, "w2.g1", 520, Some(530), "ok"));
+    let v = check(&run).expect_err("two requests for one call");
+    assert!(v.has("a request nobody committed ran"), "{v}");
+    // A keyed one explains a request of its key only.
+    let mut run = healthy();
+    run.receipts.push(unconfirmed(Some("kx")));
+    let mut keyed = exec("w2.g1-8", 99, "w2.g1", 500, Some(510), "ok");
+    keyed.key = Some("kx".into());
+    run.executions.push(keyed);
+    check(&run).expect("the request of the unconfirmed call's key");
+    run.executions
+        .push(exec("w2.g1-9", 98, "w2.g1", 520, Some(530), "ok"));
+    let v = check(&run).expect_err("an unkeyed request for a keyed call");
+    assert!(v.has("a request nobody committed ran"), "{v}");
+}
+
 #[test]
 fn a_dead_or_idle_instance_at_the_end_fails() {
     let v = broken(|run| run.executions.retain(|e| e.process != "w1.g2"));

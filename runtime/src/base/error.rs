@@ -296,12 +296,32 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// The database did not answer in time (the network may be down or stalled).
+    /// The database did not answer in time (the network may be down or stalled). What the
+    /// statement did is not known: it may have taken effect. The runtime's own statements
+    /// (claims, outcomes, sweeps) are tried again; see [`Error::Unconfirmed`] for a call's.
     #[error(
         "the database did not answer within {0:?}; check that it is reachable \
-         (the statement is retried)"
+         (whether the statement took effect is not known)"
     )]
     NoAnswer(std::time::Duration),
+
+    /// A call made outside any transaction (`.on(&rt)`, `.independent()`, a batch's) whose
+    /// write got no answer, or whose connection broke while it was sent: the record may
+    /// have been written, and then it runs, or not. Repeating an unkeyed call may so run it
+    /// twice; a call made with `.key(..)` can be repeated safely (it answers with the
+    /// request written first). Inside the caller's transaction a failed write fails the
+    /// transaction instead, and nothing is written.
+    #[error(
+        "executor `{executor}`: the call's record may have been written, or not ({cause}); \
+         if it was, it runs. Repeat it only if it has a `.key(..)` (a keyed call answers with \
+         the request written first); an unkeyed call repeated may run twice"
+    )]
+    Unconfirmed {
+        /// The executor called (the first of a batch).
+        executor: &'static str,
+        /// What went wrong: [`Error::NoAnswer`], or the driver's error.
+        cause: Box<Error>,
+    },
 
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
@@ -348,6 +368,15 @@ impl Error {
     /// Whether SQLite refused a write because another transaction holds the write lock.
     pub(crate) fn is_sqlite_busy(&self) -> bool {
         matches!(self, Error::Database(cause) if is_sqlite_busy(cause))
+    }
+
+    /// Whether a write that failed so may have taken effect all the same: it got no answer,
+    /// or its connection broke (after the statement, or its COMMIT, may have been sent).
+    pub(crate) fn leaves_write_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::NoAnswer(_) | Error::Database(sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed)
+        )
     }
 
     /// Whether the error proves that nothing reached the database: no connection could be

@@ -102,6 +102,19 @@ trait Writer {
 
 struct Autocommit;
 
+/// A write outside any transaction that may have taken effect although it failed
+/// ([`Error::leaves_write_unknown`](crate::Error)), said so: [`crate::Error::Unconfirmed`].
+fn unconfirmed(executor: &'static str, error: crate::Error) -> crate::Error {
+    if error.leaves_write_unknown() {
+        crate::Error::Unconfirmed {
+            executor,
+            cause: Box::new(error),
+        }
+    } else {
+        error
+    }
+}
+
 /// SQLite's "database is locked", said with its likely cause and fix.
 fn explain_lock(inner: &Inner, error: crate::Error) -> crate::Error {
     if error.is_sqlite_busy() {
@@ -116,7 +129,7 @@ fn explain_lock(inner: &Inner, error: crate::Error) -> crate::Error {
 impl Writer for Autocommit {
     async fn insert(&mut self, inner: &Inner, request: &NewRequest) -> Result<Inserted> {
         let inserted = inner.store.request_insert(request).await;
-        inserted.map_err(|e| explain_lock(inner, e))
+        inserted.map_err(|e| unconfirmed(request.executor, explain_lock(inner, e)))
     }
     async fn insert_many(
         &mut self,
@@ -124,7 +137,8 @@ impl Writer for Autocommit {
         requests: &[NewRequest],
     ) -> Result<Vec<Inserted>> {
         let inserted = inner.store.request_insert_many(requests).await;
-        inserted.map_err(|e| explain_lock(inner, e))
+        let executor = requests.first().map_or("(empty batch)", |r| r.executor);
+        inserted.map_err(|e| unconfirmed(executor, explain_lock(inner, e)))
     }
     async fn find_key(&mut self, inner: &Inner, key: &str) -> Result<Option<StoredKey>> {
         let found = inner.store.key_find(&inner.app, key, inner.now_ms()).await;
