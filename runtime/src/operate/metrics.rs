@@ -15,7 +15,7 @@
 //! | `async_exec_retention_pruned_total` | counter | `table` (`async_req`, `async_log`) |
 //! | `async_exec_listener_dropped_total` | counter | |
 //! | `async_exec_start_latency_seconds` | histogram | `executor` |
-//! | `async_exec_leases_total` | counter | `result` (`renewed`, `lost`) |
+//! | `async_exec_leases_total` | counter | `result` (`renewed`, `lost`, `unanswered_released`) |
 //! | `async_exec_sweep_records_total` | counter | `sweep`, `result` (see [`Sweep`]) |
 //! | `async_exec_sweep_failures_total` | counter | `sweep` |
 //! | `async_exec_outcome_write_failures_total` | counter | `result` (`transient`, `poisoned`, `unwritable`) |

@@ -281,7 +281,7 @@ impl Claimer {
             .await
         {
             Ok(released) => {
-                self.handed_back.fetch_add(released, Ordering::AcqRel);
+                crate::operate::metrics::leases("unanswered_released", released);
                 crate::log::warn!(
                     requests = ?ids,
                     released,
