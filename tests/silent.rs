@@ -302,12 +302,17 @@ const LONG_LEASE: Duration = Duration::from_secs(20);
 
 /// A runtime through a fault proxy, with the [`LONG_LEASE`]; and the proxy.
 async fn behind_a_proxy_with_a_long_lease(db: &TestDb) -> (Proxy, Runtime) {
+    behind_a_proxy(db, LONG_LEASE, Duration::from_secs(1)).await
+}
+
+/// A runtime through a fault proxy, with this lease and heartbeat; and the proxy.
+async fn behind_a_proxy(db: &TestDb, lease: Duration, heartbeat: Duration) -> (Proxy, Runtime) {
     let (proxy, url) = Proxy::for_url(&db.url).await;
     let rt = db
         .builder()
         .database_url(&url)
-        .lease(LONG_LEASE)
-        .heartbeat_interval(Duration::from_secs(1))
+        .lease(lease)
+        .heartbeat_interval(heartbeat)
         .shutdown_grace(Duration::from_secs(1))
         .data(Gate::default())
         .data(StepEnds::default())
@@ -393,19 +398,8 @@ async fn a_cancel_is_heard_after_a_sweep_statement_went_silent(db: TestDb) {
 /// that had been written (a chaos run on MariaDB: two such calls, one of which ran). Its
 /// message names the executor and says what repeating it does.
 async fn a_call_whose_write_gets_no_answer_is_unconfirmed(db: TestDb) {
-    let (proxy, url) = Proxy::for_url(&db.url).await;
     let lease = Duration::from_secs(2);
-    let rt = db
-        .builder()
-        .database_url(&url)
-        .lease(lease)
-        .heartbeat_interval(Duration::from_millis(500))
-        .shutdown_grace(Duration::from_secs(1))
-        .data(Gate::default())
-        .data(StepEnds::default())
-        .start()
-        .await
-        .unwrap();
+    let (proxy, rt) = behind_a_proxy(&db, lease, Duration::from_millis(500)).await;
     proxy.stall();
     let asked = Instant::now();
     let called = held_back().on(&rt).await;

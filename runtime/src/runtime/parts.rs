@@ -42,6 +42,37 @@ pub(crate) struct Shared {
     pub(crate) listeners: Arc<crate::operate::listeners::Notifier>,
 }
 
+#[cfg(test)]
+impl Shared {
+    /// The handles of a runtime with the one executor `def`, on `store`, for tests of
+    /// the parts on their own (no runtime started).
+    pub(crate) fn for_tests(
+        store: Arc<dyn Store>,
+        application: Arc<str>,
+        owner: &str,
+        clock: Arc<Clock>,
+        def: &'static crate::base::registry::ExecutorDef,
+    ) -> Shared {
+        Shared {
+            store,
+            application,
+            owner: owner.into(),
+            clock,
+            registry: Arc::new(Registry::from_defs([def]).expect("one executor")),
+            data: Default::default(),
+            skip: Default::default(),
+            control: Default::default(),
+            queues: Arc::new(
+                crate::base::queue::QueuePlan::new(&[def], &Default::default())
+                    .expect("no queue limits"),
+            ),
+            shutdown: CancellationToken::new(),
+            handed_back: Arc::new(AtomicU64::new(0)),
+            listeners: Default::default(),
+        }
+    }
+}
+
 /// The parts every runtime has, whether it runs workers or not (a submit-only instance
 /// runs `Thread` calls and failed in-memory calls' retry records through them too).
 #[derive(Debug)]

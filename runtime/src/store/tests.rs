@@ -35,10 +35,10 @@ async fn status(store: &dyn Store, application: &str, id: RequestId) -> Option<S
         .map(|r| r.status)
 }
 
-/// `n` new records of `application`, claimed by `owner-a` at attempt 1.
-async fn insert_claimed(store: &dyn Store, application: &Arc<str>, n: usize) -> Vec<RequestId> {
+/// `n` new records of `application`, waiting.
+async fn insert(store: &dyn Store, application: &Arc<str>, n: usize) -> Vec<RequestId> {
     let requests: Vec<NewRequest> = (0..n).map(|_| new_request(application)).collect();
-    let ids: Vec<RequestId> = store
+    store
         .request_insert_many(&requests)
         .await
         .unwrap()
@@ -47,7 +47,12 @@ async fn insert_claimed(store: &dyn Store, application: &Arc<str>, n: usize) -> 
             Inserted::New(id) => id,
             Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
         })
-        .collect();
+        .collect()
+}
+
+/// `n` new records of `application`, claimed by `owner-a` at attempt 1.
+async fn insert_claimed(store: &dyn Store, application: &Arc<str>, n: usize) -> Vec<RequestId> {
+    let ids = insert(store, application, n).await;
     let claimed = store
         .request_claim_ids(ClaimIds {
             ids: &ids,
@@ -189,50 +194,6 @@ async fn outcomes_are_fenced_by_owner_and_attempt(store: &dyn Store) {
     }
 }
 
-#[cfg(feature = "sqlite")]
-#[tokio::test]
-async fn sqlite_outcomes_are_fenced_by_owner_and_attempt() {
-    // sqlx names `sqlite::memory:` a shared-cache database: the pool's connection and the
-    // store's writer connection see the same one.
-    let store = super::sqlite::SqliteStore::connect(
-        "sqlite::memory:",
-        1,
-        Default::default(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    outcomes_are_fenced_by_owner_and_attempt(&store).await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_postgres),
-    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
-)]
-async fn postgres_outcomes_are_fenced_by_owner_and_attempt() {
-    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
-    let store = super::postgres::PostgresStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
-    outcomes_are_fenced_by_owner_and_attempt(&store).await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_mysql),
-    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
-)]
-async fn mysql_outcomes_are_fenced_by_owner_and_attempt() {
-    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
-    let store = super::mysql::MySqlStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
-    outcomes_are_fenced_by_owner_and_attempt(&store).await;
-}
-
 /// A record handed back unstarted (shutdown, or a claim whose lease ran out before a
 /// worker was free) that was asked to stop meanwhile (`rt.cancel` of a running request)
 /// ends `cancelled`, not back to wait: a hand-back that put it to `init` let a later
@@ -272,17 +233,7 @@ async fn a_handed_back_record_asked_to_stop_ends_cancelled(store: &dyn Store) {
 async fn the_records_a_claim_took_are_found_by_its_time(store: &dyn Store) {
     store.migrate().await.unwrap();
     let application: Arc<str> = Arc::from(format!("claimed-at-test-{}", now_ms()).as_str());
-    let requests: Vec<NewRequest> = (0..4).map(|_| new_request(&application)).collect();
-    let ids: Vec<RequestId> = store
-        .request_insert_many(&requests)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| match i {
-            Inserted::New(id) => id,
-            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
-        })
-        .collect();
+    let ids = insert(store, &application, 4).await;
     let (t1, t2) = (now_ms(), now_ms() + 7);
     for (claim, owner, now) in [
         (&ids[0..2], "owner-a", t1),
@@ -341,86 +292,63 @@ async fn the_records_a_claim_took_are_found_by_its_time(store: &dyn Store) {
     }
 }
 
-#[cfg(feature = "sqlite")]
-#[tokio::test]
-async fn sqlite_the_records_a_claim_took_are_found_by_its_time() {
-    let store = super::sqlite::SqliteStore::connect(
-        "sqlite::memory:",
-        1,
-        Default::default(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    the_records_a_claim_took_are_found_by_its_time(&store).await;
+/// Runs the test `$name(&store)` on each compiled backend: SQLite in memory, PostgreSQL
+/// and MySQL/MariaDB at `ASYNC_EXEC_TEST_POSTGRES_URL` / `ASYNC_EXEC_TEST_MYSQL_URL`
+/// (ignored without them), as `$name::sqlite`, `$name::postgres`, `$name::mysql`.
+macro_rules! on_each_store {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[cfg(feature = "sqlite")]
+            #[tokio::test]
+            async fn sqlite() {
+                // sqlx names `sqlite::memory:` a shared-cache database: the pool's
+                // connection and the store's writer connection see the same one.
+                let store = crate::store::sqlite::SqliteStore::connect(
+                    "sqlite::memory:",
+                    1,
+                    Default::default(),
+                    std::time::Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+                super::$name(&store).await;
+            }
+
+            #[cfg(feature = "postgres")]
+            #[tokio::test]
+            #[cfg_attr(
+                not(async_exec_test_postgres),
+                ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
+            )]
+            async fn postgres() {
+                let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL")
+                    .expect("ASYNC_EXEC_TEST_POSTGRES_URL");
+                let store = crate::store::postgres::PostgresStore::connect(&url, 2)
+                    .await
+                    .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
+                super::$name(&store).await;
+            }
+
+            #[cfg(feature = "mysql")]
+            #[tokio::test]
+            #[cfg_attr(
+                not(async_exec_test_mysql),
+                ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
+            )]
+            async fn mysql() {
+                let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL")
+                    .expect("ASYNC_EXEC_TEST_MYSQL_URL");
+                let store = crate::store::mysql::MySqlStore::connect(&url, 2)
+                    .await
+                    .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
+                super::$name(&store).await;
+            }
+        }
+    )*};
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_postgres),
-    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
-)]
-async fn postgres_the_records_a_claim_took_are_found_by_its_time() {
-    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
-    let store = super::postgres::PostgresStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
-    the_records_a_claim_took_are_found_by_its_time(&store).await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_mysql),
-    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
-)]
-async fn mysql_the_records_a_claim_took_are_found_by_its_time() {
-    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
-    let store = super::mysql::MySqlStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
-    the_records_a_claim_took_are_found_by_its_time(&store).await;
-}
-
-#[cfg(feature = "sqlite")]
-#[tokio::test]
-async fn sqlite_a_handed_back_record_asked_to_stop_ends_cancelled() {
-    let store = super::sqlite::SqliteStore::connect(
-        "sqlite::memory:",
-        1,
-        Default::default(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
-    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_postgres),
-    ignore = "set ASYNC_EXEC_TEST_POSTGRES_URL to run it"
-)]
-async fn postgres_a_handed_back_record_asked_to_stop_ends_cancelled() {
-    let url = std::env::var("ASYNC_EXEC_TEST_POSTGRES_URL").expect("ASYNC_EXEC_TEST_POSTGRES_URL");
-    let store = super::postgres::PostgresStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_POSTGRES_URL is set but unreachable");
-    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-#[cfg_attr(
-    not(async_exec_test_mysql),
-    ignore = "set ASYNC_EXEC_TEST_MYSQL_URL to run it"
-)]
-async fn mysql_a_handed_back_record_asked_to_stop_ends_cancelled() {
-    let url = std::env::var("ASYNC_EXEC_TEST_MYSQL_URL").expect("ASYNC_EXEC_TEST_MYSQL_URL");
-    let store = super::mysql::MySqlStore::connect(&url, 2)
-        .await
-        .expect("ASYNC_EXEC_TEST_MYSQL_URL is set but unreachable");
-    a_handed_back_record_asked_to_stop_ends_cancelled(&store).await;
-}
+on_each_store!(
+    outcomes_are_fenced_by_owner_and_attempt,
+    a_handed_back_record_asked_to_stop_ends_cancelled,
+    the_records_a_claim_took_are_found_by_its_time,
+);

@@ -70,14 +70,11 @@ impl Retrier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
     use std::sync::Mutex;
     use std::time::Duration;
 
-    use tokio_util::sync::CancellationToken;
-
     use crate::base::record::{now_ms, Inserted, NewRequest, RequestId, Status};
-    use crate::base::registry::{ExecutorDef, Registry};
+    use crate::base::registry::ExecutorDef;
     use crate::base::strategy::Strategy;
     use crate::runtime::parts::{Core, Shared};
     use crate::store::Store;
@@ -136,22 +133,13 @@ mod tests {
         let clock = Arc::new(Clock::new(0));
         clock.sync(&*store).await.unwrap();
         let settings = Settings::default();
-        let shared = Shared {
-            store: store.clone(),
-            application: application.clone(),
-            owner: "retrier-test".into(),
+        let shared = Shared::for_tests(
+            store.clone(),
+            application.clone(),
+            "retrier-test",
             clock,
-            registry: Arc::new(Registry::from_defs([&RETRIED]).unwrap()),
-            data: Default::default(),
-            skip: Default::default(),
-            control: Default::default(),
-            queues: Arc::new(
-                crate::base::queue::QueuePlan::new(&[&RETRIED], &Default::default()).unwrap(),
-            ),
-            shutdown: CancellationToken::new(),
-            handed_back: Arc::new(AtomicU64::new(0)),
-            listeners: Default::default(),
-        };
+            &RETRIED,
+        );
         let core = Core::assemble(&settings, &shared);
         let retrier = Retrier {
             claimer: core.claimer.clone(),

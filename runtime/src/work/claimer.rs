@@ -233,11 +233,13 @@ impl Claimer {
             .collect())
     }
 
-    /// A claim's answer; a claim made at `now` that got none (an error: abandoned at its
-    /// bound, its connection broken, ...) may have been committed all the same, and is
-    /// noted, for [`release_unanswered`](Self::release_unanswered).
+    /// A claim's answer; a claim made at `now` that got none (abandoned at its bound, its
+    /// connection broken: [`Error::leaves_write_unknown`](crate::Error)) may have been
+    /// committed all the same, and is noted, for
+    /// [`release_unanswered`](Self::release_unanswered). A refusal (a SQL error, SQLite's
+    /// lock) committed nothing.
     fn answered<T>(&self, answer: Result<T>, now: i64) -> Result<T> {
-        if answer.is_err() {
+        if answer.as_ref().is_err_and(|error| error.leaves_write_unknown()) {
             self.unanswered.note(now);
         }
         answer
@@ -248,9 +250,6 @@ impl Claimer {
     /// time) but not in its pool. At most every eighth of a lease while such a claim is
     /// recent; otherwise one atomic read. See [`Unanswered`].
     async fn release_unanswered(&self) {
-        if !self.unanswered.is_due(self.clock.now_ms()) {
-            return;
-        }
         let Some(claimed_at) = self.unanswered.take_round(self.clock.now_ms()) else {
             return;
         };

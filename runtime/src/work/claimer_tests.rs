@@ -1,34 +1,17 @@
 //! The claimer on its own: the core parts on a store, no runtime started.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::base::record::{now_ms, Inserted, RequestId, Status};
-use crate::base::registry::{ExecutorDef, Registry};
+use crate::base::registry::tests_support::def_with_secrets;
+use crate::base::registry::ExecutorDef;
 use crate::base::settings::Settings;
-use crate::base::strategy::Strategy;
 use crate::runtime::parts::{Core, Shared};
 use crate::store::{ClaimIds, Store};
 use crate::sweeps::clock::Clock;
 
-static CLAIMED: ExecutorDef = ExecutorDef {
-    name: "claimer_test::claimed",
-    path: "claimer_test::claimed",
-    sign: "0000000000000000",
-    signature: "()",
-    remark: "",
-    strategy: Strategy::SaveAsync,
-    max_attempts: None,
-    timeout_ms: None,
-    queue: None,
-    deadline_ms: None,
-    data: &[],
-    secrets: &[],
-    schedule: None,
-    run: |_| Box::pin(async { Ok(()) }),
-};
+static CLAIMED: ExecutorDef = def_with_secrets("claimer_test::claimed", &[]);
 
 const OWNER: &str = "claimer-test";
 
@@ -52,23 +35,14 @@ async fn what_a_claim_without_answer_took_is_handed_back(store: Arc<dyn Store>) 
     let (taken, held) = (ids[0], ids[1]);
     let clock = Arc::new(Clock::new(0));
     clock.sync(&*store).await.unwrap();
-    let handed_back = Arc::new(AtomicU64::new(0));
-    let shared = Shared {
-        store: store.clone(),
-        application: application.clone(),
-        owner: OWNER.into(),
-        clock: clock.clone(),
-        registry: Arc::new(Registry::from_defs([&CLAIMED]).unwrap()),
-        data: Default::default(),
-        skip: Default::default(),
-        control: Default::default(),
-        queues: Arc::new(
-            crate::base::queue::QueuePlan::new(&[&CLAIMED], &Default::default()).unwrap(),
-        ),
-        shutdown: CancellationToken::new(),
-        handed_back: handed_back.clone(),
-        listeners: Default::default(),
-    };
+    let shared = Shared::for_tests(
+        store.clone(),
+        application.clone(),
+        OWNER,
+        clock.clone(),
+        &CLAIMED,
+    );
+    let handed_back = shared.handed_back.clone();
     let core = Core::assemble(&Settings::default(), &shared);
     let claimer = core.claimer.clone();
     // Both claimed at `at`; the answer came for `held` only (reserved in the pool).

@@ -92,13 +92,9 @@ impl Unanswered {
         );
     }
 
-    /// Whether a round is due at `now`: one atomic read, for the claims' path.
-    pub(crate) fn is_due(&self, now: i64) -> bool {
-        now >= self.next_round.load(Ordering::Acquire)
-    }
-
     /// Takes the round due at `now`, if one is (a caller that loses the race gets `None`):
-    /// the claim times to look for, those older than two leases let go.
+    /// the claim times to look for, those older than two leases let go. When none is due,
+    /// one atomic read: the claims' path pays no more.
     pub(crate) fn take_round(&self, now: i64) -> Option<Vec<i64>> {
         let due = self.next_round.load(Ordering::Acquire);
         if now < due {
@@ -131,22 +127,21 @@ mod tests {
     #[test]
     fn nothing_is_due_until_a_claim_is_noted() {
         let unanswered = Unanswered::new(Duration::from_secs(8));
-        assert!(!unanswered.is_due(i64::MAX - 1));
         assert_eq!(unanswered.take_round(1_000), None);
+        assert_eq!(unanswered.take_round(i64::MAX - 1), None);
     }
 
     #[test]
     fn a_noted_claim_is_looked_for_at_once_then_every_eighth_of_a_lease() {
         let unanswered = Unanswered::new(Duration::from_secs(8));
         unanswered.note(1_000);
-        assert!(unanswered.is_due(1_000));
         assert_eq!(unanswered.take_round(1_000), Some(vec![1_000]));
         // Taken: the next is a second later.
         assert_eq!(unanswered.take_round(1_000), None);
-        assert!(!unanswered.is_due(1_999));
+        assert_eq!(unanswered.take_round(1_999), None);
         // A claim failing meanwhile does not hurry the next round.
         unanswered.note(1_500);
-        assert!(!unanswered.is_due(1_999));
+        assert_eq!(unanswered.take_round(1_999), None);
         assert_eq!(unanswered.take_round(2_000), Some(vec![1_000, 1_500]));
     }
 
@@ -158,8 +153,9 @@ mod tests {
         assert_eq!(unanswered.take_round(17_000), Some(vec![1_000, 5_000]));
         assert_eq!(unanswered.take_round(18_000), Some(vec![5_000]));
         assert_eq!(unanswered.take_round(21_001), None);
-        assert!(
-            !unanswered.is_due(i64::MAX - 1),
+        assert_eq!(
+            unanswered.take_round(i64::MAX - 1),
+            None,
             "no round left once none is kept"
         );
         // Noted again: due again.
