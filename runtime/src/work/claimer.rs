@@ -239,7 +239,10 @@ impl Claimer {
     /// [`release_unanswered`](Self::release_unanswered). A refusal (a SQL error, SQLite's
     /// lock) committed nothing.
     fn answered<T>(&self, answer: Result<T>, now: i64) -> Result<T> {
-        if answer.as_ref().is_err_and(|error| error.leaves_write_unknown()) {
+        if answer
+            .as_ref()
+            .is_err_and(|error| error.leaves_write_unknown())
+        {
             self.unanswered.note(now);
         }
         answer
