@@ -37,6 +37,7 @@ pub struct QueueLimits {
     per_instance: Option<u32>,
     rate: Option<u32>,
     waiting: Option<u32>,
+    per_partition: Option<u32>,
 }
 
 impl QueueLimits {
@@ -57,6 +58,33 @@ impl QueueLimits {
     pub fn per_instance(mut self, n: u32) -> Self {
         self.per_instance = Some(n);
         self
+    }
+
+    /// At most `n` requests of each partition of the queue run at once, counted over every
+    /// instance ([`Call::partition`](crate::Call::partition): a tenant, an account; the
+    /// requests without one share a partition). Every partition gets this limit; the
+    /// queue's claims take turns between partitions whether or not it is set.
+    ///
+    /// ```no_run
+    /// use async_exec::{QueueLimits, Runtime};
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // Webhooks: 50 deliveries at once over every tenant, at most 2 of any one tenant.
+    /// let rt = Runtime::builder()
+    ///     .queue("webhooks", QueueLimits::new().concurrency(50).per_partition(2))
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn per_partition(mut self, n: u32) -> Self {
+        self.per_partition = Some(n);
+        self
+    }
+
+    /// The limit of each partition, if any.
+    pub fn per_partition_limit(&self) -> Option<u32> {
+        self.per_partition
     }
 
     /// At most `n` of the queue's requests start per second, counted over every instance
@@ -100,8 +128,12 @@ impl QueueLimits {
             || self.per_instance.is_some()
             || self.rate.is_some()
             || self.waiting.is_some()
+            || self.per_partition.is_some()
     }
 }
+
+/// The longest queue name, in characters (the records' column on MySQL/MariaDB).
+pub(crate) const MAX_QUEUE_NAME_CHARS: usize = 190;
 
 /// The most requests of a queue a limit lets run at once.
 pub(crate) const MAX_QUEUE_LIMIT: u32 = 100_000;
@@ -127,10 +159,17 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
     if name.trim().is_empty() {
         return fail("a queue's name must not be empty".into());
     }
+    if name.chars().count() > MAX_QUEUE_NAME_CHARS {
+        return fail(format!(
+            "a queue's name is at most {MAX_QUEUE_NAME_CHARS} characters (MySQL's claim \
+             index holds no more); {name:?} has {}",
+            name.chars().count()
+        ));
+    }
     if none_is_error && !limits.is_limited() {
         return fail(format!(
             "queue {name:?} has no limit; give QueueLimits::new().concurrency(n), \
-             .per_instance(n) or .rate(n), or leave the queue out"
+             .per_instance(n), .per_partition(n) or .rate(n), or leave the queue out"
         ));
     }
     if limits.waiting == Some(0) {
@@ -142,6 +181,7 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
         ("concurrency", limits.concurrency),
         ("per_instance", limits.per_instance),
         ("rate", limits.rate),
+        ("per_partition", limits.per_partition),
     ] {
         if let Some(n) = limit {
             if n == 0 || n > MAX_QUEUE_LIMIT {
@@ -201,7 +241,46 @@ impl QueuePlan {
                 ),
             });
         }
+        if let Some(long) = named
+            .iter()
+            .find(|n| n.chars().count() > MAX_QUEUE_NAME_CHARS)
+        {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "a queue's name is at most {MAX_QUEUE_NAME_CHARS} characters (MySQL's \
+                     claim index holds no more); {long:?} is longer"
+                ),
+            });
+        }
         let global = limits.get(GLOBAL_QUEUE).copied();
+        if let Some(global) = global {
+            let ignored: Vec<&str> = [
+                ("per_instance", global.per_instance.is_some()),
+                ("rate", global.rate.is_some()),
+                ("max_waiting", global.waiting.is_some()),
+                ("per_partition", global.per_partition.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(what, set)| set.then_some(what))
+            .collect();
+            if !ignored.is_empty() || global.concurrency.is_none() {
+                return Err(Error::Config {
+                    setting: "global_concurrency",
+                    reason: format!(
+                        "the limit over every queue ({GLOBAL_QUEUE:?}) takes a concurrency \
+                         only; {} cannot be set there: set them on a queue \
+                         (Builder::queue), or max_waiting for the application with \
+                         Builder::max_waiting",
+                        if ignored.is_empty() {
+                            "it has none, and the others".to_string()
+                        } else {
+                            ignored.join(", ")
+                        }
+                    ),
+                });
+            }
+        }
         if let Some(unknown) = limits
             .keys()
             .find(|l| *l != GLOBAL_QUEUE && !named.contains(&l.as_str()))
@@ -266,6 +345,16 @@ impl QueuePlan {
     /// Every queue an executor names.
     pub(crate) fn queues(&self) -> &[NamedQueue] {
         &self.queues
+    }
+
+    /// Each queue a record can be in (its `queue_name`) with its executors (the
+    /// executors in none, `""`, are not among them).
+    pub(crate) fn record_queues(&self) -> Vec<(&str, Vec<&'static str>)> {
+        self.queues
+            .iter()
+            .filter(|queue| queue.name != GLOBAL_QUEUE)
+            .map(|queue| (queue.name.as_str(), queue.executors.clone()))
+            .collect()
     }
 
     /// Whether `executor`'s requests are claimed only through its queue.

@@ -281,6 +281,10 @@ pub(crate) struct NewRequest {
     pub(crate) run_at: i64,
     /// Not started by then (unix ms), it goes `dead`; `None`: no deadline.
     pub(crate) deadline_at: Option<i64>,
+    /// The queue whose limits it runs under (the executor's `queue`); `""`: in none.
+    pub(crate) queue: &'static str,
+    /// Its partition of the queue (`Call::partition`); `None`: the queue's shared one.
+    pub(crate) partition: Option<String>,
     /// Its tags (`Call::tag`), written beside it; mostly none.
     pub(crate) tags: Vec<String>,
     pub(crate) last_error: Option<String>,

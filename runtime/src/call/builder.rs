@@ -43,6 +43,7 @@ pub struct Call {
     deadline: Option<Duration>,
     tags: Vec<String>,
     owner: Option<String>,
+    partition: Option<String>,
     priority: i32,
     runtime: Option<Runtime>,
     independent: bool,
@@ -59,6 +60,7 @@ impl std::fmt::Debug for Call {
             .field("deadline", &self.deadline)
             .field("tags", &self.tags)
             .field("owner", &self.owner)
+            .field("partition", &self.partition)
             .field("priority", &self.priority)
             .field("runtime", &self.runtime)
             .field("independent", &self.independent)
@@ -71,6 +73,9 @@ pub const MAX_TAGS: usize = 10;
 
 /// The longest tag, in characters (the tables hold 255).
 pub(crate) const MAX_TAG_CHARS: usize = 255;
+
+/// The longest partition, in characters (the column holds 255).
+pub(crate) const MAX_PARTITION_CHARS: usize = 255;
 
 /// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
 pub(crate) const MAX_KEY_BYTES: usize = 1020;
@@ -88,10 +93,21 @@ impl Call {
             deadline: None,
             tags: Vec::new(),
             owner: None,
+            partition: None,
             priority: 0,
             runtime: None,
             independent: false,
         }
+    }
+
+    /// Used by the macro for the attribute's `partition = <expr>`: the partition computed
+    /// from the call's arguments, which [`partition`](Self::partition) may still replace.
+    #[doc(hidden)]
+    pub fn __partition(mut self, partition: impl std::fmt::Display) -> Self {
+        if self.partition.is_none() {
+            self.partition = Some(partition.to_string());
+        }
+        self
     }
 
     /// An idempotency key: for `key_retention` after its first use (default 24 hours), a
@@ -185,6 +201,35 @@ impl Call {
         let owner = owner.into();
         self = self.tag(format!("{}{owner}", crate::call::quota::OWNER_TAG));
         self.owner = Some(owner);
+        self
+    }
+
+    /// The partition of its queue this request belongs to (a tenant, an account): the
+    /// queue's [`per_partition`](crate::QueueLimits::per_partition) limit counts the
+    /// running requests of each partition apart, and the queue's claims take turns
+    /// between partitions, so that one busy partition does not hold up the others.
+    /// Replaces the attribute's `partition = ..`; without either, a call made with
+    /// [`owner`](Self::owner) is in its owner's partition, and any other in none (all
+    /// such requests of the queue share one partition). `SaveAsync` calls of an executor
+    /// in a queue; 1 to 255 characters without NUL, else refused with
+    /// [`Error::InvalidCall`] when the call is awaited.
+    ///
+    /// ```no_run
+    /// # use async_exec::{async_exec, QueueLimits, Runtime};
+    /// #[async_exec(type = SaveAsync, queue = "webhooks")]
+    /// async fn deliver(tenant: i64, event: String) -> anyhow::Result<()> { Ok(()) }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // At most 2 deliveries of each tenant run at once, 50 over all tenants.
+    /// let rt = Runtime::builder()
+    ///     .queue("webhooks", QueueLimits::new().concurrency(50).per_partition(2))
+    ///     .start()
+    ///     .await?;
+    /// deliver(7, "paid".into()).partition("tenant-7").on(&rt).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn partition(mut self, partition: impl Into<String>) -> Self {
+        self.partition = Some(partition.into());
         self
     }
 
@@ -292,6 +337,27 @@ impl Call {
                 ));
             }
         }
+        if let Some(partition) = &self.partition {
+            let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
+                Some(format!(
+                    "only `SaveAsync` calls have a partition; this executor's strategy is \
+                     `{}`, which writes no record to claim",
+                    self.def.strategy.as_str()
+                ))
+            } else if partition.is_empty()
+                || partition.chars().count() > MAX_PARTITION_CHARS
+                || partition.contains('\0')
+            {
+                Some(format!(
+                    "a partition is 1 to {MAX_PARTITION_CHARS} characters without NUL"
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(invalid("partition", reason));
+            }
+        }
         if !self.tags.is_empty() {
             let reason = if self.def.strategy != crate::base::strategy::Strategy::SaveAsync {
                 Some(format!(
@@ -323,6 +389,7 @@ impl Call {
             delay: self.delay,
             deadline,
             tags: self.tags,
+            partition: self.partition.or_else(|| self.owner.clone()),
             owner: self.owner,
             priority: self.priority,
             trace: TraceContext::capture(),

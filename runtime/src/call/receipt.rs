@@ -35,6 +35,8 @@ pub(crate) struct Submission {
     pub(crate) tags: Vec<String>,
     /// Its owner (`Call::owner`), for the owner's quota; also among its tags.
     pub(crate) owner: Option<String>,
+    /// Its partition of its queue (`Call::partition`, the attribute's, else its owner).
+    pub(crate) partition: Option<String>,
     pub(crate) priority: i32,
     pub(crate) trace: Option<TraceContext>,
     /// Whether `params` has its `#[secret]` arguments sealed already

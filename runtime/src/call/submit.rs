@@ -53,6 +53,7 @@ impl Submission {
         );
         request.now = now;
         request.tags = self.tags.clone();
+        request.partition = self.partition.clone();
         request.deadline_at = self
             .deadline
             .map(|deadline| now.saturating_add(deadline.as_millis() as i64));

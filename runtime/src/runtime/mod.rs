@@ -189,6 +189,17 @@ impl Runtime {
                     .queue_register(&settings.application_name, &queue.name)
                     .await?;
             }
+            // Records know their queue: those written before (by an older version, or
+            // before an executor moved) are put in the queue this build gives them.
+            for (queue, executors) in queues.record_queues() {
+                let moved = store
+                    .ops()
+                    .queue_assign(&settings.application_name, queue, &executors)
+                    .await?;
+                if moved > 0 {
+                    crate::log::info!(queue, moved, "requests put in their executors' queue");
+                }
+            }
             // The rows of the quotas known now, before any submission locks them (an
             // owner's is made on its first call).
             let quotas = settings

@@ -34,15 +34,21 @@ pub(crate) struct QueueCap<'a> {
     pub(crate) per_instance: Option<i64>,
     /// Starts per second over every instance.
     pub(crate) rate: Option<i64>,
+    /// Running at once in each partition of the queue (`partition_key`), over every
+    /// instance.
+    pub(crate) per_partition: Option<i64>,
 }
 
 /// A queue's row as a claim reads it (under its lock): the limits set while running, and
 /// the rate's bucket.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct QueueRow {
     pub(crate) concurrency: Option<i64>,
     pub(crate) per_instance: Option<i64>,
     pub(crate) rate: Option<i64>,
+    pub(crate) per_partition: Option<i64>,
+    /// The partition the last claim served last: the next takes turns from the one after.
+    pub(crate) turn_after: Option<String>,
     /// Thousandths of a start left in the bucket, as of `refilled_at`.
     pub(crate) tokens: Option<i64>,
     /// Unix ms.
@@ -50,25 +56,74 @@ pub(crate) struct QueueRow {
 }
 
 /// The columns of a queue's row a claim reads: concurrency, per_instance, rate, tokens,
-/// refilled_at (as 64-bit integers).
+/// refilled_at, per_partition (as 64-bit integers), turn_after.
 pub(crate) type QueueRowColumns = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    Option<i64>,
+    Option<String>,
 );
 
 impl From<QueueRowColumns> for QueueRow {
-    fn from((concurrency, per_instance, rate, tokens, refilled_at): QueueRowColumns) -> Self {
+    fn from(
+        (concurrency, per_instance, rate, tokens, refilled_at, per_partition, turn_after): QueueRowColumns,
+    ) -> Self {
         QueueRow {
             concurrency,
             per_instance,
             rate,
+            per_partition,
+            turn_after,
             tokens,
             refilled_at,
         }
     }
+}
+
+/// The most waiting records a claim of a queue with partitions reads to choose from: a
+/// claim takes turns between the partitions among them.
+pub(crate) const PARTITION_WINDOW: i64 = 1_000;
+
+/// A waiting record of a queue, as a claim that takes turns between partitions reads it:
+/// id and partition, in claim order (priority, due time, id).
+pub(crate) type Candidate = (crate::base::record::RequestId, String);
+
+/// Which of `candidates` (in claim order) a claim takes: at most `slots`, at most
+/// `per_partition - running` of each partition (`running`: the partitions' running
+/// counts; a partition not in it runs none), taking turns: the first of each partition,
+/// then the second of each, and so on; in each turn the partitions after `after` (the
+/// one the claim before served last, by name) first, then the others, so that claims of
+/// one record each go round the partitions. Returns the ids, and the partition served
+/// last (`None` when none was).
+pub(crate) fn take_turns(
+    candidates: &[Candidate],
+    running: &std::collections::HashMap<String, i64>,
+    per_partition: Option<i64>,
+    slots: i64,
+    after: Option<&str>,
+) -> (Vec<crate::base::record::RequestId>, Option<String>) {
+    let mut seen: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    // (turn, whether the partition comes round again only after the cursor, partition,
+    // position in claim order, id)
+    let mut ranked: Vec<(i64, bool, &str, usize, crate::base::record::RequestId)> = Vec::new();
+    for (position, (id, partition)) in candidates.iter().enumerate() {
+        let turn = seen.entry(partition.as_str()).or_insert(0);
+        let room = per_partition.map_or(i64::MAX, |limit| {
+            limit - running.get(partition).copied().unwrap_or(0)
+        });
+        if *turn < room {
+            let later = after.is_some_and(|after| partition.as_str() <= after);
+            ranked.push((*turn, later, partition.as_str(), position, *id));
+        }
+        *turn += 1;
+    }
+    ranked.sort_unstable();
+    ranked.truncate(slots.max(0) as usize);
+    let last = ranked.last().map(|r| r.2.to_string());
+    (ranked.into_iter().map(|r| r.4).collect(), last)
 }
 
 /// What a queue's claim may take, and the bucket to write back.
@@ -96,6 +151,7 @@ impl QueueCap<'_> {
             concurrency: row.concurrency.or(self.concurrency),
             per_instance: row.per_instance.or(self.per_instance),
             rate: row.rate.or(self.rate),
+            per_partition: row.per_partition.or(self.per_partition),
             ..self
         }
     }
@@ -138,6 +194,9 @@ impl QueueCap<'_> {
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimDue<'a> {
     pub(crate) application: &'a str,
+    /// The queue whose records it claims (the records' `queue_name`; `""`: those in no
+    /// queue), of these executors only (some may be paused, or unknown to this build).
+    pub(crate) queue: &'a str,
     pub(crate) executors: &'a [&'static str],
     pub(crate) kind: DueKind,
     pub(crate) owner: &'a str,
@@ -189,7 +248,67 @@ mod tests {
             concurrency,
             per_instance,
             rate,
+            per_partition: None,
         }
+    }
+
+    fn candidates(partitions: &[&str]) -> Vec<Candidate> {
+        partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as i64 + 1, p.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_takes_turns_between_partitions() {
+        let none = std::collections::HashMap::new();
+        // Ids 1-4 of "a" (a backlog) ahead of 5 of "b" and 6 of "c".
+        let waiting = candidates(&["a", "a", "a", "a", "b", "c"]);
+        let ids = |c: &[Candidate], slots, after| take_turns(c, &none, None, slots, after).0;
+        assert_eq!(ids(&waiting, 3, None), vec![1, 5, 6]);
+        assert_eq!(ids(&waiting, 5, None), vec![1, 5, 6, 2, 3]);
+        // No partitions: claim order.
+        let shared = candidates(&["", "", ""]);
+        assert_eq!(ids(&shared, 2, None), vec![1, 2]);
+        // One at a time: each claim goes on from the partition the last one served.
+        assert_eq!(
+            take_turns(&waiting, &none, None, 1, None),
+            (vec![1], Some("a".to_string()))
+        );
+        assert_eq!(
+            take_turns(&waiting, &none, None, 1, Some("a")),
+            (vec![5], Some("b".to_string()))
+        );
+        assert_eq!(ids(&waiting, 1, Some("b")), vec![6]);
+        assert_eq!(ids(&waiting, 1, Some("c")), vec![1], "round again");
+        assert_eq!(
+            ids(&waiting, 1, Some("zzz")),
+            vec![1],
+            "a cursor past every name"
+        );
+    }
+
+    #[test]
+    fn a_partition_takes_no_more_than_its_room() {
+        let waiting = candidates(&["a", "a", "a", "b", "b", "c"]);
+        let running: std::collections::HashMap<String, i64> =
+            [("a".to_string(), 1), ("c".to_string(), 2)].into();
+        // Limit 2: "a" has room for 1, "b" for 2, "c" for none.
+        assert_eq!(
+            take_turns(&waiting, &running, Some(2), 10, None).0,
+            vec![1, 4, 5]
+        );
+        assert_eq!(
+            take_turns(&waiting, &running, Some(2), 0, None),
+            (Vec::<i64>::new(), None)
+        );
+        // Over its limit already (lowered while running): nothing, never negative.
+        let over: std::collections::HashMap<String, i64> = [("a".to_string(), 5)].into();
+        assert_eq!(
+            take_turns(&waiting, &over, Some(2), 10, None).0,
+            vec![4, 5, 6]
+        );
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub(crate) fn new_request(
         priority: 0,
         run_at: now_ms(),
         deadline_at: None,
+        queue: "",
+        partition: None,
         tags: Vec::new(),
         last_error: None,
         trace_json: None,
@@ -50,6 +52,7 @@ pub(crate) async fn claim_due(
     store
         .request_claim_due(ClaimDue {
             application,
+            queue: "",
             executors: &[executor],
             kind,
             owner,

@@ -52,6 +52,9 @@ pub struct PostgresStore {
     pool: PgPool,
     /// Announcements of this instance, on a connection of their own.
     presence: std::sync::Arc<super::dedicated::DedicatedConnection<sqlx::Postgres>>,
+    /// Whether the server's sessions begin at READ COMMITTED, the isolation the claims
+    /// need (read at the first claim): if not, each claim states it in a transaction.
+    read_committed: std::sync::Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl PostgresStore {
@@ -94,7 +97,11 @@ impl PostgresStore {
         let presence = std::sync::Arc::new(super::dedicated::DedicatedConnection::new(
             (*pool.connect_options()).clone(),
         ));
-        PostgresStore { pool, presence }
+        PostgresStore {
+            pool,
+            presence,
+            read_committed: Default::default(),
+        }
     }
 
     /// The pool behind this store.
@@ -286,7 +293,11 @@ impl Store for PostgresStore {
     }
 
     async fn request_claim_due(&self, p: ClaimDue<'_>) -> Result<Vec<Claimed>> {
-        claims::claim_due(&self.pool, &p).await
+        let read_committed = *self
+            .read_committed
+            .get_or_try_init(|| claims::sessions_read_committed(&self.pool))
+            .await?;
+        claims::claim_due(&self.pool, &p, read_committed).await
     }
 
     async fn request_complete_many(&self, completions: &[Completion]) -> Result<Wrote> {

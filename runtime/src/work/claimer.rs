@@ -151,7 +151,7 @@ impl Claimer {
     /// [`claim_queue`](Self::claim_queue).
     pub(crate) async fn claim_due(&self, kind: DueKind, limit: i64) -> Result<Vec<Job>> {
         let executors = self.control.claimable(self.queues.unlimited());
-        self.claim(kind, limit, &executors, None, None).await
+        self.claim(kind, limit, "", &executors, None, None).await
     }
 
     /// Claims up to `limit` due records of `queue` for this instance, within the queue's
@@ -163,6 +163,7 @@ impl Claimer {
             concurrency: limits.concurrency_limit().map(i64::from),
             per_instance: limits.per_instance_limit().map(i64::from),
             rate: limits.rate_limit().map(i64::from),
+            per_partition: limits.per_partition_limit().map(i64::from),
         };
         // Under a limit over every queue, every claim keeps it first; the executors in no
         // queue keep it alone.
@@ -170,9 +171,11 @@ impl Claimer {
             .queues
             .global()
             .map(|limits| cap_of(crate::base::queue::GLOBAL_QUEUE, limits));
-        let cap = (queue.name != crate::base::queue::GLOBAL_QUEUE)
-            .then(|| cap_of(&queue.name, queue.limits));
-        self.claim(DueKind::Ready, limit, &executors, cap, global)
+        let is_queue = queue.name != crate::base::queue::GLOBAL_QUEUE;
+        let cap = is_queue.then(|| cap_of(&queue.name, queue.limits));
+        // The executors in no queue, under the limit over every queue, are those of `""`.
+        let records_of = if is_queue { queue.name.as_str() } else { "" };
+        self.claim(DueKind::Ready, limit, records_of, &executors, cap, global)
             .await
     }
 
@@ -195,6 +198,7 @@ impl Claimer {
         &self,
         kind: DueKind,
         limit: i64,
+        queue: &str,
         executors: &[&'static str],
         cap: Option<QueueCap<'_>>,
         global: Option<QueueCap<'_>>,
@@ -211,6 +215,7 @@ impl Claimer {
             .store
             .request_claim_due(ClaimDue {
                 application: &self.application,
+                queue,
                 executors,
                 kind,
                 owner: &self.owner,

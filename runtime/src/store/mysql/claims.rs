@@ -8,7 +8,7 @@ use sqlx::{MySqlConnection, Row};
 use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::{Claimed, ClaimedId, RequestId};
-use crate::store::claim::{ClaimPlan, QueueRowColumns};
+use crate::store::claim::{take_turns, Candidate, ClaimPlan, QueueRowColumns, PARTITION_WINDOW};
 use crate::store::{ClaimDue, ClaimIds, DueKind, QueueRow};
 
 /// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
@@ -44,26 +44,45 @@ async fn lock_queue(
     // The INTEGER columns read as 64-bit integers, as the others.
     const LOCK: &str =
         "SELECT CAST(concurrency AS SIGNED), CAST(per_instance AS SIGNED), CAST(rate AS SIGNED), \
-         tokens, refilled_at FROM async_queue WHERE application_name = ? AND name = ? FOR UPDATE";
-    let locked: Option<QueueRowColumns> = sqlx::query_as(LOCK)
+         tokens, refilled_at, CAST(per_partition AS SIGNED), turn_after FROM async_queue \
+         WHERE application_name = ? AND name = ? FOR UPDATE";
+    let read = |row: MySqlRow| -> std::result::Result<QueueRow, sqlx::Error> {
+        let turn_after = match row.try_get::<Option<String>, _>(6) {
+            Ok(text) => text,
+            Err(_) => row
+                .try_get::<Option<Vec<u8>>, _>(6)?
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+        };
+        let columns: QueueRowColumns = (
+            row.try_get(0)?,
+            row.try_get(1)?,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+            row.try_get(5)?,
+            turn_after,
+        );
+        Ok(columns.into())
+    };
+    let locked = sqlx::query(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_optional(&mut *conn)
         .await?;
     if let Some(locked) = locked {
-        return Ok(locked.into());
+        return Ok(read(locked)?);
     }
     sqlx::query("INSERT IGNORE INTO async_queue (application_name, name) VALUES (?, ?)")
         .bind(application)
         .bind(queue)
         .execute(&mut *conn)
         .await?;
-    let locked: QueueRowColumns = sqlx::query_as(LOCK)
+    let locked = sqlx::query(LOCK)
         .bind(application)
         .bind(queue)
         .fetch_one(&mut *conn)
         .await?;
-    Ok(locked.into())
+    Ok(read(locked)?)
 }
 
 /// Writes back the bucket of a queue with a rate after `claimed` starts.
@@ -89,6 +108,51 @@ async fn write_bucket(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// What a claim taking turns between a queue's partitions knows before it reads the
+/// candidates: each partition's running count, and those at their limit (left out of
+/// the read).
+struct PartitionRoom {
+    running: std::collections::HashMap<String, i64>,
+    full: Vec<String>,
+    per_partition: Option<i64>,
+    /// The queue's row, and the partition its last claim served last.
+    queue: String,
+    after: Option<String>,
+}
+
+/// The running requests of each partition of the claim's queue.
+async fn partition_room(
+    conn: &mut MySqlConnection,
+    p: &ClaimDue<'_>,
+    per_partition: Option<i64>,
+) -> Result<PartitionRoom> {
+    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
+        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ? \
+         AND queue_name = ? AND status = 'running' GROUP BY partition_key",
+    )
+    .bind(p.application)
+    .bind(p.queue)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let full = match per_partition {
+        Some(limit) => running
+            .iter()
+            .filter(|&(_, &n)| n >= limit)
+            .map(|(k, _)| k.clone())
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(PartitionRoom {
+        running,
+        full,
+        per_partition,
+        queue: String::new(),
+        after: None,
+    })
 }
 
 impl MySqlStore {
@@ -155,6 +219,8 @@ impl MySqlStore {
         let mut tx = self.begin().await?;
         let mut limit = p.limit;
         let mut bucket = None;
+        // A queue's claim takes turns between its partitions, within their limit.
+        let mut turns: Option<PartitionRoom> = None;
         // The limit over every queue first (every claim takes this lock first: no
         // deadlock), counting every running record of the application.
         if let Some(global) = p.global {
@@ -179,15 +245,19 @@ impl MySqlStore {
             // COMMITTED) sees every claim committed before this one got the lock.
             let row = lock_queue(&mut tx, p.application, cap.name).await?;
             let cap = cap.with_policy(&row);
+            // Counted by the records' queue, not by executor: a paused executor's running
+            // requests still hold their places.
             let running = if cap.counts_running() {
-                let sql = format!(
+                let row = sqlx::query(
                     "SELECT COUNT(*), CAST(COALESCE(SUM(lease_owner = ?), 0) AS SIGNED) \
-                     FROM async_req WHERE application_name = ? AND status = 'running' \
-                     AND executor IN ({})",
-                    marks(p.executors.len())
-                );
-                let query = sqlx::query(&sql).bind(p.owner).bind(p.application);
-                let row = bind_list(query, p.executors).fetch_one(&mut *tx).await?;
+                     FROM async_req WHERE application_name = ? AND queue_name = ? \
+                     AND status = 'running'",
+                )
+                .bind(p.owner)
+                .bind(p.application)
+                .bind(p.queue)
+                .fetch_one(&mut *tx)
+                .await?;
                 (row.try_get(0)?, row.try_get(1)?)
             } else {
                 (0, 0)
@@ -195,6 +265,10 @@ impl MySqlStore {
             let plan = cap.plan(limit, running, &row, p.now);
             limit = plan.slots;
             bucket = Some((plan, cap.name));
+            let mut room = partition_room(&mut tx, p, cap.per_partition).await?;
+            room.after = row.turn_after.clone();
+            room.queue = cap.name.to_string();
+            turns = Some(room);
             if limit <= 0 {
                 write_bucket(&mut tx, p, bucket, 0).await?;
                 tx.commit().await?;
@@ -214,12 +288,25 @@ impl MySqlStore {
         };
         let executors = marks(p.executors.len());
         let open = crate::store::claim::before_deadline(DB_NOW);
+        let not_full = match &turns {
+            Some(room) if !room.full.is_empty() => {
+                format!(" AND partition_key NOT IN ({})", marks(room.full.len()))
+            }
+            _ => String::new(),
+        };
         let select = |condition: &str| {
             format!(
-                "SELECT id, priority, run_at FROM async_req WHERE application_name = ? \
-                 AND {condition} AND executor IN ({executors}){skip} AND {open} \
+                "SELECT id, partition_key, priority, run_at FROM async_req \
+                 WHERE application_name = ? AND queue_name = ? \
+                 AND {condition} AND executor IN ({executors}){skip}{not_full} AND {open} \
                  ORDER BY priority DESC, run_at, id LIMIT ?"
             )
+        };
+        // With turns between partitions, a window of candidates to choose from.
+        let read = if turns.is_some() {
+            PARTITION_WINDOW
+        } else {
+            limit
         };
         // A queue's claim reads each status in index order, then takes the first of both.
         let (sql, branches) = match p.kind {
@@ -238,22 +325,62 @@ impl MySqlStore {
             _ => (select(&condition), 1),
         };
         let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
+        let full: Vec<&str> = turns
+            .as_ref()
+            .map(|room| room.full.iter().map(String::as_str).collect())
+            .unwrap_or_default();
         let mut query = sqlx::query(&sql);
         for _ in 0..branches {
-            query = query.bind(p.application).bind(past_due).bind(past_due);
+            query = query
+                .bind(p.application)
+                .bind(p.queue)
+                .bind(past_due)
+                .bind(past_due);
             query = bind_list(query, p.executors);
             if !skip.is_empty() {
                 query = bind_list(query, &skip);
             }
-            query = query.bind(limit);
+            if !full.is_empty() {
+                query = bind_list(query, &full);
+            }
+            query = query.bind(read);
         }
         if branches == 2 {
-            query = query.bind(limit);
+            query = query.bind(read);
         }
-        let candidates: Vec<RequestId> = query
-            .try_map(|row: MySqlRow| row.try_get(0))
+        let found: Vec<Candidate> = query
+            // A `UNION` of this binary-collated column reads as VARBINARY.
+            .try_map(|row: MySqlRow| {
+                let partition = match row.try_get::<String, _>(1) {
+                    Ok(text) => text,
+                    Err(_) => String::from_utf8_lossy(&row.try_get::<Vec<u8>, _>(1)?).into_owned(),
+                };
+                Ok((row.try_get(0)?, partition))
+            })
             .fetch_all(&mut *tx)
             .await?;
+        let (candidates, served_last): (Vec<RequestId>, Option<String>) = match &turns {
+            Some(room) => take_turns(
+                &found,
+                &room.running,
+                room.per_partition,
+                limit,
+                room.after.as_deref(),
+            ),
+            None => (found.into_iter().map(|(id, _)| id).collect(), None),
+        };
+        if let (Some(room), Some(last)) = (&turns, &served_last) {
+            if room.after.as_ref() != Some(last) && !last.is_empty() {
+                sqlx::query(
+                    "UPDATE async_queue SET turn_after = ? WHERE application_name = ? AND name = ?",
+                )
+                .bind(last)
+                .bind(p.application)
+                .bind(&room.queue)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
         // Then those still due, locked; another instance's claims are skipped.
         let mut claimed = Vec::with_capacity(candidates.len());
         for chunk in candidates.chunks(MAX_IN) {

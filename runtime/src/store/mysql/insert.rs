@@ -31,7 +31,8 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     let done = sqlx::query(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         create_time, update_time, deadline_at, queue_name, partition_key) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&*r.application_name)
     .bind(r.executor)
@@ -50,6 +51,8 @@ async fn write_request(conn: &mut MySqlConnection, r: &NewRequest) -> Result<Ins
     .bind(r.now)
     .bind(r.now)
     .bind(r.deadline_at)
+    .bind(r.queue)
+    .bind(r.partition.as_deref().unwrap_or(""))
     .execute(&mut *conn)
     .await?;
     let id = done.last_insert_id() as i64;
@@ -98,7 +101,7 @@ pub(super) async fn insert_many(
         let mut query = sqlx::QueryBuilder::<MySql>::new(
             "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
              max_attempts, param_json, remark, priority, run_at, trace_json, create_time, update_time, \
-             deadline_at) ",
+             deadline_at, queue_name, partition_key) ",
         );
         query.push_values(chunk.iter().map(|&i| &requests[i]), |mut row, r| {
             row.push_bind(&*r.application_name)
@@ -115,7 +118,9 @@ pub(super) async fn insert_many(
                 .push_bind(&r.trace_json)
                 .push_bind(r.now)
                 .push_bind(r.now)
-                .push_bind(r.deadline_at);
+                .push_bind(r.deadline_at)
+                .push_bind(r.queue)
+                .push_bind(r.partition.as_deref().unwrap_or(""));
         });
         let done = query.build().execute(&mut *conn).await?;
         // The first id of the statement; the others follow it, `step` apart.

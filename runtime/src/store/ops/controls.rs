@@ -170,6 +170,36 @@ pub(crate) trait ControlOps: SqlRunner {
         Ok(counted.first().copied().flatten().unwrap_or(0))
     }
 
+    /// Puts the waiting and running requests of `executors` that are in no queue in
+    /// `queue`: the records of an older version, written before records knew their
+    /// queue. At start, by an instance that has the executors (reads the queue's
+    /// executors' entries among those in no queue, through the claim index). Returns how
+    /// many moved. A record keeps the queue it was written in otherwise.
+    async fn queue_assign(
+        &self,
+        application: &str,
+        queue: &str,
+        executors: &[&'static str],
+    ) -> Result<u64> {
+        if executors.is_empty() || queue.is_empty() {
+            return Ok(0);
+        }
+        let mut s = self.sql("UPDATE async_req SET queue_name = ");
+        s.bind_text(queue)
+            .push(" WHERE application_name = ")
+            .bind_text(application)
+            .push(" AND queue_name = '' AND status IN ('init', 'failed', 'running')")
+            .push(" AND executor IN (");
+        for (i, executor) in executors.iter().enumerate() {
+            if i > 0 {
+                s.push(", ");
+            }
+            s.bind_text(executor);
+        }
+        s.push(")");
+        self.execute(&s).await
+    }
+
     /// Makes the row of `queue` (its limits the builder's) unless it has one.
     async fn queue_register(&self, application: &str, queue: &str) -> Result<()> {
         let (insert, or_ignore) = self.dialect().insert_or_ignore();

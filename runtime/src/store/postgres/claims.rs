@@ -2,29 +2,66 @@
 //! (`FOR UPDATE SKIP LOCKED`: another instance's claim is skipped, not waited for). A
 //! claim of a queue's records runs in a transaction that first locks the queue's row in
 //! `async_queue`, so that claims of one queue take turns, then counts the queue's running
-//! records and takes no more than the slots left.
+//! records (by the records' `queue_name`), and takes no more than the slots left, taking
+//! turns between the queue's partitions within their limit. Every claim runs at READ
+//! COMMITTED, stated, whatever the server's default: under REPEATABLE READ a count
+//! would miss what the claim before it took, and a row changed since the snapshot fails
+//! the claim (40001).
 
 use sqlx::{PgConnection, PgPool};
 
 use super::DB_NOW;
 use crate::base::error::Result;
 use crate::base::record::Claimed;
-use crate::store::claim::QueueRowColumns;
+use crate::store::claim::{take_turns, Candidate, QueueRowColumns, PARTITION_WINDOW};
 use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
 use crate::store::{ClaimDue, DueKind, QueueRow};
 
+/// The transaction a claim runs in: READ COMMITTED, whatever the server's default.
+const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Whether the server's sessions begin at READ COMMITTED (`default_transaction_isolation`
+/// of the database, the role or the server).
+pub(super) async fn sessions_read_committed(pool: &PgPool) -> Result<bool> {
+    let (level,): (String,) =
+        sqlx::query_as("SELECT current_setting('default_transaction_isolation')")
+            .fetch_one(pool)
+            .await?;
+    if level != "read committed" {
+        crate::log::info!(
+            isolation = %level,
+            "the database's sessions begin at {level}: each claim states READ COMMITTED \
+             in a transaction of its own"
+        );
+    }
+    Ok(level == "read committed")
+}
+
 /// Claims due records: of any executor listed, or, with a queue's cap, within its limits.
-pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Claimed>> {
+/// `read_committed`: whether a statement alone runs at READ COMMITTED (the server's
+/// default); if not, the claim states it in a transaction.
+pub(super) async fn claim_due(
+    pool: &PgPool,
+    p: &ClaimDue<'_>,
+    read_committed: bool,
+) -> Result<Vec<Claimed>> {
     if p.executors.is_empty() || p.limit <= 0 {
         return Ok(Vec::new());
     }
     let rows = match (p.cap, p.global) {
-        (None, None) => {
+        (None, None) if read_committed => {
             let sql = claim_sql(p);
             bind_claim(&sql, p, p.limit).fetch_all(pool).await?
         }
+        (None, None) => {
+            let mut tx = crate::store::begin::begin_whole(pool, Some(BEGIN_READ_COMMITTED)).await?;
+            let sql = claim_sql(p);
+            let rows = bind_claim(&sql, p, p.limit).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            rows
+        }
         (cap, global) => {
-            let mut tx = crate::store::begin::begin_whole(pool, None).await?;
+            let mut tx = crate::store::begin::begin_whole(pool, Some(BEGIN_READ_COMMITTED)).await?;
             // The limit over every queue first (every claim takes this lock first: no
             // deadlock), counting every running record of the application.
             let mut limit = p.limit;
@@ -54,13 +91,15 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
             };
             let row = lock_queue(&mut tx, p.application, cap.name).await?;
             let cap = cap.with_policy(&row);
+            // Counted by the records' queue, not by executor: a paused executor's running
+            // requests still hold their places.
             let running = if cap.counts_running() {
                 sqlx::query_as(
                     "SELECT COUNT(*), COUNT(*) FILTER (WHERE lease_owner = $3) FROM async_req \
-                     WHERE application_name = $1 AND status = 'running' AND executor = ANY($2)",
+                     WHERE application_name = $1 AND queue_name = $2 AND status = 'running'",
                 )
                 .bind(p.application)
-                .bind(p.executors)
+                .bind(p.queue)
                 .bind(p.owner)
                 .fetch_one(&mut *tx)
                 .await?
@@ -68,12 +107,12 @@ pub(super) async fn claim_due(pool: &PgPool, p: &ClaimDue<'_>) -> Result<Vec<Cla
                 (0, 0)
             };
             let plan = cap.plan(limit, running, &row, p.now);
-            let rows = if plan.slots > 0 {
-                let sql = claim_sql(p);
-                bind_claim(&sql, p, plan.slots).fetch_all(&mut *tx).await?
-            } else {
-                Vec::new()
+            let turns = Turns {
+                queue: cap.name,
+                per_partition: cap.per_partition,
+                after: row.turn_after.as_deref(),
             };
+            let rows = claim_taking_turns(&mut tx, p, turns, plan.slots).await?;
             if let Some(tokens) = plan.tokens_after(rows.len()) {
                 sqlx::query(
                     "UPDATE async_queue SET tokens = $1, refilled_at = $2 \
@@ -100,7 +139,8 @@ async fn lock_queue(conn: &mut PgConnection, application: &str, queue: &str) -> 
     // The INTEGER columns read as 64-bit integers, as the others.
     const LOCK: &str =
         "SELECT CAST(concurrency AS BIGINT), CAST(per_instance AS BIGINT), CAST(rate AS BIGINT), \
-         tokens, refilled_at FROM async_queue WHERE application_name = $1 AND name = $2 FOR UPDATE";
+         tokens, refilled_at, CAST(per_partition AS BIGINT), turn_after FROM async_queue \
+         WHERE application_name = $1 AND name = $2 FOR UPDATE";
     let locked: Option<QueueRowColumns> = sqlx::query_as(LOCK)
         .bind(application)
         .bind(queue)
@@ -135,10 +175,12 @@ fn claim_sql(p: &ClaimDue<'_>) -> String {
     } else {
         " AND NOT ((sign || ':' || executor) = ANY($8))"
     };
+    let queue = if p.skip.is_empty() { "$8" } else { "$9" };
     let open = crate::store::claim::before_deadline(DB_NOW);
     let candidates = |columns: &str, condition: &str| {
         format!(
-            "SELECT {columns} FROM async_req WHERE application_name = $4 AND {condition} \
+            "SELECT {columns} FROM async_req WHERE application_name = $4 \
+             AND queue_name = {queue} AND {condition} \
              AND executor = ANY($6){skip} AND {open} \
              ORDER BY priority DESC, run_at, id LIMIT $7 FOR UPDATE SKIP LOCKED"
         )
@@ -207,8 +249,115 @@ fn bind_claim<'q>(
         .bind(p.executors)
         .bind(limit);
     if p.skip.is_empty() {
-        query
+        query.bind(p.queue)
     } else {
-        query.bind(p.skip)
+        query.bind(p.skip).bind(p.queue)
     }
+}
+
+/// Claims, of the queue's due records, at most `slots`, taking turns between partitions
+/// within the per-partition limit (`crate::store::claim::take_turns`): the running
+/// count of each partition, then the first waiting records of the partitions with room
+/// (a plain read), then those chosen, by id, locked (`SKIP LOCKED`) and checked again.
+/// Under the queue's row lock: no other claim of the queue runs meanwhile.
+async fn claim_taking_turns(
+    conn: &mut PgConnection,
+    p: &ClaimDue<'_>,
+    turns: Turns<'_>,
+    slots: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let per_partition = turns.per_partition;
+    if slots <= 0 {
+        return Ok(Vec::new());
+    }
+    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
+        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = $1 \
+         AND queue_name = $2 AND status = 'running' GROUP BY partition_key",
+    )
+    .bind(p.application)
+    .bind(p.queue)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let full: Vec<&str> = match per_partition {
+        Some(limit) => running
+            .iter()
+            .filter(|&(_, &n)| n >= limit)
+            .map(|(k, _)| k.as_str())
+            .collect(),
+        None => Vec::new(),
+    };
+    let open = crate::store::claim::before_deadline(DB_NOW);
+    let skip = if p.skip.is_empty() {
+        ""
+    } else {
+        " AND NOT ((sign || ':' || executor) = ANY($6))"
+    };
+    // Each status read in index order (as the claim without partitions), then merged.
+    let branch = |status: &str| {
+        format!(
+            "SELECT * FROM (SELECT id, partition_key, priority, run_at FROM async_req \
+             WHERE application_name = $1 AND queue_name = $2 AND status = '{status}' \
+             AND run_at <= {DB_NOW} AND executor = ANY($3) \
+             AND NOT (partition_key = ANY($4)){skip} AND {open} \
+             ORDER BY priority DESC, run_at, id LIMIT $5) AS {status}"
+        )
+    };
+    let sql = format!(
+        "SELECT id, partition_key FROM ({} UNION ALL {}) AS due \
+         ORDER BY priority DESC, run_at, id LIMIT $5",
+        branch("init"),
+        branch("failed")
+    );
+    let mut query = sqlx::query_as(&sql)
+        .bind(p.application)
+        .bind(p.queue)
+        .bind(p.executors)
+        .bind(&full)
+        .bind(PARTITION_WINDOW);
+    if !p.skip.is_empty() {
+        query = query.bind(p.skip);
+    }
+    let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
+    let (chosen, last) = take_turns(&candidates, &running, per_partition, slots, turns.after);
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "UPDATE async_req SET status = 'running', lease_owner = $1, lease_until = {DB_NOW} + $2, \
+         exec_count = exec_count + 1, update_time = $3 \
+         WHERE id IN (SELECT id FROM async_req WHERE id = ANY($4) \
+           AND status IN ('init', 'failed') FOR UPDATE SKIP LOCKED) \
+         AND status IN ('init', 'failed') RETURNING {CLAIMED_COLUMNS}"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(p.owner)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .bind(&chosen)
+        .fetch_all(&mut *conn)
+        .await?;
+    // Kept until a claim serves another partition.
+    if last.is_some() && last.as_deref() != turns.after && last.as_deref() != Some("") {
+        sqlx::query(
+            "UPDATE async_queue SET turn_after = $1 WHERE application_name = $2 AND name = $3",
+        )
+        .bind(&last)
+        .bind(p.application)
+        .bind(turns.queue)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(rows)
+}
+
+/// How a queue's claim takes turns between its partitions.
+#[derive(Debug, Clone, Copy)]
+struct Turns<'a> {
+    /// The queue's row (where the turn is kept).
+    queue: &'a str,
+    per_partition: Option<i64>,
+    /// The partition the last claim served last.
+    after: Option<&'a str>,
 }

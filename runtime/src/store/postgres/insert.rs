@@ -22,9 +22,9 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     // delivered only on commit.
     const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16) \
-         RETURNING id";
+         create_time, update_time, deadline_at, queue_name, partition_key) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, \
+         $17, $18) RETURNING id";
     let payload = r.notify.as_ref().map(|owner| {
         serde_json::to_string(&Wake {
             app: &r.application_name,
@@ -35,7 +35,7 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     let sql = match payload {
         Some(_) => format!(
             "WITH inserted AS ({INSERT}) SELECT id FROM inserted \
-             CROSS JOIN LATERAL (SELECT pg_notify($17, $18)) AS notified"
+             CROSS JOIN LATERAL (SELECT pg_notify($19, $20)) AS notified"
         ),
         None => INSERT.to_string(),
     };
@@ -55,7 +55,9 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
         .bind(&r.last_error)
         .bind(&r.trace_json)
         .bind(r.now)
-        .bind(r.deadline_at);
+        .bind(r.deadline_at)
+        .bind(r.queue)
+        .bind(r.partition.as_deref().unwrap_or(""));
     if let Some(payload) = payload {
         query = query.bind(CHANNEL).bind(payload);
     }
@@ -126,7 +128,7 @@ fn bind_array(column: &Column, rows: &[&NewRequest], arguments: &mut PgArguments
 }
 
 /// The columns a request without a key, tags or logged attempt writes.
-const COLUMNS: [Column; 15] = [
+const COLUMNS: [Column; 17] = [
     Column {
         name: "application_name",
         ty: "text",
@@ -201,6 +203,16 @@ const COLUMNS: [Column; 15] = [
         name: "deadline_at",
         ty: "bigint",
         value: |r| Value::Int(r.deadline_at),
+    },
+    Column {
+        name: "queue_name",
+        ty: "text",
+        value: |r| Value::Text(Some(r.queue)),
+    },
+    Column {
+        name: "partition_key",
+        ty: "text",
+        value: |r| Value::Text(Some(r.partition.as_deref().unwrap_or(""))),
     },
 ];
 

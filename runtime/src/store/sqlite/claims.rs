@@ -69,7 +69,8 @@ pub(super) async fn claim_due(
 /// none yet.
 async fn queue_row(conn: &mut SqliteConnection, application: &str, name: &str) -> Result<QueueRow> {
     let row: Option<QueueRowColumns> = sqlx::query_as(
-        "SELECT concurrency, per_instance, rate, tokens, refilled_at FROM async_queue \
+        "SELECT concurrency, per_instance, rate, tokens, refilled_at, per_partition, turn_after \
+         FROM async_queue \
          WHERE application_name = ?1 AND name = ?2",
     )
     .bind(application)
@@ -124,25 +125,42 @@ async fn claim_queue(
     let row = queue_row(&mut tx, p.application, cap.name).await?;
     let cap = cap.with_policy(&row);
     let running = if cap.counts_running() {
+        // Counted by the records' queue, not by executor: a paused executor's running
+        // requests still hold their places.
         sqlx::query_as(
             "SELECT COUNT(*), COALESCE(SUM(lease_owner = ?1), 0) FROM async_req \
-             WHERE application_name = ?2 AND status = 'running' AND executor IN \
-             (SELECT value FROM json_each(?3))",
+             WHERE application_name = ?2 AND queue_name = ?3 AND status = 'running'",
         )
         .bind(p.owner)
         .bind(p.application)
-        .bind(json_list(p.executors))
+        .bind(p.queue)
         .fetch_one(&mut *tx)
         .await?
     } else {
         (0, 0)
     };
     let plan = cap.plan(limit, running, &row, p.now);
-    let rows = if plan.slots > 0 {
-        claim_up_to(&mut tx, p, plan.slots).await?
-    } else {
-        Vec::new()
-    };
+    let (rows, last) = claim_taking_turns(
+        &mut tx,
+        p,
+        cap.per_partition,
+        row.turn_after.as_deref(),
+        plan.slots,
+    )
+    .await?;
+    // Kept until a claim serves another partition (a claim that takes none keeps it).
+    if last.is_some() && last.as_deref() != row.turn_after.as_deref() && last.as_deref() != Some("")
+    {
+        sqlx::query(
+            "INSERT INTO async_queue (application_name, name, turn_after) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (application_name, name) DO UPDATE SET turn_after = excluded.turn_after",
+        )
+        .bind(p.application)
+        .bind(cap.name)
+        .bind(&last)
+        .execute(&mut *tx)
+        .await?;
+    }
     if let Some(tokens) = plan.tokens_after(rows.len()) {
         sqlx::query(
             "INSERT INTO async_queue (application_name, name, tokens, refilled_at) \
@@ -188,10 +206,11 @@ async fn claim_up_to(
         "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
          exec_count = exec_count + 1, update_time = ?3 \
          WHERE id IN (SELECT id FROM async_req WHERE application_name = ?4 \
-           AND status IN ('init', 'failed') AND {condition} \
+           AND queue_name = ?{queue} AND status IN ('init', 'failed') AND {condition} \
            AND executor IN ({executors}){skip} AND {open} \
            ORDER BY priority DESC, run_at, id LIMIT ?6) \
          RETURNING json_array({CLAIMED_COLUMNS})",
+        queue = 7 + executor_count(p.executors.len()) + usize::from(!p.skip.is_empty()),
         open = crate::store::claim::before_deadline(DB_NOW),
         executors = executor_marks(p.executors.len()),
         skip = if p.skip.is_empty() {
@@ -219,7 +238,86 @@ async fn claim_up_to(
     if !p.skip.is_empty() {
         query = query.bind(json_list(p.skip));
     }
+    query = query.bind(p.queue);
     Ok(query.fetch_all(&mut *conn).await?)
+}
+
+/// Claims, of the queue's due records, at most `slots`, taking turns between partitions
+/// within the per-partition limit (`crate::store::claim::take_turns`): the running
+/// count of each partition, then the first waiting records of the partitions with room,
+/// then those chosen, by id. In the claim's IMMEDIATE transaction (nothing changes
+/// between the reads and the claim).
+/// Returns the rows claimed and the partition served last.
+async fn claim_taking_turns(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    per_partition: Option<i64>,
+    after: Option<&str>,
+    slots: i64,
+) -> Result<(Vec<SqliteRow>, Option<String>)> {
+    use crate::store::claim::{take_turns, Candidate, PARTITION_WINDOW};
+    if slots <= 0 {
+        return Ok((Vec::new(), None));
+    }
+    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
+        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ?1 \
+         AND queue_name = ?2 AND status = 'running' GROUP BY partition_key",
+    )
+    .bind(p.application)
+    .bind(p.queue)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let full: Vec<&str> = match per_partition {
+        Some(limit) => running
+            .iter()
+            .filter(|&(_, &n)| n >= limit)
+            .map(|(k, _)| k.as_str())
+            .collect(),
+        None => Vec::new(),
+    };
+    let sql = format!(
+        "SELECT id, partition_key FROM async_req WHERE application_name = ?1 \
+         AND queue_name = ?2 AND status IN ('init', 'failed') AND run_at <= {DB_NOW} \
+         AND executor IN (SELECT value FROM json_each(?3)) \
+         AND partition_key NOT IN (SELECT value FROM json_each(?4)){skip} AND {open} \
+         ORDER BY priority DESC, run_at, id LIMIT ?5",
+        open = crate::store::claim::before_deadline(DB_NOW),
+        skip = if p.skip.is_empty() {
+            ""
+        } else {
+            " AND (sign || ':' || executor) NOT IN (SELECT value FROM json_each(?6))"
+        },
+    );
+    let mut query = sqlx::query_as(&sql)
+        .bind(p.application)
+        .bind(p.queue)
+        .bind(json_list(p.executors))
+        .bind(json_list(&full))
+        .bind(PARTITION_WINDOW);
+    if !p.skip.is_empty() {
+        query = query.bind(json_list(p.skip));
+    }
+    let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
+    let (chosen, last) = take_turns(&candidates, &running, per_partition, slots, after);
+    if chosen.is_empty() {
+        return Ok((Vec::new(), None));
+    }
+    let sql = format!(
+        "UPDATE async_req SET status = 'running', lease_owner = ?1, lease_until = {DB_NOW} + ?2, \
+         exec_count = exec_count + 1, update_time = ?3 \
+         WHERE id IN (SELECT value FROM json_each(?4)) AND status IN ('init', 'failed') \
+         RETURNING json_array({CLAIMED_COLUMNS})"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(p.owner)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .bind(json_list(&chosen))
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok((rows, last))
 }
 
 /// Which records of `held` (as JSON pairs `[id, attempt]`, bound at `?N`) a statement

@@ -15,10 +15,10 @@ use crate::store::KeyClaim;
 /// The columns a new request writes, in the order of [`values`].
 const COLUMNS: &str = "application_name, executor, sign, strategy, status, exec_count, \
      max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-     create_time, update_time, deadline_at";
+     create_time, update_time, deadline_at, queue_name, partition_key";
 
 /// How many columns [`COLUMNS`] names.
-const WIDTH: usize = 17;
+const WIDTH: usize = 19;
 
 /// Rows per multi-row INSERT: at most `WIDTH` parameters each, well under SQLite's limit
 /// of 32,766.
@@ -71,6 +71,8 @@ fn values(r: &NewRequest) -> [Value<'_>; WIDTH] {
         Value::Int(r.now),
         Value::Int(r.now),
         Value::int(r.deadline_at),
+        Value::Text(r.queue),
+        Value::Text(r.partition.as_deref().unwrap_or("")),
     ]
 }
 
@@ -156,7 +158,8 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     let done = sqlx::query_with(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         create_time, update_time, deadline_at, queue_name, partition_key) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         arguments,
     )
     .execute(&mut *conn)
@@ -229,8 +232,8 @@ mod tests {
             row("{\"n\":3}", 6),
         ];
         let (sql, arguments) = multi_row_insert(&rows).expect("binds");
-        // 15 shared columns once, then each row's arguments and run_at.
-        assert_eq!(arguments.len(), 15 + 3 * 2);
+        // 17 shared columns once, then each row's arguments and run_at.
+        assert_eq!(arguments.len(), 17 + 3 * 2);
         assert!(
             sql.starts_with("WITH shared AS (SELECT ? AS c0, ? AS c1, "),
             "{sql}"

@@ -253,6 +253,8 @@ impl Executor {
             priority,
             run_at,
             deadline_at: None,
+            queue: def.queue.unwrap_or(""),
+            partition: None,
             tags: Vec::new(),
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),

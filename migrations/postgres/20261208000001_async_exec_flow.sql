@@ -1,0 +1,30 @@
+-- async-exec: the record knows its flow (issue 30). `queue_name` is the queue whose limits
+-- a request runs under ('' for none: executors without `queue = ".."`); `partition_key`
+-- its partition of that queue (`Call::partition`, the attribute's `partition = ..`, else
+-- its owner; '': the queue's shared one). Claims and the counts of running requests
+-- read them from the record, not from each process's list of executors: pausing an
+-- executor no longer hides its running requests from its queue's count, and a claim of
+-- one queue reads that queue's waiting records in index order, whatever the others hold.
+-- Existing waiting and running records of executors in a queue get it at the next start
+-- of an instance that knows the executor (and at each retry pass after).
+ALTER TABLE async_req ADD COLUMN IF NOT EXISTS queue_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE async_req ADD COLUMN IF NOT EXISTS partition_key TEXT NOT NULL DEFAULT '';
+
+-- The claim index gains the queue after the application: each queue's waiting records
+-- (and those in none, '') are read in claim order alone.
+DROP INDEX IF EXISTS async_req_due;
+CREATE INDEX IF NOT EXISTS async_req_due
+    ON async_req (application_name, queue_name, status, priority DESC, run_at, id)
+    WHERE status IN ('init', 'failed');
+
+-- The counts of a queue's running requests (all, per partition, per instance).
+CREATE INDEX IF NOT EXISTS async_req_running
+    ON async_req (application_name, queue_name, partition_key)
+    WHERE status = 'running';
+
+-- A limit per partition, set while running (NULL keeps the builder's).
+ALTER TABLE async_queue ADD COLUMN IF NOT EXISTS per_partition INTEGER NULL;
+
+-- The partition the queue's last claim served last: the next claim takes turns from the
+-- one after it (round-robin between partitions across claims).
+ALTER TABLE async_queue ADD COLUMN IF NOT EXISTS turn_after TEXT NULL;

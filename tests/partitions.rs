@@ -1,0 +1,334 @@
+//! Issue 30: the record knows its flow. A request carries its queue and its partition (a
+//! tenant: `Call::partition`, else its owner); a queue's `per_partition` limit holds for
+//! each partition across instances, the queue's claims take turns between partitions,
+//! the queue's count is read from the records (pausing an executor never lifts it), a
+//! backlog in no queue holds up no queue, and claims state their isolation.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_exec::{async_exec, batch, Backend, Data, QueueLimits, Runtime};
+use common::TestDb;
+
+/// Bodies running now and the most seen at once, by group (a partition, a queue), and
+/// the order runs started in.
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<Seen>>);
+
+#[derive(Default)]
+struct Seen {
+    running: HashMap<String, usize>,
+    most: HashMap<String, usize>,
+    /// Every start, in order: (group, n).
+    starts: Vec<(String, u64)>,
+    /// When each run (by group and n) started.
+    started_at: HashMap<(String, u64), Instant>,
+    ended: usize,
+}
+
+impl History {
+    async fn run(&self, groups: &[&str], n: u64, work: Duration) {
+        {
+            let mut seen = self.0.lock().unwrap();
+            for group in groups {
+                let running = seen.running.entry(group.to_string()).or_default();
+                *running += 1;
+                let now = *running;
+                let most = seen.most.entry(group.to_string()).or_default();
+                *most = (*most).max(now);
+            }
+            seen.starts.push((groups[0].to_string(), n));
+            seen.started_at
+                .insert((groups[0].to_string(), n), Instant::now());
+        }
+        tokio::time::sleep(work).await;
+        let mut seen = self.0.lock().unwrap();
+        for group in groups {
+            *seen.running.get_mut(*group).unwrap() -= 1;
+        }
+        seen.ended += 1;
+    }
+
+    fn most(&self, group: &str) -> usize {
+        self.0.lock().unwrap().most.get(group).copied().unwrap_or(0)
+    }
+
+    fn starts(&self) -> Vec<(String, u64)> {
+        self.0.lock().unwrap().starts.clone()
+    }
+
+    fn started_at(&self, group: &str, n: u64) -> Option<Instant> {
+        self.0
+            .lock()
+            .unwrap()
+            .started_at
+            .get(&(group.to_string(), n))
+            .copied()
+    }
+
+    async fn wait_ended(&self, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ended = self.0.lock().unwrap().ended;
+            if ended >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{ended} of {n} runs ended within {limit:?}: {:?}",
+                self.starts()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A webhook delivery of a tenant: 150 ms.
+#[async_exec(type = SaveAsync, queue = "webhooks")]
+async fn deliver(tenant: String, n: u64, history: Data<History>) {
+    history
+        .run(
+            &[tenant.as_str(), "webhooks"],
+            n,
+            Duration::from_millis(150),
+        )
+        .await;
+}
+
+/// A report of a tenant: 50 ms, one queue with no per-partition limit.
+#[async_exec(type = SaveAsync, queue = "reports")]
+async fn report(tenant: String, n: u64, history: Data<History>) {
+    history
+        .run(&[tenant.as_str(), "reports"], n, Duration::from_millis(50))
+        .await;
+}
+
+/// A slow sync of queue "syncs" (1.5 s), and a quick one of the same queue.
+#[async_exec(type = SaveAsync, queue = "syncs")]
+async fn slow_sync(n: u64, history: Data<History>) {
+    history
+        .run(&["syncs", "slow"], n, Duration::from_millis(1_500))
+        .await;
+}
+
+#[async_exec(type = SaveAsync, queue = "syncs")]
+async fn quick_sync(n: u64, history: Data<History>) {
+    history
+        .run(&["syncs", "quick"], n, Duration::from_millis(100))
+        .await;
+}
+
+/// A mail: in no queue.
+#[async_exec(type = SaveAsync)]
+async fn mail(n: u64, history: Data<History>) {
+    history.run(&["mails"], n, Duration::from_millis(20)).await;
+}
+
+async fn instance(db: &TestDb, history: &History, workers: usize) -> Runtime {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    db.builder()
+        .concurrency(workers)
+        .poll_interval(Duration::from_millis(50))
+        .data(history.clone())
+        .queue(
+            "webhooks",
+            QueueLimits::new().concurrency(4).per_partition(1),
+        )
+        .queue("reports", QueueLimits::new().concurrency(1))
+        .queue("syncs", QueueLimits::new().concurrency(2))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Three instances, three tenants with six deliveries each, submitted at once: never two
+/// of a tenant at once (each tenant reaches its one), never more than three in all.
+async fn a_partition_limit_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rts = [
+        instance(&db, &history, 8).await,
+        instance(&db, &history, 8).await,
+        instance(&db, &history, 8).await,
+    ];
+    for (i, tenant) in ["t1", "t2", "t3"].into_iter().enumerate() {
+        batch((0..6).map(|n| deliver(tenant.into(), n).partition(tenant)))
+            .on(&rts[i])
+            .await
+            .unwrap();
+    }
+    history.wait_ended(18, Duration::from_secs(30)).await;
+    for tenant in ["t1", "t2", "t3"] {
+        assert_eq!(history.most(tenant), 1, "{tenant}: {:?}", history.starts());
+    }
+    assert!(
+        history.most("webhooks") <= 3,
+        "{}",
+        history.most("webhooks")
+    );
+    common::wait_for(|| async { db.count("async_req").await == 0 }).await;
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+/// One at a time in the queue: 20 reports of a busy tenant wait, then 2 of a small one
+/// are called. The queue's claims take turns between tenants: the small tenant's two
+/// start among the first few, not after the busy tenant's backlog.
+async fn a_busy_partition_takes_turns_with_the_others<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    // No workers until both tenants have called: then the claims choose.
+    let rt = instance(&db, &history, 4).await;
+    rt.pause_executor("partitions::report", "test")
+        .await
+        .unwrap();
+    batch((0..20).map(|n| report("busy".into(), n).owner("busy")))
+        .on(&rt)
+        .await
+        .unwrap();
+    batch((0..2).map(|n| report("small".into(), 100 + n).owner("small")))
+        .on(&rt)
+        .await
+        .unwrap();
+    rt.resume_executor("partitions::report", "test")
+        .await
+        .unwrap();
+    history.wait_ended(22, Duration::from_secs(30)).await;
+    let starts = history.starts();
+    let small: Vec<usize> = starts
+        .iter()
+        .enumerate()
+        .filter(|(_, (group, _))| group == "small")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        small.iter().all(|&i| i < 6),
+        "the small tenant's reports started at {small:?} of {}: {starts:?}",
+        starts.len()
+    );
+    assert_eq!(history.most("reports"), 1);
+    rt.shutdown().await.unwrap();
+}
+
+/// Two slow syncs fill the queue (two at a time), then their executor is paused and four
+/// quick syncs are called: the slow ones still count, so the quick ones wait for them
+/// (before, the queue's count went by the executors claimed, and four ran at once).
+async fn pausing_an_executor_keeps_its_running_requests_in_the_count<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = instance(&db, &history, 8).await;
+    batch((0..2).map(slow_sync)).on(&rt).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while history.most("slow") < 2 {
+        assert!(Instant::now() < deadline, "two slow syncs running");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.pause_executor("partitions::slow_sync", "test")
+        .await
+        .unwrap();
+    batch((0..4).map(quick_sync)).on(&rt).await.unwrap();
+    history.wait_ended(6, Duration::from_secs(30)).await;
+    assert_eq!(history.most("syncs"), 2, "{:?}", history.starts());
+    rt.shutdown().await.unwrap();
+}
+
+/// Two workers, 200 mails (in no queue) wait, then one report is called: it starts
+/// within a claim or two, not behind the mails (before, every mail was claimed first
+/// and the report waited for a worker behind them all: about 2 s here).
+async fn a_backlog_in_no_queue_holds_up_no_queue<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = instance(&db, &history, 2).await;
+    batch((0..200).map(mail)).on(&rt).await.unwrap();
+    let called = Instant::now();
+    report("t".into(), 1).on(&rt).await.unwrap();
+    history.wait_ended(201, Duration::from_secs(60)).await;
+    let waited = history.started_at("t", 1).unwrap() - called;
+    assert!(
+        waited < Duration::from_millis(700),
+        "the report started {waited:?} after its call"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// The limit over every queue takes a concurrency only: a rate, a per-instance or a
+/// per-partition limit there was accepted and ignored; it is refused, naming it.
+async fn the_global_limit_refuses_what_it_would_ignore<DB: Backend>(db: TestDb) {
+    for (limits, named) in [
+        (QueueLimits::new().concurrency(2).rate(5), "rate"),
+        (
+            QueueLimits::new().concurrency(2).per_instance(1),
+            "per_instance",
+        ),
+        (QueueLimits::new().per_partition(1), "per_partition"),
+    ] {
+        let error = db
+            .builder()
+            .queue("(all)", limits)
+            .start()
+            .await
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(named), "{error}");
+    }
+}
+
+backend_suite!(
+    a_partition_limit_holds_across_instances,
+    a_busy_partition_takes_turns_with_the_others,
+    pausing_an_executor_keeps_its_running_requests_in_the_count,
+    a_backlog_in_no_queue_holds_up_no_queue,
+    the_global_limit_refuses_what_it_would_ignore,
+);
+
+/// PostgreSQL whose sessions begin at REPEATABLE READ: claims state READ COMMITTED, so
+/// that the partition and queue limits hold and no claim fails (before, a claim counted
+/// from a snapshot that missed the claim before it, or failed with 40001).
+async fn limits_hold_when_the_server_defaults_to_repeatable_read(db: TestDb) {
+    let name = db
+        .url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap();
+    db.exec(&format!(
+        "ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'"
+    ))
+    .await;
+    let history = History::default();
+    let rts = [
+        instance(&db, &history, 8).await,
+        instance(&db, &history, 8).await,
+    ];
+    for (i, tenant) in ["t1", "t2"].into_iter().enumerate() {
+        batch((0..8).map(|n| deliver(tenant.into(), n).partition(tenant)))
+            .on(&rts[i])
+            .await
+            .unwrap();
+    }
+    history.wait_ended(16, Duration::from_secs(30)).await;
+    for tenant in ["t1", "t2"] {
+        assert_eq!(history.most(tenant), 1, "{tenant}: {:?}", history.starts());
+    }
+    common::wait_for(|| async { db.count("async_req").await == 0 }).await;
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+mod repeatable_read {
+    #[cfg(all(feature = "postgres", async_exec_test_postgres))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres() {
+        let db = crate::common::TestDb::new(crate::common::Kind::Postgres).await;
+        super::limits_hold_when_the_server_defaults_to_repeatable_read(db).await;
+    }
+}
