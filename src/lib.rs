@@ -49,6 +49,7 @@ pub mod __private {
 /// | [`getting_started`](guide::getting_started) | a first program on SQLite, then a PostgreSQL + axum service |
 /// | [`attribute`](guide::attribute) | the attribute, its options, the strategies, what happens to a request, `#[secret]` |
 /// | [`transactions`](guide::transactions) | calls in your transaction, transaction scopes, one handler for every backend |
+/// | [`flow`](guide::flow) | queues, limits per tenant, turns between tenants, isolation |
 /// | [`keys`](guide::keys) | what an idempotency key promises |
 /// | [`settings`](guide::settings) | every setting, its default, migrations |
 /// | [`guarantees`](guide::guarantees) | what is guaranteed, item by item, and the known gaps |
@@ -84,6 +85,7 @@ pub mod guide {
 [attribute.md]: crate::guide::attribute
 [transactions.md]: crate::guide::transactions
 [keys.md]: crate::guide::keys
+[flow.md]: crate::guide::flow
 [settings.md]: crate::guide::settings
 [guarantees.md]: crate::guide::guarantees
 [instances.md]: crate::guide::instances
@@ -113,6 +115,7 @@ pub mod guide {
     chapter!(getting_started, "getting-started.md");
     chapter!(attribute, "attribute.md");
     chapter!(transactions, "transactions.md");
+    chapter!(flow, "flow.md");
     chapter!(keys, "keys.md");
     chapter!(settings, "settings.md");
     chapter!(guarantees, "guarantees.md");

@@ -27,6 +27,16 @@ async fn later(label: String, probe: Data<Probe>, ctx: Context) {
     probe.record(&label, ctx.attempt());
 }
 
+/// Of a queue with a limit: its requests are claimed by the queue's claim only.
+#[async_exec(type = SaveAsync, queue = "limited", max_attempts = 5)]
+async fn queued(label: String, probe: Data<Probe>, ctx: Context) -> Result<(), String> {
+    probe.record(&label, ctx.attempt());
+    if ctx.attempt() == 1 {
+        return Err("the first attempt fails".into());
+    }
+    Ok(())
+}
+
 /// Not written at the call: runs in memory after its delay.
 #[async_exec(type = AsyncSave)]
 async fn later_in_memory(label: String, probe: Data<Probe>, ctx: Context) {
@@ -144,7 +154,35 @@ async fn run_due_is_refused_outside_a_test_mode<DB: Backend>(db: common::TestDb)
     rt.shutdown().await.unwrap();
 }
 
+/// Requests of a queue run in `run_due` and `drain` too, within the queue's limit, retries
+/// included (before, both left them waiting: only the executors in no queue were
+/// claimed).
+async fn run_due_runs_the_requests_of_queues<DB: Backend>(db: common::TestDb) {
+    let rt = db
+        .builder()
+        .test_mode(TestMode::Hold)
+        .delete_on_success(false)
+        .retry_base_delay(Duration::from_secs(300))
+        .retry_max_delay(Duration::from_secs(600))
+        .queue("limited", async_exec::QueueLimits::new().concurrency(1))
+        .start()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(queued(format!("q{n}")).on(&rt).await.unwrap().id.unwrap());
+    }
+    let report = rt.run_due().await.unwrap();
+    assert_eq!((report.succeeded, report.failed), (3, 3), "{report:?}");
+    for (n, id) in ids.into_iter().enumerate() {
+        assert_eq!(probe(&rt).attempts(&format!("q{n}")), vec![1, 2]);
+        assert_eq!(rt.get(id).await.unwrap().unwrap().status, Status::Success);
+    }
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    run_due_runs_the_requests_of_queues,
     run_due_finishes_delays_and_retries_with_minutes_of_backoff,
     run_due_runs_the_retries_of_inline_calls,
     run_due_is_refused_outside_a_test_mode,

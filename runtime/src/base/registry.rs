@@ -175,6 +175,8 @@ fn reason(def: &ExecutorDef, error: &serde_json::Error) -> String {
 pub(crate) struct Registry {
     by_name: HashMap<&'static str, &'static ExecutorDef>,
     names: Vec<&'static str>,
+    /// The queues the executors' records are in (`""` for those in none), sorted.
+    queues: Vec<&'static str>,
 }
 
 impl Registry {
@@ -201,7 +203,20 @@ impl Registry {
             registry.names.push(def.name);
         }
         registry.names.sort_unstable();
+        registry.queues = registry
+            .by_name
+            .values()
+            .map(|def| def.queue.unwrap_or(""))
+            .chain([""])
+            .collect();
+        registry.queues.sort_unstable();
+        registry.queues.dedup();
         Ok(registry)
+    }
+
+    /// The queues the known executors' records are in (`""`: in none), sorted.
+    pub(crate) fn queues(&self) -> &[&'static str] {
+        &self.queues
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&'static ExecutorDef> {

@@ -184,7 +184,8 @@ pub struct DrainReport {
 impl Runtime {
     /// Runs, one after another in the caller's task, every held in-memory call and every
     /// record that is due now (`init`, and `failed` whose retry time has come), until none
-    /// is left. Retries whose backoff has not passed are left (set `retry_base_delay` to
+    /// is left; a queue's records within its limits (a rate-limited queue's beyond its
+    /// bucket are left). Retries whose backoff has not passed are left (set `retry_base_delay` to
     /// zero in tests to run them too). Meant for [`TestMode::Hold`], and works in any mode.
     pub async fn drain(&self) -> Result<DrainReport> {
         let inner = &self.inner;
@@ -193,6 +194,11 @@ impl Runtime {
             let mut jobs: Vec<Job> = std::mem::take(&mut *inner.held.lock().expect("held lock"));
             for kind in [DueKind::Stale { older_than: 0 }, DueKind::Scheduled] {
                 jobs.extend(inner.claimer.claim_due(kind, 100).await?);
+            }
+            // And each queue's, within its limits (what runs of it counts: the records
+            // claimed here run one after another and free their places as they finish).
+            for queue in inner.claimer.queues() {
+                jobs.extend(inner.claimer.claim_queue(queue, 100).await?);
             }
             if jobs.is_empty() {
                 return Ok(report);

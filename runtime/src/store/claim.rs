@@ -305,9 +305,10 @@ mod tests {
         );
         // Over its limit already (lowered while running): nothing, never negative.
         let over: std::collections::HashMap<String, i64> = [("a".to_string(), 5)].into();
+        // "b" has room for two, "c" for one: the first turn of each, then b's second.
         assert_eq!(
             take_turns(&waiting, &over, Some(2), 10, None).0,
-            vec![4, 5, 6]
+            vec![4, 6, 5]
         );
     }
 

@@ -351,6 +351,7 @@ impl Store for PostgresStore {
         let super::RescueBatch {
             application,
             executors,
+            queues: _, // the lease index holds every running record
             now,
             grace_ms,
             limit,

@@ -31,6 +31,9 @@ pub(crate) struct RescueBatch<'a> {
     /// The executors this binary knows: records of others are left to an instance that
     /// knows them.
     pub(crate) executors: &'a [&'static str],
+    /// The queues their records are in (`""` for none): MySQL/MariaDB reads the running
+    /// records of each through the claim index, which leads with the queue.
+    pub(crate) queues: &'a [&'static str],
     /// Now (unix ms), written as the rescued records' `run_at` and `update_time`.
     pub(crate) now: i64,
     /// How long past its end, by the database's clock, a lease must be to be rescued (a

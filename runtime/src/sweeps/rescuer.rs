@@ -120,6 +120,7 @@ impl Rescuer {
             let round = self.store.request_rescue(RescueBatch {
                 application: &self.application,
                 executors: self.registry.names(),
+                queues: self.registry.queues(),
                 now: self.clock.now_ms(),
                 grace_ms,
                 limit: self.config.batch,

@@ -15,28 +15,27 @@ pub(super) async fn rescue_once(store: &MySqlStore, batch: RescueBatch<'_>) -> R
     let RescueBatch {
         application,
         executors,
+        queues,
         now,
         grace_ms,
         limit,
     } = batch;
     let mut tx = store.begin().await?;
-    let sql = expired_leases_sql(executors.len());
-    let mut expired: Vec<ExpiredLease> = bind_list(
-        sqlx::query(&sql).bind(application).bind(grace_ms),
-        executors,
-    )
-    .bind(limit)
-    .try_map(|row: MySqlRow| {
-        Ok((
-            row.try_get(0)?,
-            row.try_get(1)?,
-            row.try_get(2)?,
-            row.try_get_unchecked(3)?,
-            row.try_get(4)?,
-        ))
-    })
-    .fetch_all(&mut *tx)
-    .await?;
+    let sql = expired_leases_sql(queues.len(), executors.len());
+    let query = bind_list(sqlx::query(&sql).bind(application), queues).bind(grace_ms);
+    let mut expired: Vec<ExpiredLease> = bind_list(query, executors)
+        .bind(limit)
+        .try_map(|row: MySqlRow| {
+            Ok((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get_unchecked(3)?,
+                row.try_get(4)?,
+            ))
+        })
+        .fetch_all(&mut *tx)
+        .await?;
     // Rows are locked in id order, as the completer locks them: fewer deadlocks.
     expired.sort_by_key(|e| e.0);
     let mut rescued = Rescued::default();
@@ -91,11 +90,13 @@ pub(super) async fn rescue_once(store: &MySqlStore, batch: RescueBatch<'_>) -> R
 /// (application, `running`) range, the records claimed now (MariaDB/MySQL has no lease
 /// index since migration 20261203000001). Named: beside `executor IN (...)` the optimizer
 /// sometimes took the executor list index, which holds every finished record too.
-pub(super) fn expired_leases_sql(executors: usize) -> String {
+pub(super) fn expired_leases_sql(queues: usize, executors: usize) -> String {
     format!(
         "SELECT id, exec_count, max_attempts, lease_owner, lease_until \
-         FROM async_req FORCE INDEX (async_req_due) WHERE application_name = ? AND status = 'running' AND lease_until < {DB_NOW} - ? \
+         FROM async_req FORCE INDEX (async_req_due) WHERE application_name = ? \
+         AND queue_name IN ({}) AND status = 'running' AND lease_until < {DB_NOW} - ? \
          AND executor IN ({}) ORDER BY lease_until LIMIT ?",
+        marks(queues),
         marks(executors)
     )
 }
@@ -116,9 +117,10 @@ mod tests {
     async fn the_rescuer_reads_the_running_records_of_the_claim_index() {
         let store = plan_fixture::store().await;
         let application = plan_fixture::seeded_application(&store, "rescue").await;
-        let sql = format!("EXPLAIN {}", expired_leases_sql(2));
+        let sql = format!("EXPLAIN {}", expired_leases_sql(1, 2));
         let row = sqlx::query(&sql)
             .bind(&application)
+            .bind("")
             .bind(10_000_i64)
             .bind("executor_0")
             .bind("executor_1")
@@ -129,7 +131,12 @@ mod tests {
         let plan = plan_fixture::Plan::of(&row);
         let said = format!("{plan:?}: {sql}");
         assert_eq!(plan.key.as_deref(), Some("async_req_due"), "{said}");
-        assert_eq!(plan.reference.as_deref(), Some("const,const"), "{said}");
+        // The application, the queue and the status.
+        assert_eq!(
+            plan.reference.as_deref(),
+            Some("const,const,const"),
+            "{said}"
+        );
         // About 570 of the 5,000 records run; the optimizer's estimate, not a count.
         assert!(plan.rows.is_some_and(|r| r < 2_000), "{said}");
         let lease_indexes: i64 = sqlx::query_scalar(

@@ -439,6 +439,7 @@ pub(super) async fn rescue(conn: &mut SqliteConnection, batch: RescueBatch<'_>) 
     let RescueBatch {
         application,
         executors,
+        queues: _, // the lease index holds every running record
         now,
         grace_ms,
         limit,
