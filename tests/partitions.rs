@@ -123,6 +123,12 @@ async fn quick_sync(n: u64, history: Data<History>) {
         .await;
 }
 
+/// A call to an API that takes 5 a second.
+#[async_exec(type = SaveAsync, queue = "api")]
+async fn call_api(n: u64, history: Data<History>) {
+    history.run(&["api"], n, Duration::from_millis(5)).await;
+}
+
 /// A mail: in no queue.
 #[async_exec(type = SaveAsync)]
 async fn mail(n: u64, history: Data<History>) {
@@ -144,6 +150,7 @@ async fn instance(db: &TestDb, history: &History, workers: usize) -> Runtime {
         )
         .queue("reports", QueueLimits::new().concurrency(1))
         .queue("syncs", QueueLimits::new().concurrency(2))
+        .queue("api", QueueLimits::new().rate(5))
         .start()
         .await
         .unwrap()
@@ -279,7 +286,31 @@ async fn the_global_limit_refuses_what_it_would_ignore<DB: Backend>(db: TestDb) 
     }
 }
 
+/// A queue with a rate and a backlog: once its bucket is spent, it is claimed again when
+/// the bucket has refilled, not at the next poll (an hour here; before, the calls past
+/// the first second's waited for it).
+async fn a_rate_limited_backlog_drains_at_its_rate<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = db
+        .builder()
+        .concurrency(8)
+        .data(history.clone())
+        .queue("api", QueueLimits::new().rate(5))
+        .start()
+        .await
+        .unwrap();
+    let called = Instant::now();
+    batch((0..12).map(call_api)).on(&rt).await.unwrap();
+    history.wait_ended(12, Duration::from_secs(10)).await;
+    let took = called.elapsed();
+    // 5 at once, then one every 200 ms: about 1.4 s; never faster than the rate.
+    assert!(took >= Duration::from_millis(1_200), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_rate_limited_backlog_drains_at_its_rate,
     a_partition_limit_holds_across_instances,
     a_busy_partition_takes_turns_with_the_others,
     pausing_an_executor_keeps_its_running_requests_in_the_count,

@@ -11,3 +11,4 @@ pub(crate) mod dispatcher;
 pub(crate) mod executor;
 pub(crate) mod pool;
 pub(crate) mod unanswered;
+pub(crate) mod waiting_queues;
