@@ -67,6 +67,12 @@ struct Args {
     /// At most this many requests of the queue `limited` at once on this instance.
     #[arg(long)]
     queue_per_instance: Option<u32>,
+    /// At most this many requests of each partition of the queue `limited` at once.
+    #[arg(long)]
+    queue_per_partition: Option<u32>,
+    /// Submit (with --submit --queued) request `n` in partition `p{n % partitions}`.
+    #[arg(long)]
+    partitions: Option<i64>,
 }
 
 /// Where bodies write what they did.
@@ -158,7 +164,10 @@ async fn submit<DB: Backend>(
             let call = if args.steps {
                 three_steps(n)
             } else if args.queued {
-                record_queued(n)
+                match args.partitions {
+                    Some(p) => record_queued(n).partition(format!("p{}", n % p.max(1))),
+                    None => record_queued(n),
+                }
             } else {
                 record(n)
             };
@@ -206,6 +215,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(n) = args.queue_per_instance {
         limits = limits.per_instance(n);
+    }
+    if let Some(n) = args.queue_per_partition {
+        limits = limits.per_partition(n);
     }
     let mut builder = Runtime::builder();
     if let Some(ms) = args.poll_ms {

@@ -541,6 +541,122 @@ async fn a_queue_limit_holds_over_three_processes(kind: Kind) {
     }
 }
 
+/// Issue 30: three processes, a queue of 6 at once and 1 at once per partition, 4
+/// partitions; one process is killed with SIGKILL in the middle. From the history the
+/// bodies write (a run of the killed process that never finished ends at the kill), no
+/// partition ever ran two at once, the queue never more than its limit, and each
+/// request finished.
+async fn a_partition_limit_holds_over_three_processes_one_killed(kind: Kind) {
+    let db = TestDb::new(kind).await;
+    let logs = tempfile::tempdir().unwrap();
+    let flags = [
+        "--lease-ms",
+        &LEASE_MS.to_string(),
+        "--heartbeat-ms",
+        &HEARTBEAT_MS.to_string(),
+        "--compensate-ms",
+        "500",
+        "--work-ms",
+        "60",
+        "--concurrency",
+        "3",
+        "--queue-concurrency",
+        "6",
+        "--queue-per-partition",
+        "1",
+        "--poll-ms",
+        "50",
+    ]
+    .map(String::from);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut w1 = start_worker(&db, &logs, "w1", &flags).await;
+    let mut w2 = start_worker(&db, &logs, "w2", &flags).await;
+    let mut w3 = start_worker(&db, &logs, "w3", &flags).await;
+    let pool = pool(&db).await;
+    let total = 120;
+    submit_with(
+        &db,
+        &logs,
+        total as usize,
+        &["--queued", "--partitions", "4"],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scalar(
+        &pool,
+        "SELECT COUNT(*) FROM worker_runs WHERE instance = 'w1'",
+    )
+    .await
+        < 5
+    {
+        assert!(Instant::now() < deadline, "w1 never got to 5 runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    w1.child.start_kill().unwrap();
+    w1.child.wait().await.unwrap();
+    let killed_at = now_ms();
+    let finished = "SELECT COUNT(DISTINCT n) FROM worker_runs WHERE finished IS NOT NULL";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while scalar(&pool, finished).await < total {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} finished within 120 s",
+            scalar(&pool, finished).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let runs: Vec<Run> = sqlx::query_as(
+        "SELECT request_id, n, instance, attempt, started, finished FROM worker_runs",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let end_of = |r: &Run| {
+        r.finished.unwrap_or_else(|| {
+            assert_eq!(
+                r.instance, "w1",
+                "only the killed process leaves a run open: {r:?}"
+            );
+            killed_at
+        })
+    };
+    let most = |runs: &[&Run]| {
+        let mut events: Vec<(i64, i32)> = runs
+            .iter()
+            .flat_map(|r| [(r.started, 1), (end_of(r), -1)])
+            .collect();
+        events.sort_by_key(|&(at, step)| (at, step));
+        let (mut now, mut most) = (0, 0);
+        for (_, step) in events {
+            now += step;
+            most = most.max(now);
+        }
+        most
+    };
+    let all: Vec<&Run> = runs.iter().collect();
+    let overall = most(&all);
+    let mut by_partition: HashMap<i64, Vec<&Run>> = HashMap::new();
+    for r in &runs {
+        by_partition.entry(r.n % 4).or_default().push(r);
+    }
+    let per_partition: Vec<(i64, i32)> =
+        by_partition.iter().map(|(p, rs)| (*p, most(rs))).collect();
+    println!("{kind:?}: at most {overall} at once; per partition {per_partition:?}");
+    assert!(overall <= 6, "the queue ran {overall} at once");
+    for (partition, most) in per_partition {
+        assert_eq!(most, 1, "partition p{partition} ran {most} at once");
+    }
+    for w in [&mut w2, &mut w3] {
+        let status = terminate(w).await;
+        assert!(
+            status.success(),
+            "{} exited with {status}: {}",
+            w.name,
+            read(&w.stderr)
+        );
+    }
+}
+
 /// Issue 21, "periodic calls": three processes keep a one-second schedule for 12 s
 /// (`TICKS_SECONDS`); one is killed with SIGKILL at five twelfths of it. Every tick from the first after all three started to
 /// the last before they stop ran exactly once, none missing, none twice.
@@ -698,6 +814,11 @@ macro_rules! multi_process_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_queue_limit_holds_over_three_processes() {
                 super::a_queue_limit_holds_over_three_processes($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_partition_limit_holds_over_three_processes_one_killed() {
+                super::a_partition_limit_holds_over_three_processes_one_killed($kind).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
