@@ -428,7 +428,37 @@ async fn policies_are_changed_from_the_tool<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: `flow QUEUE` shows what runs and waits in a queue per partition, the most
+/// waiting first; an unknown queue is refused, naming `queues`.
+async fn flow_shows_a_queue_per_partition<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    for (order, tenant) in [(1, "acme"), (2, "acme"), (3, "globex")] {
+        charge(order).partition(tenant).on(&rt).await.unwrap();
+    }
+    let flow = tool(&db, "tests", &["--json", "flow", "payments"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(flow["flow"]["waiting"], 3, "{flow}");
+    assert_eq!(flow["flow"]["partitions"][0]["partition"], "acme", "{flow}");
+    assert_eq!(flow["flow"]["partitions"][0]["waiting"], 2, "{flow}");
+    let human = tool(&db, "tests", &["flow", "payments"]).await.ok().stdout;
+    assert!(
+        human.contains("globex") && human.contains("3 waiting"),
+        "{human}"
+    );
+    let refused = tool(&db, "tests", &["flow", "paymnets"]).await;
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("async-exec queues"),
+        "{}",
+        refused.stderr
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    flow_shows_a_queue_per_partition,
     policies_are_changed_from_the_tool,
     tags_list_and_cancel_from_the_tool,
     queue_limits_are_set_from_the_tool,

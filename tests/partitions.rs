@@ -309,7 +309,78 @@ async fn a_rate_limited_backlog_drains_at_its_rate<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// What runs and waits in a queue, per partition, the most waiting first, with the
+/// limits in force: from code, and over the JSON API (an unknown queue is a 404).
+async fn the_flow_of_a_queue_shows_its_partitions<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = db
+        .builder()
+        .run_workers(false)
+        .data(history.clone())
+        .queue(
+            "webhooks",
+            QueueLimits::new().concurrency(4).per_partition(1),
+        )
+        .start()
+        .await
+        .unwrap();
+    for (tenant, n) in [("t1", 3), ("t2", 1)] {
+        batch((0..n).map(|i| deliver(tenant.into(), i).partition(tenant)))
+            .on(&rt)
+            .await
+            .unwrap();
+    }
+    batch((0..2).map(|i| deliver("none".into(), i)))
+        .on(&rt)
+        .await
+        .unwrap();
+    let flow = rt.queue_flow("webhooks", 10).await.unwrap();
+    assert_eq!((flow.running, flow.waiting), (0, 6));
+    assert_eq!((flow.concurrency, flow.per_partition), (Some(4), Some(1)));
+    let partitions: Vec<(&str, i64)> = flow
+        .partitions
+        .iter()
+        .map(|p| (p.partition.as_str(), p.waiting))
+        .collect();
+    assert_eq!(partitions, vec![("t1", 3), ("", 2), ("t2", 1)]);
+    assert!(flow
+        .partitions
+        .iter()
+        .all(|p| p.oldest_due.is_some() && !p.at_limit));
+    let two = rt.queue_flow("webhooks", 2).await.unwrap();
+    assert_eq!(
+        (two.partitions.len(), two.waiting),
+        (2, 6),
+        "totals over all"
+    );
+    #[cfg(feature = "console")]
+    {
+        use common::console::{get, mounted, Auth, VIEWER_TOKEN};
+        let app = mounted(&rt);
+        let reply = get(
+            &app,
+            "/api/queues/webhooks/flow",
+            Auth::Bearer(VIEWER_TOKEN),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.json()["partitions"][0]["partition"], "t1");
+        assert_eq!(reply.json()["waiting"], 6);
+        let unknown = get(&app, "/api/queues/nope/flow", Auth::Bearer(VIEWER_TOKEN)).await;
+        assert_eq!(unknown.status, 404, "{}", unknown.body);
+        let odd = get(
+            &app,
+            "/api/queues/webhooks/flow?bogus=1",
+            Auth::Bearer(VIEWER_TOKEN),
+        )
+        .await;
+        assert_eq!(odd.status, 400, "{}", odd.body);
+    }
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    the_flow_of_a_queue_shows_its_partitions,
     a_rate_limited_backlog_drains_at_its_rate,
     a_partition_limit_holds_across_instances,
     a_busy_partition_takes_turns_with_the_others,

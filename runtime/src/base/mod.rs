@@ -13,6 +13,7 @@ pub(crate) mod context;
 pub(crate) mod data;
 pub(crate) mod error;
 pub(crate) mod fault;
+pub(crate) mod flow;
 pub(crate) mod identity;
 #[cfg(feature = "opentelemetry")]
 pub(crate) mod otel;

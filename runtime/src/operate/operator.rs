@@ -147,6 +147,79 @@ impl Runtime {
             .await
     }
 
+    /// Queue `queue` now: its limits in force (set while running, else the builder's of
+    /// this instance), what runs and waits, and per partition (the `partitions` with the
+    /// most waiting, at most 1,000) what runs and waits, the oldest waiting's due time,
+    /// and whether it is at its limit. Reads the queue's live records only.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
+    /// let flow = rt.queue_flow("webhooks", 20).await?;
+    /// for p in &flow.partitions {
+    ///     println!("{}: {} running, {} waiting", p.partition, p.running, p.waiting);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn queue_flow(&self, queue: &str, partitions: usize) -> Result<crate::QueueFlow> {
+        let built = self
+            .inner
+            .settings
+            .queues
+            .get(queue)
+            .copied()
+            .unwrap_or_default();
+        let set = self
+            .queue_policies()
+            .await?
+            .into_iter()
+            .find(|p| p.queue == queue);
+        let of = |n: Option<u32>| n.map(i64::from);
+        let concurrency = set
+            .as_ref()
+            .and_then(|p| p.concurrency)
+            .or(of(built.concurrency_limit()));
+        let per_instance = set
+            .as_ref()
+            .and_then(|p| p.per_instance)
+            .or(of(built.per_instance_limit()));
+        let rate = set.as_ref().and_then(|p| p.rate).or(of(built.rate_limit()));
+        let per_partition = of(built.per_partition_limit());
+        let rows = self
+            .inner
+            .store
+            .ops()
+            .queue_partitions(&self.inner.app, queue, partitions.clamp(1, 1_000) as i64)
+            .await?;
+        let partitions: Vec<crate::PartitionFlow> = rows
+            .into_iter()
+            .map(
+                |(partition, running, waiting, oldest_due)| crate::PartitionFlow {
+                    partition,
+                    running,
+                    waiting,
+                    oldest_due,
+                    at_limit: per_partition.is_some_and(|limit| running >= limit),
+                },
+            )
+            .collect();
+        let (running, waiting) = self
+            .inner
+            .store
+            .ops()
+            .queue_counts(&self.inner.app, queue)
+            .await?;
+        Ok(crate::QueueFlow {
+            queue: queue.to_string(),
+            concurrency,
+            per_instance,
+            per_partition,
+            rate,
+            running,
+            waiting,
+            partitions,
+        })
+    }
+
     /// The executors of this application whose claims are paused.
     pub async fn paused(&self) -> Result<Vec<Pause>> {
         self.inner.store.ops().pause_list(&self.inner.app).await

@@ -83,6 +83,15 @@ pub(crate) enum Command {
     },
     /// The queues the services' executors name, with the limits set while running.
     Queues,
+    /// A queue now: what runs and waits in it, per partition (a tenant), the most
+    /// waiting first, with the limits set while running.
+    Flow {
+        /// The queue, as the executors' `queue = "..."` names it.
+        queue: String,
+        /// How many partitions to list (1 to 1,000).
+        #[arg(long, default_value_t = 20)]
+        partitions: usize,
+    },
     /// Set the limits of a queue on every instance, overriding the service's builder
     /// (neither option: clear them, the builder's apply again).
     QueueLimits {

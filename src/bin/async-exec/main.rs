@@ -118,6 +118,7 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         Command::Pause { executor } => commands::pause(&rt, &executor, true).await,
         Command::Resume { executor } => commands::pause(&rt, &executor, false).await,
         Command::Queues => commands::queues(&rt).await,
+        Command::Flow { queue, partitions } => commands::flow(&rt, &queue, partitions).await,
         Command::QueueLimits {
             queue,
             concurrency,

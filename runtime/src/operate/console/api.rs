@@ -40,6 +40,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/instances", get(list_instances))
         .route("/api/audit", get(list_audit))
         .route("/api/policies", get(list_policies).post(change_policy))
+        .route("/api/queues/{name}/flow", get(super::flow::queue_flow))
         .route("/api/actions/count", get(count_action))
         .route("/api/actions", post(run_action))
 }
@@ -578,7 +579,7 @@ impl utoipa::Modify for SecuritySchemes {
     info(title = "async-exec console API", description = "Requests, executors, instances and operator actions of an async-exec database."),
     paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
         list_audit, count_action, run_action, pause_executor, resume_executor, list_policies,
-        change_policy),
+        change_policy, super::flow::queue_flow),
     modifiers(&SecuritySchemes)
 )]
 struct ApiDoc;

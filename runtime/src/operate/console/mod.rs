@@ -34,6 +34,7 @@ mod config;
 mod device;
 mod filter;
 mod fleet;
+mod flow;
 mod gate;
 mod guard;
 mod limiter;

@@ -86,6 +86,53 @@ pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
     Ok(Printed::ok(json!({ "queues": policies }), human))
 }
 
+/// `flow QUEUE`: what runs and waits in a queue, per partition, the most waiting first.
+/// The limits shown are those set while running (the services' code's are not known
+/// here).
+pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result<Printed, Failure> {
+    if !rt.queue_policies().await?.iter().any(|p| p.queue == queue) {
+        return Err(Failure::Failed(format!(
+            "no queue of this application is named {}; `async-exec queues` lists them",
+            safe(queue)
+        )));
+    }
+    let flow = rt.queue_flow(queue, partitions).await?;
+    let limit = |n: Option<i64>| n.map_or("code's".to_string(), |n| n.to_string());
+    let rows: Vec<Vec<String>> = flow
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                if p.partition.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    safe(&p.partition)
+                },
+                p.running.to_string(),
+                p.waiting.to_string(),
+                p.oldest_due.map_or(String::new(), crate::time::format_ms),
+                if p.at_limit { "at limit" } else { "" }.to_string(),
+            ]
+        })
+        .collect();
+    let mut human = format!(
+        "{}: {} running, {} waiting; concurrency {}, per instance {}, rate {}\n",
+        safe(queue),
+        flow.running,
+        flow.waiting,
+        limit(flow.concurrency),
+        limit(flow.per_instance),
+        limit(flow.rate)
+    );
+    if !rows.is_empty() {
+        human.push_str(&crate::render::table(
+            &["PARTITION", "RUNNING", "WAITING", "OLDEST DUE", ""],
+            &rows,
+        ));
+    }
+    Ok(Printed::ok(json!({ "flow": flow }), human))
+}
+
 /// `policy NAME [...]`, audited as `cli:<os user>`.
 pub(crate) async fn policy(rt: &Runtime, a: crate::args::PolicyArgs) -> Result<Printed, Failure> {
     let mut change = rt.policy(&a.name).by(crate::operator::actor());

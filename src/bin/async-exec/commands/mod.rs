@@ -6,7 +6,7 @@ mod controls;
 mod reads;
 
 pub(crate) use actions::{act, cancel_tagged, purge, Action};
-pub(crate) use controls::{pause, policy, queue_limits, queues};
+pub(crate) use controls::{flow, pause, policy, queue_limits, queues};
 pub(crate) use reads::{applications_only, list, show, stats};
 
 use async_exec::{RequestId, Runtime};
