@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod parts;
 mod placement;
 mod service;
 mod validate;

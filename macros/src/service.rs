@@ -14,7 +14,7 @@ use syn::ext::IdentExt;
 use syn::{FnArg, ImplItem, ImplItemFn, ItemFn, ItemImpl};
 
 use crate::attr::{self, Args};
-use crate::expand::{
+use crate::parts::{
     args_derive, async_span, call_args, def_fields, default_crate_path, return_span, run_body,
     with_error, wrapper_params, Fields,
 };
@@ -161,7 +161,7 @@ fn method_executor(
         }
         (Err(e), _) | (_, Err(e)) => return fail(method, e),
     };
-    if let Some(error) = crate::expand::schedule_error(&args, &params) {
+    if let Some(error) = validate::schedule_error(&args, &params) {
         return fail(method, error);
     }
     let c = args.crate_path.clone().unwrap_or_else(|| c.clone());

@@ -6,6 +6,8 @@
 
 use syn::{FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, Signature, Type};
 
+use crate::attr::Args;
+
 /// How a parameter reaches the body when the executor runs.
 #[derive(Debug)]
 pub(crate) enum Kind {
@@ -121,6 +123,23 @@ fn check_signature(sig: &Signature, errors: &mut Vec<syn::Error>) {
             "variadic parameters are not supported: pass a `Vec<T>` instead",
         ));
     }
+}
+
+/// A schedule on an executor with stored parameters: its ticks would have no arguments
+/// to give it.
+pub(crate) fn schedule_error(args: &Args, params: &[Param]) -> Option<syn::Error> {
+    let schedule = args.schedule.as_ref()?;
+    params
+        .iter()
+        .any(|p| matches!(p.kind, Kind::Persisted))
+        .then(|| {
+            syn::Error::new(
+                schedule.span(),
+                "a scheduled executor is called by its schedule, with no arguments: its \
+                 parameters may only be `Data<T>` and `Context` (`Context::tick` gives the \
+                 time it was scheduled at)",
+            )
+        })
 }
 
 /// Whether the parameter is marked `#[secret]`; a marker with arguments, or on a

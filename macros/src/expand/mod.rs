@@ -11,13 +11,11 @@ use syn::ext::IdentExt;
 use syn::ItemFn;
 
 use crate::attr::{self, Args};
-use crate::validate::{self, Kind, Param};
-
-mod parts;
-
-pub(crate) use parts::{
-    args_derive, async_span, call_args, def_fields, return_span, run_body, wrapper_params, Fields,
+use crate::parts::{
+    args_derive, async_span, call_args, def_fields, default_crate_path, return_span, run_body,
+    with_error, wrapper_params, Fields,
 };
+use crate::validate::{self, Kind, Param};
 
 /// The whole attribute: parse, validate, expand. Never panics on user input:
 /// errors come back as `compile_error!`s next to the item.
@@ -42,7 +40,7 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = syn::parse2::<Args>(args);
     let params = validate::check(&item_fn);
     match (args, params) {
-        (Ok(args), Ok(params)) => match schedule_error(&args, &params) {
+        (Ok(args), Ok(params)) => match validate::schedule_error(&args, &params) {
             None => expand(&args, &item_fn, &params),
             Some(e) => {
                 let c = args.crate_path.clone().unwrap_or_else(default_crate_path);
@@ -69,16 +67,6 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
             with_error(item_fn.into_token_stream(), e)
         }
     }
-}
-
-/// Appends the error to `tokens` (tokio's `token_stream_with_error`).
-pub(crate) fn with_error(mut tokens: TokenStream, error: syn::Error) -> TokenStream {
-    tokens.extend(error.into_compile_error());
-    tokens
-}
-
-pub(crate) fn default_crate_path() -> syn::Path {
-    syn::parse_quote!(::async_exec)
 }
 
 fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
@@ -171,23 +159,6 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             #c::Call::__new(&#def_static, &#args_struct { #(#fields: #persisted),* })
         }
     }
-}
-
-/// A schedule on an executor with stored parameters: its ticks would have no arguments
-/// to give it.
-pub(crate) fn schedule_error(args: &Args, params: &[Param]) -> Option<syn::Error> {
-    let schedule = args.schedule.as_ref()?;
-    params
-        .iter()
-        .any(|p| matches!(p.kind, Kind::Persisted))
-        .then(|| {
-            syn::Error::new(
-                schedule.span(),
-                "a scheduled executor is called by its schedule, with no arguments: its \
-                 parameters may only be `Data<T>` and `Context` (`Context::tick` gives the \
-                 time it was scheduled at)",
-            )
-        })
 }
 
 /// What stands in for the function when only the attribute's arguments are

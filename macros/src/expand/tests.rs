@@ -1,7 +1,7 @@
 //! Unit tests of the expansion of `#[async_exec]` on an `async fn`.
 
-use super::parts::{fnv1a64, sign_and_signature};
 use super::*;
+use crate::parts::{fnv1a64, sign_and_signature};
 
 fn expand_str(args: TokenStream, item: TokenStream) -> String {
     async_exec(args, item).to_string()

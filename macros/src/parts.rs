@@ -1,6 +1,7 @@
-//! The pieces of generated code that an executor `fn` and a service's method share:
-//! the wrapper's parameters, the args struct's fields and derive, the run body, the
-//! `ExecutorDef`'s fields and the sign of the persisted parameters.
+//! The pieces of generated code that an executor `fn` (`expand/`) and a service's method
+//! (`service.rs`) share: the wrapper's parameters, the args struct's fields and derive,
+//! the run body, the `ExecutorDef`'s fields, the sign of the persisted parameters, the
+//! facade's default path and the error appended to an item.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
@@ -10,8 +11,19 @@ use syn::ReturnType;
 use crate::attr::{self, Args};
 use crate::validate::{Kind, Param};
 
+/// Appends the error to `tokens` (tokio's `token_stream_with_error`).
+pub(crate) fn with_error(mut tokens: TokenStream, error: syn::Error) -> TokenStream {
+    tokens.extend(error.into_compile_error());
+    tokens
+}
+
+/// The facade's path when the attribute gives no `crate = "..."`.
+pub(crate) fn default_crate_path() -> syn::Path {
+    syn::parse_quote!(::async_exec)
+}
+
 /// The FNV-1a 64-bit hash of `bytes`.
-pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         hash ^= u64::from(b);
@@ -31,7 +43,7 @@ fn type_string(ty: &syn::Type) -> String {
 
 /// `(sign, signature)` of the persisted parameters: the 16-hex-digit FNV-1a hash
 /// of `name:Type,name:Type`, and `(name: Type, name: Type)`.
-pub(super) fn sign_and_signature(params: &[Param]) -> (String, String) {
+pub(crate) fn sign_and_signature(params: &[Param]) -> (String, String) {
     let persisted: Vec<(String, String)> = params
         .iter()
         .filter(|p| matches!(p.kind, Kind::Persisted))
