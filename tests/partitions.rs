@@ -279,8 +279,7 @@ async fn the_global_limit_refuses_what_it_would_ignore<DB: Backend>(db: TestDb) 
             .queue("(all)", limits)
             .start()
             .await
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .to_string();
         assert!(error.contains(named), "{error}");
     }
