@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 
 mod attr;
 mod expand;
+mod partition;
 mod parts;
 mod placement;
 mod service;
@@ -192,6 +193,34 @@ mod validate;
 /// async fn charge(order_id: i64) -> anyhow::Result<()> { Ok(()) }
 /// ```
 ///
+/// ## `partition = <expr>`
+///
+/// The partition of its queue each call's request belongs to (a tenant, an account):
+/// the queue's `QueueLimits::per_partition(n)` limits each partition's running requests,
+/// and the queue's claims take turns between partitions. An expression over the call's
+/// stored parameters (a parameter, a field, `format!(..)`), evaluated when the function
+/// is called, before the arguments are stored; its value is any `Display` type (its
+/// text, 1 to 255 characters, is the partition; another is refused with
+/// `Error::InvalidCall` when the call is awaited). `.partition(..)` on the call replaces
+/// it. `SaveAsync` with a `queue` only; it may not name a `Data<T>` or `Context`
+/// parameter (injected when the body runs), a service's `self`, nor a `#[secret]`
+/// parameter (a partition is stored in plain text).
+///
+/// ```
+/// # use async_exec::async_exec;
+/// #[async_exec(type = SaveAsync, queue = "webhooks", partition = tenant_id)]
+/// async fn deliver(tenant_id: i64, event: String) -> anyhow::Result<()> { Ok(()) }
+///
+/// #[async_exec(type = SaveAsync, queue = "exports", partition = format!("{region}/{account}"))]
+/// async fn export(region: String, account: String) -> anyhow::Result<()> { Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # use async_exec::async_exec;
+/// #[async_exec(type = SaveAsync, partition = tenant_id)] // error: name the queue
+/// async fn deliver(tenant_id: i64) {}
+/// ```
+///
 /// ## `every = "30s"`, `cron = "0 0 6 1 * *"`, `time_zone = "Europe/Paris"`
 ///
 /// The executor calls itself: every so long (one second to a year, at the multiples
@@ -257,7 +286,8 @@ mod validate;
 ///
 /// Misuse is a compile error at the offending token that says what to write
 /// instead: unknown or duplicate arguments, an unknown strategy, a bad
-/// `timeout` or `max_attempts`, a function that is not `async`, generic,
+/// `timeout` or `max_attempts`, a `partition` without a queue or naming what the call
+/// does not have, a function that is not `async`, generic,
 /// `const`, `unsafe` or `extern`, a method outside a service's `impl` (or one
 /// taking `&mut self` or `self` by value), and parameters that are
 /// references, `impl Trait` or patterns. Persisted parameter types without

@@ -1,7 +1,8 @@
 //! The pieces of generated code that an executor `fn` (`expand/`) and a service's method
 //! (`service.rs`) share: the wrapper's parameters, the args struct's fields and derive,
 //! the run body, the `ExecutorDef`'s fields, the sign of the persisted parameters, the
-//! facade's default path and the error appended to an item.
+//! facade's default path, the error appended to an item, and the checks of the
+//! attribute's arguments against the parameters.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
@@ -10,6 +11,21 @@ use syn::ReturnType;
 
 use crate::attr::{self, Args};
 use crate::validate::{Kind, Param};
+
+/// What the parameters make of the attribute's arguments: a schedule with stored
+/// parameters, a `partition` naming what the call does not have. Every error, combined.
+pub(crate) fn args_error(args: &Args, params: &[Param]) -> Option<syn::Error> {
+    [
+        crate::validate::schedule_error(args, params),
+        crate::partition::check(args.partition.as_ref(), params),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(|mut all, more| {
+        all.combine(more);
+        all
+    })
+}
 
 /// Appends the error to `tokens` (tokio's `token_stream_with_error`).
 pub(crate) fn with_error(mut tokens: TokenStream, error: syn::Error) -> TokenStream {

@@ -15,8 +15,8 @@ use syn::{FnArg, ImplItem, ImplItemFn, ItemFn, ItemImpl};
 
 use crate::attr::{self, Args};
 use crate::parts::{
-    args_derive, async_span, call_args, def_fields, default_crate_path, return_span, run_body,
-    with_error, wrapper_params, Fields,
+    args_derive, args_error, async_span, call_args, def_fields, default_crate_path, return_span,
+    run_body, with_error, wrapper_params, Fields,
 };
 use crate::validate::{self, Param};
 
@@ -161,7 +161,7 @@ fn method_executor(
         }
         (Err(e), _) | (_, Err(e)) => return fail(method, e),
     };
-    if let Some(error) = validate::schedule_error(&args, &params) {
+    if let Some(error) = args_error(&args, &params) {
         return fail(method, error);
     }
     let c = args.crate_path.clone().unwrap_or_else(|| c.clone());
@@ -260,6 +260,7 @@ fn generate(
     };
     let service_need = quote!(#c::__private::DataNeed::service::<#self_ty>());
     let def_fields = def_fields(args, c, params, &[service_need]);
+    let (partition, with_partition) = crate::partition::compute(args.partition.as_ref());
 
     let in_impl: Vec<ImplItem> = vec![
         syn::parse_quote! {
@@ -267,7 +268,9 @@ fn generate(
             #vis fn #fn_name(&self, #(#wrapper_params),*) -> #c::Call {
                 // The call is the same whoever makes it: the registered instance runs it.
                 let _ = self;
+                #partition
                 #c::Call::__new(&#def_static, &#args_struct { #(#fields: #persisted),* })
+                    #with_partition
             }
         },
         syn::parse_quote! {

@@ -13,9 +13,9 @@ mod values;
 
 pub(crate) use values::find_crate_path;
 use values::{
-    check_strategy, every_millis, parse_max_attempts, parse_timeout_int, parse_timeout_str,
-    skip_value, unknown_key, DEADLINE_FORMS, EVERY_FORMS, MAX_NAME_CHARS, MAX_QUEUE_CHARS,
-    MAX_REMARK_CHARS, TIMEOUT_FORMS,
+    check_partition, check_strategy, every_millis, parse_max_attempts, parse_timeout_int,
+    parse_timeout_str, skip_value, unknown_key, DEADLINE_FORMS, EVERY_FORMS, MAX_NAME_CHARS,
+    MAX_QUEUE_CHARS, MAX_REMARK_CHARS, TIMEOUT_FORMS,
 };
 
 mod kw {
@@ -24,6 +24,7 @@ mod kw {
     syn::custom_keyword!(max_attempts);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(queue);
+    syn::custom_keyword!(partition);
     syn::custom_keyword!(deadline);
     syn::custom_keyword!(every);
     syn::custom_keyword!(cron);
@@ -39,6 +40,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max_attempts",
     "timeout",
     "queue",
+    "partition",
     "deadline",
     "every",
     "cron",
@@ -69,6 +71,9 @@ pub(crate) struct Args {
     pub(crate) timeout_ms: Option<u64>,
     /// `queue = "payments"`: the queue whose limits the executor's requests share.
     pub(crate) queue: Option<LitStr>,
+    /// `partition = tenant_id`: an expression over the call's stored parameters whose
+    /// value (`Display`) is the request's partition of its queue.
+    pub(crate) partition: Option<syn::Expr>,
     /// `deadline = "10m"` or `deadline = 600`, in milliseconds: a call's request not
     /// started by then goes `dead`.
     pub(crate) deadline_ms: Option<(u64, Span)>,
@@ -158,6 +163,7 @@ impl Parse for Args {
         let mut max_attempts = None;
         let mut timeout_ms = None;
         let mut queue = None;
+        let mut partition = None;
         let mut deadline_ms = None;
         let mut schedule = None;
         let mut catch_up: Option<Option<(bool, Span)>> = None;
@@ -174,6 +180,7 @@ impl Parse for Args {
                 &mut max_attempts,
                 &mut timeout_ms,
                 &mut queue,
+                &mut partition,
                 &mut deadline_ms,
                 &mut schedule,
                 &mut catch_up,
@@ -229,6 +236,35 @@ impl Parse for Args {
                 ));
             }
         }
+        // A partition is one of a queue's: it exists in the store's claims of the queue.
+        if let (Some(strategy), Some(Some(expr))) = (&strategy, &partition) {
+            let span = syn::spanned::Spanned::span(expr);
+            if !QUEUED_STRATEGIES.iter().any(|s| strategy == s) {
+                errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "`partition` puts each request in a partition of its queue, which the \
+                         queue's claims take turns between: `{strategy}` writes no request to \
+                         claim; use type = SaveAsync with a queue and a partition"
+                    ),
+                ));
+            } else if queue.is_none() {
+                errors.push(syn::Error::new(
+                    span,
+                    "`partition` is a partition of the executor's queue (its claims take \
+                     turns between partitions, `QueueLimits::per_partition` limits each): \
+                     name the queue, e.g. #[async_exec(type = SaveAsync, queue = \"webhooks\", \
+                     partition = tenant_id)]",
+                ));
+            } else if let Some(Some(_)) = &schedule {
+                errors.push(syn::Error::new(
+                    span,
+                    "a schedule's ticks are written by the schedule, not by a call, so a \
+                     `partition` computed from a call's arguments has none to use: remove \
+                     `partition`",
+                ));
+            }
+        }
         if let (None | Some(None), Some(Some((_, span)))) = (&schedule, &catch_up) {
             errors.push(syn::Error::new(
                 *span,
@@ -269,6 +305,7 @@ impl Parse for Args {
                 max_attempts: max_attempts.flatten(),
                 timeout_ms: timeout_ms.flatten(),
                 queue: queue.flatten(),
+                partition: partition.flatten(),
                 deadline_ms: deadline_ms.flatten(),
                 schedule: schedule.flatten(),
                 catch_up: catch_up.flatten().is_some_and(|(on, _)| on),
@@ -292,6 +329,7 @@ fn parse_one(
     max_attempts: &mut Option<Option<u32>>,
     timeout_ms: &mut Option<Option<u64>>,
     queue: &mut Option<Option<LitStr>>,
+    partition: &mut Option<Option<syn::Expr>>,
     deadline_ms: &mut Option<Option<(u64, Span)>>,
     schedule: &mut Option<Option<ScheduleArg>>,
     catch_up: &mut Option<Option<(bool, Span)>>,
@@ -484,6 +522,18 @@ fn parse_one(
             Some(value)
         };
         set_once(errors, queue, "queue", key.span, value);
+    } else if lookahead.peek(kw::partition) {
+        let key: kw::partition = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: syn::Expr = input.parse()?;
+        let value = match check_partition(value) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        set_once(errors, partition, "partition", key.span, value);
     } else if lookahead.peek(Token![crate]) {
         let key: Token![crate] = input.parse()?;
         input.parse::<Token![=]>()?;

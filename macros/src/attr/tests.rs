@@ -2,6 +2,7 @@
 
 use super::values::{timeout_millis, MAX_TIMEOUT_MS};
 use super::*;
+use quote::ToTokens;
 
 fn parse(tokens: &str) -> syn::Result<Args> {
     syn::parse_str::<Args>(tokens)
@@ -48,6 +49,65 @@ fn queue_is_parsed_and_checked() {
     }
     let long = "q".repeat(101);
     assert!(messages(&format!("type = SaveAsync, queue = {long:?}"))[0].contains("100"));
+}
+
+#[test]
+fn partition_is_parsed_and_checked() {
+    let args = parse(r#"type = SaveAsync, queue = "webhooks", partition = tenant_id"#).unwrap();
+    assert_eq!(
+        args.partition.unwrap().to_token_stream().to_string(),
+        "tenant_id"
+    );
+    // Any expression, up to the next comma outside brackets.
+    let args = parse(
+        r#"partition = format!("{}-{}", order.region, tenant), queue = "q", type = SaveAsync"#,
+    )
+    .unwrap();
+    assert_eq!(
+        args.partition.unwrap().to_token_stream().to_string(),
+        r#"format ! ("{}-{}" , order . region , tenant)"#
+    );
+    assert!(parse(r#"type = SaveAsync, queue = "q""#)
+        .unwrap()
+        .partition
+        .is_none());
+    // Only a queue's requests have a partition, and only SaveAsync ones are claimed.
+    let errs = messages(r#"type = SaveAsync, partition = tenant_id"#);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].contains("name the queue, e.g."), "{errs:?}");
+    for strategy in ["SyncSave", "AsyncSave", "Async", "Thread"] {
+        let errs = messages(&format!(
+            r#"type = {strategy}, partition = tenant_id, queue = "q""#
+        ));
+        // The queue's error and the partition's, each saying why.
+        assert!(
+            errs.iter()
+                .any(|e| e.contains(&format!("`{strategy}` writes no request to claim"))),
+            "{errs:?}"
+        );
+    }
+    let errs = messages(r#"type = SaveAsync, queue = "q", every = "1m", partition = region()"#);
+    assert!(
+        errs[0].contains("a schedule's ticks are written by the schedule"),
+        "{errs:?}"
+    );
+    // A string is surely a parameter's name: the fix names it.
+    let errs = messages(r#"type = SaveAsync, queue = "q", partition = "tenant_id""#);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].ends_with(
+            r#"write e.g. partition = tenant_id or partition = format!("tenant-{tenant_id}")"#
+        ),
+        "{errs:?}"
+    );
+    assert!(
+        messages(r#"type = SaveAsync, queue = "q", partition = "eu west""#)[0]
+            .contains("partition = tenant_id or")
+    );
+    let errs = messages(r#"type = SaveAsync, queue = "q", partition = a, partition = b"#);
+    assert_eq!(errs, ["duplicate argument `partition`; give it only once"]);
+    // A partition that is not an expression stops the parse there.
+    assert!(parse(r#"type = SaveAsync, queue = "q", partition = "#).is_err());
 }
 
 #[test]
@@ -136,7 +196,7 @@ fn unknown_strategy() {
 fn unknown_and_case_sensitive_keys() {
     assert_eq!(
         messages("type = Async, foo = 1 + 2, remark = \"x\""),
-        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, deadline, every, cron, catch_up, time_zone, crate"]
+        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, partition, deadline, every, cron, catch_up, time_zone, crate"]
     );
     let errs = messages("Type = Async");
     assert_eq!(errs.len(), 2, "{errs:?}");

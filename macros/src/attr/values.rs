@@ -69,6 +69,30 @@ pub(super) fn check_strategy(value: &Ident) -> syn::Result<()> {
     }
 }
 
+/// A `partition = ...` expression; a string is refused: it would put every call in one
+/// partition, and is surely meant as a parameter's name.
+pub(super) fn check_partition(value: syn::Expr) -> syn::Result<syn::Expr> {
+    let syn::Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Str(text),
+        ..
+    }) = &value
+    else {
+        return Ok(value);
+    };
+    let name = match syn::parse_str::<Ident>(&text.value()) {
+        Ok(_) => text.value(),
+        Err(_) => "tenant_id".to_string(),
+    };
+    Err(syn::Error::new(
+        text.span(),
+        format!(
+            "`partition` is an expression over the call's parameters, computed at each call, \
+             not a string (which would put every call in one partition): write e.g. \
+             partition = {name} or partition = format!(\"tenant-{{{name}}}\")"
+        ),
+    ))
+}
+
 /// The longest executor name the tables hold (`VARCHAR(255)` on MySQL/MariaDB).
 pub(super) const MAX_NAME_CHARS: usize = 255;
 

@@ -12,8 +12,8 @@ use syn::ItemFn;
 
 use crate::attr::{self, Args};
 use crate::parts::{
-    args_derive, async_span, call_args, def_fields, default_crate_path, return_span, run_body,
-    with_error, wrapper_params, Fields,
+    args_derive, args_error, async_span, call_args, def_fields, default_crate_path, return_span,
+    run_body, with_error, wrapper_params, Fields,
 };
 use crate::validate::{self, Kind, Param};
 
@@ -40,7 +40,7 @@ pub(crate) fn async_exec(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = syn::parse2::<Args>(args);
     let params = validate::check(&item_fn);
     match (args, params) {
-        (Ok(args), Ok(params)) => match validate::schedule_error(&args, &params) {
+        (Ok(args), Ok(params)) => match args_error(&args, &params) {
             None => expand(&args, &item_fn, &params),
             Some(e) => {
                 let c = args.crate_path.clone().unwrap_or_else(default_crate_path);
@@ -131,6 +131,7 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
         None => path.clone(),
     };
     let def_fields = def_fields(args, &c, params, &[]);
+    let (partition, with_partition) = crate::partition::compute(args.partition.as_ref());
 
     quote! {
         #(#attrs)*
@@ -156,7 +157,9 @@ fn expand(args: &Args, item: &ItemFn, params: &[Param]) -> TokenStream {
             };
             #c::__private::inventory::submit! { #c::__private::Registration(&#def_static) }
 
+            #partition
             #c::Call::__new(&#def_static, &#args_struct { #(#fields: #persisted),* })
+                #with_partition
         }
     }
 }

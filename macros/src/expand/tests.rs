@@ -215,3 +215,82 @@ fn not_a_function() {
         "{actual}"
     );
 }
+
+#[test]
+fn partition_is_computed_before_the_arguments_move() {
+    let actual = expand_str(
+        quote!(type = SaveAsync, queue = "webhooks", partition = format!("t-{}", tenant)),
+        quote!(
+            async fn deliver(tenant: String, event: String, h: Data<H>) {}
+        ),
+    );
+    let computed = "let __async_exec_partition : :: std :: string :: String = :: std :: string :: ToString :: to_string (& (format ! (\"t-{}\" , tenant))) ;";
+    let call = ":: async_exec :: Call :: __new (& __ASYNC_EXEC_DEF , & __AsyncExecArgs { tenant : tenant , event : event }) . __partition (__async_exec_partition)";
+    let (at_computed, at_call) = (actual.find(computed), actual.find(call));
+    assert!(
+        at_computed.is_some() && at_call.is_some() && at_computed < at_call,
+        "{actual}"
+    );
+    // Without `partition`, the call is as before.
+    let plain = expand_str(
+        quote!(type = SaveAsync, queue = "webhooks"),
+        quote!(
+            async fn deliver(tenant: String) {}
+        ),
+    );
+    assert!(!plain.contains("partition"), "{plain}");
+}
+
+#[test]
+fn a_partition_naming_what_the_call_lacks_emits_the_stub() {
+    let actual = expand_str(
+        quote!(type = SaveAsync, queue = "q", partition = ctx.attempt()),
+        quote!(
+            pub async fn f(a: i64, ctx: Context) {}
+        ),
+    );
+    assert!(
+        actual.starts_with("pub fn f (a : i64) -> :: async_exec :: Call {"),
+        "{actual}"
+    );
+    assert!(!actual.contains("__partition"), "{actual}");
+    assert_eq!(actual.matches("compile_error").count(), 1, "{actual}");
+    assert!(
+        actual.contains("`ctx` is injected when the body runs"),
+        "{actual}"
+    );
+}
+
+#[test]
+fn a_service_method_computes_its_partition_in_its_wrapper() {
+    let actual = expand_str(
+        TokenStream::new(),
+        quote!(
+            impl Hooks {
+                #[async_exec(type = SaveAsync, queue = "q", partition = account.tenant)]
+                async fn deliver(&self, account: Account) {}
+            }
+        ),
+    );
+    assert!(
+        actual.contains("fn deliver (& self , account : Account) -> :: async_exec :: Call { let _ = self ; let __async_exec_partition : :: std :: string :: String = :: std :: string :: ToString :: to_string (& (account . tenant)) ;"),
+        "{actual}"
+    );
+    assert!(
+        actual.contains(". __partition (__async_exec_partition) }"),
+        "{actual}"
+    );
+    let refused = expand_str(
+        TokenStream::new(),
+        quote!(
+            impl Hooks {
+                #[async_exec(type = SaveAsync, queue = "q", partition = self.tenant)]
+                async fn deliver(&self, account: Account) {}
+            }
+        ),
+    );
+    assert!(
+        refused.contains("`self` is the caller's instance"),
+        "{refused}"
+    );
+}
