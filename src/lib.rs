@@ -94,6 +94,7 @@ pub mod guide {
 [performance.md]: crate::guide::performance
 [benchmarks.md]: crate::guide::benchmarks
 [internals.md]: crate::guide::internals
+[attribute.md#partitions-of-a-queue]: crate::guide::attribute#partitions-of-a-queue
 [operations.md#console]: crate::guide::operations#console
 [operations.md#health]: crate::guide::operations#health
 [operations.md#metrics]: crate::guide::operations#metrics
