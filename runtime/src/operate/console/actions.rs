@@ -102,6 +102,44 @@ impl LoginRefused {
         }
     }
 
+    /// 429: this pair failed too often.
+    fn pair_waits(wait: std::time::Duration) -> LoginRefused {
+        let seconds = wait.as_secs() + 1;
+        LoginRefused {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "too many failed logins for this user from this address: wait {seconds} s \
+                 (after {} failures, each one doubles the wait, up to 15 minutes)",
+                limiter::FREE_FAILURES
+            ),
+            retry_after: Some(seconds),
+        }
+    }
+
+    /// 429: this address failed too often (a user's wrong password from there, or a name
+    /// that is no user's: told apart by nothing).
+    fn address_waits(wait: std::time::Duration) -> LoginRefused {
+        let seconds = wait.as_secs() + 1;
+        LoginRefused {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "too many failed logins from this address: wait {seconds} s (after {} \
+                 failures, each one doubles the wait, up to 15 minutes)",
+                limiter::ADDRESS_FREE_FAILURES
+            ),
+            retry_after: Some(seconds),
+        }
+    }
+
+    /// 503: too many password checks under way.
+    fn busy() -> LoginRefused {
+        LoginRefused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "too many logins at once: try again in a second".to_string(),
+            retry_after: Some(1),
+        }
+    }
+
     /// The `Retry-After` header, when there is one.
     pub(crate) fn headers(&self) -> Vec<(header::HeaderName, String)> {
         self.retry_after
@@ -112,10 +150,11 @@ impl LoginRefused {
 }
 
 /// Checks a login: the user's role, or why it is refused (401 for a wrong name or
-/// password, 429 while this address must wait before trying this user again, 503 when
-/// too many password checks are under way). Logged and audited (`login`,
-/// `login_refused`, with the client address) once the password was checked. Shared with
-/// the JSON API.
+/// password, 429 while this address must wait before trying this user again, or, for a
+/// wrong password, while this address failed too often, 503 when too many password
+/// checks are under way). Logged and audited (`login`, `login_refused`, with the client
+/// address) once the password was checked, refusals within a budget a second (see
+/// [`limiter::Told`]). Shared with the JSON API.
 pub(crate) async fn check_login(
     state: &State,
     parts: &Parts,
@@ -134,50 +173,87 @@ pub(crate) async fn check_login(
         .devices
         .of_request(parts, user)
         .unwrap_or_else(|| address.clone());
-    if let Err(wait) = state.limiter.try_start(&counted_as, user) {
-        let seconds = wait.as_secs() + 1;
-        return Err(LoginRefused {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            message: format!(
-                "too many failed logins for this user from this address: wait {seconds} s \
-                 (after {} failures, each one doubles the wait, up to 15 minutes)",
-                limiter::FREE_FAILURES
-            ),
-            retry_after: Some(seconds),
-        });
-    }
-    let checked = state.gate.verify(&state.config, user, password).await;
+    let known = auth::is_user(&state.config, user);
+    let attempt = limiter::Try {
+        address: &address,
+        counted_as: &counted_as,
+        user,
+        known,
+    };
+    let started = match state.limiter.try_start(attempt) {
+        Ok(started) => started,
+        Err(limiter::Wait::Pair(wait)) => return Err(LoginRefused::pair_waits(wait)),
+        Err(limiter::Wait::Address(wait)) => {
+            // A name that is no user's, from an address that failed too often: answered
+            // as a user's wrong password from there is, as late, without a check.
+            return match state.gate.pretend(&state.config, user, password).await {
+                Ok(()) => Err(LoginRefused::address_waits(wait)),
+                Err(_) => Err(LoginRefused::busy()),
+            };
+        }
+    };
+    let checked = if known {
+        state.gate.verify(&state.config, user, password).await
+    } else {
+        state
+            .gate
+            .pretend(&state.config, user, password)
+            .await
+            .map(|()| None)
+    };
     let Ok(role) = checked else {
-        state.limiter.not_tried(&counted_as, user);
-        return Err(LoginRefused {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "too many logins at once: try again in a second".to_string(),
-            retry_after: Some(1),
-        });
+        state.limiter.not_tried(attempt);
+        return Err(LoginRefused::busy());
     };
     // Names are logged escaped (Debug) and cut short: no forged log lines.
     let shown = crate::base::text::capped(user, 64);
-    let outcome = match role {
+    let (outcome, left_out) = match role {
         Some(role) => {
-            state.limiter.succeeded(&counted_as, user);
+            state.limiter.succeeded(attempt);
             crate::log::info!(user = ?shown, address = ?address, "console login");
-            Ok((user.to_string(), role))
+            (Ok((user.to_string(), role)), Some(0))
         }
         None => {
-            // Counted by try_start already.
-            crate::log::warn!(user = ?shown, address = ?address, "console login refused");
-            Err(LoginRefused::wrong())
+            // Counted by try_start already. Told (logged and audited) within a budget a
+            // second: a flood from many addresses writes no line nor row for each try.
+            let left_out = state.told.take();
+            if let Some(left_out) = left_out {
+                crate::log::warn!(
+                    user = ?shown,
+                    address = ?address,
+                    left_out,
+                    "console login refused"
+                );
+            }
+            let refused = match started.address_wait {
+                Some(wait) => LoginRefused::address_waits(wait),
+                None => LoginRefused::wrong(),
+            };
+            (Err(refused), left_out)
         }
+    };
+    let Some(left_out) = left_out else {
+        return outcome;
     };
     let action = if outcome.is_ok() {
         "login"
     } else {
         "login_refused"
     };
-    let target = serde_json::json!({ "address": address }).to_string();
+    let target = if left_out > 0 {
+        serde_json::json!({ "address": address, "refusals_left_out": left_out })
+    } else {
+        serde_json::json!({ "address": address })
+    };
     let audited = state
         .rt
-        .audit(state.rt.application(), &shown, action, target, 0)
+        .audit(
+            state.rt.application(),
+            &shown,
+            action,
+            target.to_string(),
+            0,
+        )
         .await;
     if let Err(error) = audited {
         crate::log::warn!(error = ?error.to_string(), "console: could not audit a login");

@@ -67,6 +67,8 @@ pub(crate) struct State {
     pub(crate) login_required: bool,
     pub(crate) sessions: auth::Sessions,
     pub(crate) limiter: limiter::Limiter,
+    /// How many refused logins are logged and audited each second.
+    pub(crate) told: limiter::Told,
     /// Device cookies: logins from a browser that logged in before count apart.
     pub(crate) devices: device::Devices,
     /// Password checks, off the async workers and a few at a time.
@@ -101,6 +103,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         login_required,
         sessions: Default::default(),
         limiter: Default::default(),
+        told: Default::default(),
         devices: Default::default(),
         gate: Default::default(),
     });
