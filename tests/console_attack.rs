@@ -381,7 +381,11 @@ async fn a_flood_of_made_up_names_refuses_no_operator_and_slows_nothing() {
     let (_db, rt) = sqlite().await;
     let app = mounted(&rt);
     // One login first: whatever is made once is made before the memory is measured.
-    let first = call(&app, login_from("198.51.100.7", "alice", "operator pass", &[])).await;
+    let first = call(
+        &app,
+        login_from("198.51.100.7", "alice", "operator pass", &[]),
+    )
+    .await;
     assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
     let before = resident_bytes();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -416,7 +420,11 @@ async fn a_flood_of_made_up_names_refuses_no_operator_and_slows_nothing() {
     while started.elapsed() < Duration::from_secs(4) {
         let app2 = app.clone();
         let login = tokio::spawn(async move {
-            call(&app2, login_from("198.51.100.7", "alice", "operator pass", &[])).await
+            call(
+                &app2,
+                login_from("198.51.100.7", "alice", "operator pass", &[]),
+            )
+            .await
         })
         .await
         .unwrap();
