@@ -590,6 +590,62 @@ async fn bulk_actions_refuse_unknown_fields_and_more_than_counted() {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: the list ignored fields it does not know, so a typo (`stauts=dead`) listed
+/// every request. The JSON list and the requests page refuse one (400), naming it and
+/// the fields they read; the fields they know still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_refuses_unknown_fields() {
+    let _alone = ALONE.lock().await;
+    let (_db, rt) = sqlite().await;
+    doomed("one".into()).on(&rt).await.unwrap();
+    wait_status(&rt, Status::Dead, 1).await;
+    let app = mounted(&rt);
+    let bot = Auth::Bearer(VIEWER_TOKEN);
+    for path in [
+        "/api/requests?stauts=dead",
+        "/api/requests?status=dead&limt=5",
+    ] {
+        let typo = get(&app, path, bot).await;
+        assert_eq!(
+            typo.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            typo.body
+        );
+        let field = if path.contains("stauts") {
+            "stauts"
+        } else {
+            "limt"
+        };
+        assert!(typo.body.contains(field), "{}", typo.body);
+        assert!(
+            typo.body.contains("status") && typo.body.contains("limit"),
+            "names the fields it reads: {}",
+            typo.body
+        );
+    }
+    let (cookie, _) = login(&app, "victor", "viewer pass").await;
+    let page = get(&app, "/requests?stauts=dead", Auth::Cookie(&cookie)).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(page.body.contains("stauts"), "{}", page.body);
+    let fine = get(
+        &app,
+        "/api/requests?status=dead&executor=attack::doomed&order=oldest&limit=5",
+        bot,
+    )
+    .await;
+    assert_eq!(fine.status, StatusCode::OK, "{}", fine.body);
+    assert_eq!(fine.json()["requests"].as_array().unwrap().len(), 1);
+    let page = get(
+        &app,
+        "/requests?status=dead&notice=done&action=retry&changed=1",
+        Auth::Cookie(&cookie),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    rt.shutdown().await.unwrap();
+}
+
 /// Issue 18's leftover: a bulk action counted, then acted on whatever matched by then, so
 /// a request that came to match between the two was changed too, past the number the
 /// operator confirmed. The action reads the ids of what it confirms and acts on those

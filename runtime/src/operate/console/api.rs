@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State as Shared};
+use axum::extract::{Path, Query, RawQuery, State as Shared};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 use super::actions::check_login;
 use super::auth::{self, ApiWho};
 use super::config::Role;
-use super::filter::{FilterForm, PageForm};
+use super::filter::{self, FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
 use super::overview::Overview;
 use super::reads::{problem, scoped_query, Attempt, Problem};
@@ -168,8 +168,16 @@ pub(crate) struct ListParams {
 async fn list_requests(
     _caller: ApiWho,
     Shared(state): Shared<Arc<State>>,
-    Query(params): Query<ListParams>,
+    RawQuery(query): RawQuery,
 ) -> Response {
+    let known = [&filter::FIELDS[..], &filter::PAGE_FIELDS[..]];
+    if let Err(message) = filter::known_fields_only(query.as_deref(), &known) {
+        return problem(StatusCode::BAD_REQUEST, &message);
+    }
+    let params: ListParams = match serde_urlencoded::from_str(query.as_deref().unwrap_or("")) {
+        Ok(params) => params,
+        Err(error) => return problem(StatusCode::BAD_REQUEST, &error.to_string()),
+    };
     match super::reads::request_list(&state, &params.filter, &params.page).await {
         Ok(list) => Json(RequestPage {
             requests: list.rows,
