@@ -107,7 +107,7 @@ impl Retention {
         crate::operate::metrics::retention_pruned(purged.requests, purged.attempt_logs);
         if purged.requests + purged.attempt_logs > 0 {
             crate::log::info!(
-                application = %self.application,
+                application = %crate::log::escaped(&self.application),
                 requests = purged.requests,
                 attempt_logs = purged.attempt_logs,
                 "retention: pruned finished requests and old attempt logs"
