@@ -15,11 +15,11 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
 
-use super::actions::check_login;
 use super::auth::{self, ApiWho};
 use super::config::Role;
 use super::filter::{self, FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
+use super::login::check_login;
 use super::overview::Overview;
 use super::reads::{problem, scoped_query, Attempt, Problem};
 use super::State;
@@ -97,7 +97,7 @@ async fn login(
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let base = auth::base_of(&parts);
-            let cookies = super::actions::login_cookies(&state, &parts, &base, &name, &token);
+            let cookies = super::login::login_cookies(&state, &parts, &base, &name, &token);
             let who = state.sessions.find(&token, state.config.idle_timeout);
             let info = SessionInfo {
                 user: name,

@@ -14,7 +14,7 @@
 //! name that is a user's is still checked (its own pair's limit applies), so that the real
 //! operator's correct password works from a flooded address unless that very pair is
 //! being guessed; the caller answers a wrong one as it answers a refused made-up name
-//! (see `actions::check_login`).
+//! (see `login::check_login`).
 //!
 //! Both maps are least-recently-used caches of a fixed capacity ([`MAX_PAIRS`],
 //! [`MAX_ADDRESSES`]), keyed by a SHA-256 (whatever the lengths of the name and address):

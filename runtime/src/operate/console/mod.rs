@@ -37,6 +37,7 @@ mod fleet;
 mod gate;
 mod guard;
 mod limiter;
+mod login;
 mod overview;
 mod pages;
 mod policies;
@@ -109,7 +110,7 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
     });
     Ok(Router::new()
         .route("/", get(pages::overview))
-        .route("/login", get(actions::login_form).post(actions::login))
+        .route("/login", get(login::login_form).post(login::login))
         .route("/logout", post(actions::logout))
         .route("/requests", get(pages::requests))
         .route("/requests/{id}", get(pages::request_detail))
