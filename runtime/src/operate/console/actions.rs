@@ -130,31 +130,19 @@ pub(crate) async fn action(
                 return error_page(&base, &who, refused.status, &refused.message);
             }
         };
-        let statuses: Vec<&str> = action.applies_to().iter().map(|s| s.as_str()).collect();
-        let body = html! {
-            p id="confirm-text" {
-                (action_label(action)) ": "
-                strong id="confirm-count" data-count=(count) { (count_of(count, "request")) }
-                " match" (if count == 1 { "es" } else { "" }) " the filter and " (if count == 1 { "is " } else { "are " }) (statuses.join(", ")) "."
-                @if form.filter.is_empty() { " The filter is empty: this is every such request." }
-            }
-            form.inline method="post" action={ (base) "/actions" } {
-                (csrf_field(&who))
-                (hidden_filter(&form.filter))
-                input type="hidden" name="action" value=(action.as_str());
-                input type="hidden" name="confirm" value="yes";
-                input type="hidden" name="up_to" value=(count);
-                @if let Some(back) = form.back.as_deref() { input type="hidden" name="back" value=(back); }
-                button id="confirm-submit" type="submit" disabled[count == 0] { (action_label(action)) " " (count) }
-            }
-            " "
-            a id="confirm-cancel" href={ (base) "/requests?" (filter_qs) } { "Cancel" }
-        };
-        return page(StatusCode::OK, layout(&base, Some(&who), "Confirm", body));
+        return confirm_page(&base, &who, &form, action, count, None);
     };
     let changed = match act_up_to(&state, action, &query, up_to, &who.name).await {
         Ok(changed) => changed,
-        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
+        // The set moved since the count: offer the action on what matches now.
+        Err(crate::Error::MoreMatch { matching, up_to }) => {
+            let count = i64::try_from(matching).unwrap_or(i64::MAX);
+            return confirm_page(&base, &who, &form, action, count, Some(up_to));
+        }
+        Err(error) => {
+            let refused = Refused::from(error);
+            return error_page(&base, &who, refused.status, &refused.message);
+        }
     };
     let back = form
         .back
@@ -169,6 +157,47 @@ pub(crate) async fn action(
     .into_response()
 }
 
+/// The page that shows how many requests `action` changes (`count`, matching the form's
+/// filter now) and asks to go on; `moved`: the number confirmed before, when more came to
+/// match since (the action is offered on what matches now).
+fn confirm_page(
+    base: &str,
+    who: &Who,
+    form: &ActionForm,
+    action: Action,
+    count: i64,
+    moved: Option<u64>,
+) -> Response {
+    let statuses: Vec<&str> = action.applies_to().iter().map(|s| s.as_str()).collect();
+    let filter_qs = form.filter.to_query_string();
+    let body = html! {
+        @if let Some(confirmed) = moved {
+            p.notice id="confirm-moved" data-confirmed=(confirmed) {
+                "The requests changed since you confirmed " (count_of(confirmed as i64, "request"))
+                ": nothing was changed. This is what matches now."
+            }
+        }
+        p id="confirm-text" {
+            (action_label(action)) ": "
+            strong id="confirm-count" data-count=(count) { (count_of(count, "request")) }
+            " match" (if count == 1 { "es" } else { "" }) " the filter and " (if count == 1 { "is " } else { "are " }) (statuses.join(", ")) "."
+            @if form.filter.is_empty() { " The filter is empty: this is every such request." }
+        }
+        form.inline method="post" action={ (base) "/actions" } {
+            (csrf_field(who))
+            (hidden_filter(&form.filter))
+            input type="hidden" name="action" value=(action.as_str());
+            input type="hidden" name="confirm" value="yes";
+            input type="hidden" name="up_to" value=(count);
+            @if let Some(back) = form.back.as_deref() { input type="hidden" name="back" value=(back); }
+            button id="confirm-submit" type="submit" disabled[count == 0] { (action_label(action)) " " (count) }
+        }
+        " "
+        a id="confirm-cancel" href={ (base) "/requests?" (filter_qs) } { "Cancel" }
+    };
+    page(StatusCode::OK, layout(base, Some(who), "Confirm", body))
+}
+
 /// Applies `action` to the requests matching `query` (audited as `actor`'s), unless more
 /// than `up_to` match now (409: the count changed since it was shown); never to more than
 /// `up_to`, nor to one that came to match after the action started.
@@ -178,13 +207,13 @@ pub(crate) async fn act_up_to(
     query: &crate::RequestQuery,
     up_to: i64,
     actor: &str,
-) -> Result<u64, Refused> {
+) -> crate::Result<u64> {
     let done = state
         .rt
         .act_up_to(action, query, up_to.max(0) as u64, actor)
         .await;
     state.counts.recount_soon(&state.rt);
-    Ok(done?)
+    done
 }
 
 async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: bool) -> Response {

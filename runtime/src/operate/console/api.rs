@@ -462,7 +462,7 @@ pub(crate) struct ActionDone {
 /// refused when more than `up_to` match.
 #[utoipa::path(post, path = "/api/actions", request_body = ActionBody,
     responses((status = 200, body = ActionDone), (status = 400, body = Problem), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 409, description = "More requests match than `up_to`", body = Problem),
+        (status = 403, body = Problem), (status = 409, description = "More requests match than `up_to`: nothing changed; `matching` says how many match now", body = Moved),
         (status = 422, description = "A field is unknown or of the wrong type", body = Problem)),
     security(("session" = []), ("bearer" = [])))]
 async fn run_action(
@@ -489,8 +489,29 @@ async fn run_action(
             changed,
         })
         .into_response(),
-        Err(refused) => problem(refused.status, &refused.message),
+        Err(error @ crate::Error::MoreMatch { matching, up_to }) => (
+            StatusCode::CONFLICT,
+            Json(Moved {
+                error: error.to_string(),
+                matching,
+                up_to,
+            }),
+        )
+            .into_response(),
+        Err(error) => failed(error),
     }
+}
+
+/// More requests match than the action was confirmed for: nothing changed. Send the
+/// action again with `up_to` = `matching` to act on what matches now.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Moved {
+    /// What happened, and what to do.
+    error: String,
+    /// How many match now.
+    matching: u64,
+    /// How many the action was confirmed for.
+    up_to: u64,
 }
 
 /// An executor to pause or resume.
