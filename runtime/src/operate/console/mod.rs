@@ -28,6 +28,7 @@
 
 mod actions;
 mod api;
+mod api_changes;
 mod auth;
 mod charts;
 mod config;
