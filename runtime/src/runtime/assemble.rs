@@ -164,7 +164,7 @@ impl Runtime {
                 },
             ),
         )));
-        if s.retention.is_some() {
+        if s.retention.is_some() || s.audit_retention.is_some() {
             let retention = self.retention();
             let every = crate::sweeps::retention::RETENTION_INTERVAL;
             let pulse = inner.pulses.part("retention", Some(every));
