@@ -467,6 +467,71 @@ async fn a_flood_of_made_up_names_refuses_no_operator_and_slows_nothing() {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: strangers guessing the operator's own name from many addresses filled the
+/// password checks' waiting room, and her correct logins were refused (503) with it. A
+/// browser that logged in as her before (its device cookie) has checks kept for it: it
+/// logs in through the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_guesses_at_a_user_leaves_her_own_browser_in() {
+    let _alone = ALONE.lock().await;
+    let (_db, rt) = sqlite().await;
+    let app = mounted(&rt);
+    let first = call(
+        &app,
+        login_from("198.51.100.7", "alice", "operator pass", &[]),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
+    let device = set_cookie(&first, "async_exec_device").expect("a device cookie");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (0..64u32)
+        .map(|i| {
+            let app = app.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                for n in 0u32.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    // A fresh address each time: no limit on failures applies.
+                    let peer = format!("10.{i}.{}.{}", n / 250 % 250, n % 250 + 1);
+                    let reply = call(&app, login_from(&peer, "alice", "guess", &[])).await;
+                    if reply.status != StatusCode::UNAUTHORIZED {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut refused = Vec::new();
+    for _ in 0..10 {
+        let app2 = app.clone();
+        let cookie = device.clone();
+        let hers = tokio::spawn(async move {
+            let headers = [("cookie", cookie.as_str())];
+            call(
+                &app2,
+                login_from("198.51.100.7", "alice", "operator pass", &headers),
+            )
+            .await
+        })
+        .await
+        .unwrap();
+        if hers.status != StatusCode::SEE_OTHER {
+            refused.push(hers.status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in flood {
+        task.await.unwrap();
+    }
+    assert!(refused.is_empty(), "her browser was refused: {refused:?}");
+    rt.shutdown().await.unwrap();
+}
+
 /// Inserts a dead request of another application, `billing`; its id.
 async fn other_application(db: &TestDb) -> i64 {
     db.exec(

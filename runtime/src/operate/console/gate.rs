@@ -5,7 +5,8 @@
 //! the same thread, where the blocking pool's changing threads each kept their own (the
 //! resident memory grew by hundreds of MiB and stayed, issue 30). At most [`WAITING`]
 //! more wait their turn, and beyond that a login is refused at once (503 with
-//! `Retry-After`) without hashing anything.
+//! `Retry-After`) without hashing anything; [`KEPT_FOR_DEVICES`] more places are kept for
+//! browsers that logged in as the user they try before (their device cookie).
 //!
 //! A name that is no user's has no password to check: checking it against a decoy hash
 //! only made its answer take as long as a user's, and let a flood of made-up names take
@@ -30,6 +31,11 @@ pub(crate) const RUNNING: usize = 2;
 
 /// Password checks waiting for a turn, at most.
 pub(crate) const WAITING: usize = 16;
+
+/// Places in the queue kept for tries from a browser whose device cookie says it logged
+/// in as that user before: strangers guessing a user's name from many addresses fill
+/// [`WAITING`], not these, so the user's own browser still gets its check.
+pub(crate) const KEPT_FOR_DEVICES: usize = 4;
 
 /// A password to check against a hash, the admission it holds until it is checked, and
 /// where to send whether it matched and how long the check took.
@@ -99,14 +105,17 @@ fn start_threads() -> Option<mpsc::Sender<Job>> {
 
 impl Gate {
     /// The user `name`'s role when `password` is theirs, checked on the gate's threads;
-    /// [`Busy`] when [`RUNNING`] + [`WAITING`] checks are under way already.
+    /// [`Busy`] when [`RUNNING`] + [`WAITING`] checks are under way already (and
+    /// [`KEPT_FOR_DEVICES`] more for a try from a recognised device, `device`).
     pub(crate) async fn verify(
         &self,
         config: &ConsoleConfig,
         name: &str,
         password: &str,
+        device: bool,
     ) -> Result<Option<Role>, Busy> {
-        if self.admitted.fetch_add(1, Ordering::AcqRel) >= RUNNING + WAITING {
+        let places = RUNNING + WAITING + if device { KEPT_FOR_DEVICES } else { 0 };
+        if self.admitted.fetch_add(1, Ordering::AcqRel) >= places {
             self.admitted.fetch_sub(1, Ordering::AcqRel);
             return Err(Busy);
         }
@@ -156,7 +165,7 @@ impl Gate {
         }
         let check = self.check_nanos.load(Ordering::Acquire);
         if check == 0 {
-            return self.verify(config, name, password).await.map(|_| ());
+            return self.verify(config, name, password, false).await.map(|_| ());
         }
         // Each turn in front of it takes about one check per running slot.
         let turns = 1 + admitted / RUNNING;

@@ -188,7 +188,11 @@ pub(crate) async fn check_login(
         }
     };
     let checked = if known {
-        state.gate.verify(&state.config, user, password).await
+        let device = counted_as != address;
+        state
+            .gate
+            .verify(&state.config, user, password, device)
+            .await
     } else {
         state
             .gate
