@@ -108,6 +108,14 @@ async fn actions_are_audited_as_the_os_user<DB: Backend>(db: TestDb) {
         .await
         .ok();
     assert_eq!(paused.json()["paused"], true);
+    // A name that is no executor's is refused, and not audited (issue 30).
+    let nosuch = tool(&db, "tests", &["pause", "cliop::nosuch"]).await;
+    assert_eq!(nosuch.code, 1, "{}", nosuch.stdout);
+    assert!(
+        nosuch.stderr.contains("no executor is named"),
+        "{}",
+        nosuch.stderr
+    );
     let resumed = tool(&db, "tests", &["resume", "cliop::ok"]).await.ok();
     assert!(resumed.stdout.contains("resumed"), "{}", resumed.stdout);
     tool(&db, "tests", &["purge", "--older-than", "0s"])

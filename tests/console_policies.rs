@@ -344,8 +344,54 @@ async fn an_action_on_ticked_rows_changes_those_only<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: delete asked first from a filter, not from ticked rows, where one click
+/// deleted them. From ticked rows, delete shows what it will delete (how many, their
+/// ids) and deletes nothing until confirmed; the other actions act at once, as before.
+async fn delete_on_ticked_rows_asks_first<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let later = std::time::Duration::from_secs(3_600);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(report(n).delay(later).on(&rt).await.unwrap().id.unwrap());
+    }
+    let (a, b) = (ids[0].to_string(), ids[2].to_string());
+    let asked = [
+        ("csrf", csrf.as_str()),
+        ("action", "delete"),
+        ("back", "/requests"),
+        ("id", a.as_str()),
+        ("id", b.as_str()),
+    ];
+    let confirm = post_form(&app, "/actions/selected", alice, &asked).await;
+    assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
+    assert!(
+        confirm
+            .body
+            .contains(r#"id="confirm-count" data-count="2""#),
+        "{}",
+        confirm.body
+    );
+    assert!(confirm.body.contains(r#"name="confirm" value="yes""#));
+    for id in &ids {
+        assert!(rt.get(*id).await.unwrap().is_some(), "nothing deleted yet");
+    }
+    let mut confirmed = asked.to_vec();
+    confirmed.push(("confirm", "yes"));
+    let done = post_form(&app, "/actions/selected", alice, &confirmed).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert!(done.location.unwrap().contains("changed=2"));
+    assert!(rt.get(ids[0]).await.unwrap().is_none());
+    assert!(rt.get(ids[1]).await.unwrap().is_some());
+    assert!(rt.get(ids[2]).await.unwrap().is_none());
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
     an_action_on_ticked_rows_changes_those_only,
+    delete_on_ticked_rows_asks_first,
     queues_show_their_load_and_pages_refresh,
     the_policies_page_shows_and_changes_a_policy,
     a_requests_page_shows_its_result_and_stops_it,

@@ -71,6 +71,122 @@ async fn a_request_going_dead_is_logged_at_error() {
     assert!(line.contains("the mail server refused it"), "{line}");
 }
 
+/// Issue 30: a field written with `%` (Display) reaches the log as it is, newlines and
+/// escapes included: the runtime's `%` fields go through `crate::log::escaped`. (A field
+/// written with `?`, Debug, is escaped by the formatter.)
+#[test]
+fn the_runtime_writes_display_fields_escaped() {
+    fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("src/log.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Each crate::log macro call, to its closing parenthesis: every `%` outside
+                // its string literals starts an escaped field.
+                for (at, _) in text.match_indices("crate::log::") {
+                    let Some(open) = text[at..].find("!(").map(|i| at + i + 2) else {
+                        continue;
+                    };
+                    let (mut depth, mut in_text, mut escape) = (1, false, false);
+                    for (i, c) in text[open..].char_indices() {
+                        if in_text {
+                            match (escape, c) {
+                                (true, _) => escape = false,
+                                (false, '\\') => escape = true,
+                                (false, '"') => in_text = false,
+                                _ => {}
+                            }
+                            continue;
+                        }
+                        match c {
+                            '"' => in_text = true,
+                            '(' => depth += 1,
+                            ')' => depth -= 1,
+                            '%' if !text[open + i..].starts_with("%crate::log::escaped(") => {
+                                let line = text[..at].lines().count();
+                                found.push(format!("{}:{line}", path.display()));
+                            }
+                            _ => {}
+                        }
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src"),
+        &mut found,
+    );
+    assert!(
+        found.is_empty(),
+        "write `name = %crate::log::escaped(&value)`, not `%value`:\n{}",
+        found.join("\n")
+    );
+}
+
+#[async_exec(type = SaveAsync, max_attempts = 1)]
+async fn fails_with_a_forged_line(label: String) -> Result<(), String> {
+    Err(format!(
+        "{label}\n2026-12-07T00:00:00Z  INFO async_exec: all is well \u{1b}[2J\u{1b}[31mred\r"
+    ))
+}
+
+/// Issue 30: a body's error was logged as it came (`error = %message`), so a newline in it
+/// started a forged log line, and an ANSI escape reached the terminal. Control characters
+/// from errors and other outside text are written escaped (`\n`, `\u{1b}`): every line
+/// the request's failure writes is one line, with no escape byte.
+#[tokio::test]
+async fn errors_are_logged_with_their_control_characters_escaped() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new(Kind::Sqlite).await;
+    let rt = db.builder().start().await.unwrap();
+    let id = fails_with_a_forged_line("boom".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move { rt.get(id).await.unwrap().unwrap().status == Status::Dead }
+    })
+    .await;
+    rt.shutdown().await.unwrap();
+    let logged = captured.text();
+    let forged: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("all is well") && !l.contains("boom"))
+        .collect();
+    assert!(forged.is_empty(), "forged lines: {forged:?}\n{logged}");
+    assert!(
+        !logged.contains('\u{1b}'),
+        "an escape byte reached the log:\n{logged}"
+    );
+    assert!(
+        !logged.contains('\r'),
+        "a carriage return reached the log:\n{logged}"
+    );
+    let dead = logged
+        .lines()
+        .find(|l| l.contains("is dead"))
+        .unwrap_or_else(|| panic!("no line says the request is dead:\n{logged}"));
+    assert!(dead.contains(r"boom\n2026"), "{dead}");
+}
+
 /// The target and module of every event and span the subscriber saw.
 #[derive(Clone, Default)]
 struct Targets(Arc<Mutex<Vec<(String, String, String)>>>);

@@ -257,6 +257,7 @@ async fn retention_prunes_are_counted<DB: async_exec::Backend>(db: common::TestD
     let series = [
         "async_exec_retention_pruned_total{table=async_req}",
         "async_exec_retention_pruned_total{table=async_log}",
+        "async_exec_retention_pruned_total{table=async_audit}",
     ];
     let before: Vec<f64> = series.iter().map(|s| counts.get(s)).collect();
     let rt = db
@@ -281,14 +282,22 @@ async fn retention_prunes_are_counted<DB: async_exec::Backend>(db: common::TestD
         ))
         .await;
     }
+    // An audit row past the default audit retention (90 days).
+    let long_ago = common::now_ms() - 100 * 86_400_000;
+    db.exec(&format!(
+        "INSERT INTO async_audit (application_name, actor, action, target, affected, \
+         create_time) VALUES ('tests', 'alice', 'retry', '{{}}', 1, {long_ago})"
+    ))
+    .await;
     let report = rt.retention().run_once().await.unwrap();
     assert_eq!((report.requests, report.attempt_logs), (1, 2));
+    assert_eq!(report.audit_rows, 1);
     let delta: Vec<f64> = series
         .iter()
         .zip(&before)
         .map(|(s, b)| counts.get(s) - b)
         .collect();
-    assert_eq!(delta, vec![1.0, 2.0], "series: {series:?}");
+    assert_eq!(delta, vec![1.0, 2.0, 1.0], "series: {series:?}");
     rt.shutdown().await.unwrap();
 }
 

@@ -113,12 +113,13 @@ async fn finished_records_and_old_logs_past_the_retention_are_pruned<DB: async_e
     rt.shutdown().await.unwrap();
 }
 
-/// `retention(None)` keeps every record and log.
+/// `retention(None)` keeps every record and log, `audit_retention(None)` every audit row.
 async fn no_retention_keeps_everything<DB: async_exec::Backend>(db: TestDb) {
     let rt = db
         .builder()
         .run_workers(false)
         .retention(None)
+        .audit_retention(None)
         .start()
         .await
         .unwrap();
@@ -126,6 +127,7 @@ async fn no_retention_keeps_everything<DB: async_exec::Backend>(db: TestDb) {
     let id = record(&db, "success", old).await;
     log(&db, id, old).await;
     log(&db, 999_999_003, old).await;
+    audit_row(&db, "tests", old).await;
     let report = rt.retention().run_once().await.unwrap();
     assert_eq!(
         (report.requests, report.attempt_logs, report.batches),
@@ -133,6 +135,58 @@ async fn no_retention_keeps_everything<DB: async_exec::Backend>(db: TestDb) {
     );
     assert!(exists(&db, id).await);
     assert_eq!(db.count("async_log").await, 2);
+    assert_eq!(db.count("async_audit").await, 1);
+    rt.shutdown().await.unwrap();
+}
+
+/// An audit row of `application`, written at `at`.
+async fn audit_row(db: &TestDb, application: &str, at: i64) {
+    db.exec(&format!(
+        "INSERT INTO async_audit (application_name, actor, action, target, affected, \
+         create_time) VALUES ('{application}', 'alice', 'retry', '{{}}', 1, {at})"
+    ))
+    .await;
+}
+
+/// Issue 30: audit rows were kept forever. They have a retention of their own (default
+/// 90 days), pruned by the same sweep: older rows of this application go, recent ones
+/// and other applications' stay.
+async fn audit_rows_past_their_retention_are_pruned<DB: async_exec::Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    let now = now_ms();
+    for _ in 0..3 {
+        audit_row(&db, "tests", now - 100 * DAY_MS).await;
+    }
+    audit_row(&db, "tests", now - 80 * DAY_MS).await;
+    audit_row(&db, "other", now - 100 * DAY_MS).await;
+    let report = rt.retention().run_once().await.unwrap();
+    assert_eq!(report.audit_rows, 3, "{report:?}");
+    assert_eq!(
+        db.count("async_audit WHERE application_name = 'tests'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("async_audit WHERE application_name = 'other'")
+            .await,
+        1
+    );
+    rt.shutdown().await.unwrap();
+    // A shorter retention of its own.
+    let rt = db
+        .builder()
+        .run_workers(false)
+        .audit_retention(Some(Duration::from_secs(30 * 86_400)))
+        .start()
+        .await
+        .unwrap();
+    let report = rt.retention().run_once().await.unwrap();
+    assert_eq!(report.audit_rows, 1, "{report:?}");
+    assert_eq!(
+        db.count("async_audit WHERE application_name = 'tests'")
+            .await,
+        0
+    );
     rt.shutdown().await.unwrap();
 }
 
@@ -175,5 +229,6 @@ async fn instances_pruning_at_once_delete_each_row_once<DB: async_exec::Backend>
 backend_suite!(
     finished_records_and_old_logs_past_the_retention_are_pruned,
     no_retention_keeps_everything,
+    audit_rows_past_their_retention_are_pruned,
     instances_pruning_at_once_delete_each_row_once,
 );

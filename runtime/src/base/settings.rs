@@ -133,6 +133,11 @@ pub struct Settings {
     /// minutes ([`Retention`](crate::Retention)). Records that may still run are kept
     /// whatever their age. `None` keeps everything. At least 1 ms, at most a year.
     pub retention: Option<Duration>,
+    /// How long audit rows (`async_audit`: the console's, the CLI's and `rt.act`'s
+    /// actions, logins) are kept (default 90 days): the retention sweep deletes older ones
+    /// of the application with the finished records. `None` keeps them. At least 1 ms,
+    /// at most a year.
+    pub audit_retention: Option<Duration>,
     /// How old the oldest due waiting request of the application may be before
     /// [`Runtime::health`](crate::Runtime::health) reports the runtime `degraded`
     /// (default 5 minutes). At least 1 ms, at most a year.
@@ -195,6 +200,7 @@ impl Default for Settings {
             install_global: true,
             test_mode: None,
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            audit_retention: Some(Duration::from_secs(90 * 24 * 3600)),
             health_backlog_threshold: Duration::from_secs(300),
             simulated_clock_offset_ms: 0,
             queues: Default::default(),
@@ -250,6 +256,7 @@ impl std::fmt::Debug for Settings {
             .field("install_global", &self.install_global)
             .field("test_mode", &self.test_mode)
             .field("retention", &self.retention)
+            .field("audit_retention", &self.audit_retention)
             .field("health_backlog_threshold", &self.health_backlog_threshold)
             .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
             .field("queues", &self.queues)
@@ -346,6 +353,7 @@ impl Settings {
             ("lease", Some(self.lease)),
             ("heartbeat_interval", Some(self.heartbeat_interval)),
             ("retention", self.retention),
+            ("audit_retention", self.audit_retention),
             (
                 "health_backlog_threshold",
                 Some(self.health_backlog_threshold),

@@ -55,7 +55,7 @@ where
                 let pause = restart_pause(restarts);
                 crate::log::error!(
                     part,
-                    panic = %panic_text(&*panic),
+                    panic = %crate::log::escaped(&panic_text(&*panic)),
                     restarts,
                     ?pause,
                     "a runtime part panicked; restarting it"

@@ -187,7 +187,7 @@ impl TraceContext {
                 return json;
             }
             let (key, _) = stored.baggage.pop().expect("a field to leave out");
-            crate::log::warn!(%key, max_bytes = text::MAX_STORED_TEXT,
+            crate::log::warn!(key = %crate::log::escaped(&key), max_bytes = text::MAX_STORED_TEXT,
                 "baggage field not carried to the execution: the baggage is larger than async-exec stores");
         }
     }

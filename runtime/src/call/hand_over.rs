@@ -75,7 +75,7 @@ impl Inner {
         match self.test_mode() {
             Some(TestMode::Inline) => {
                 if let Err(error) = self.execute_inline(job).await {
-                    crate::log::error!(%error, "test mode: could not run a call inline");
+                    crate::log::error!(error = %crate::log::escaped(&error), "test mode: could not run a call inline");
                 }
                 return;
             }
@@ -117,7 +117,7 @@ impl Inner {
                 job.trace.as_ref(),
             );
             if let Err(error) = self.store.request_insert(&request).await {
-                crate::log::error!(executor = job.def.name, %error, "channel full and store failing: running in memory");
+                crate::log::error!(executor = job.def.name, error = %crate::log::escaped(&error), "channel full and store failing: running in memory");
                 self.spawn_direct(job);
             }
             return;

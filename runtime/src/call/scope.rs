@@ -420,7 +420,7 @@ impl Runtime {
             }
             Err(error) => {
                 if let Err(rollback) = tx.rollback().await {
-                    crate::log::warn!(error = %rollback, "could not roll back the transaction scope; \
+                    crate::log::warn!(error = %crate::log::escaped(&rollback), "could not roll back the transaction scope; \
                         the database rolls it back when the connection closes");
                 }
                 Err(error)

@@ -280,7 +280,7 @@ impl Inner {
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
-                        crate::log::error!(executor = call.def.name, %error,
+                        crate::log::error!(executor = call.def.name, error = %crate::log::escaped(&error),
                             "could not persist the request: running it in memory only; a crash now loses it");
                         writer.after_commit(self, vec![call.job()]).await;
                         Ok(Receipt::new(
@@ -312,7 +312,7 @@ impl Inner {
                             // Remember the key, so that a retried call does not run again.
                             // The body ran whatever happens here: the receipt says so.
                             if let Err(error) = writer.record_key(self, &call.request(self)).await {
-                                crate::log::error!(executor = call.def.name, %error,
+                                crate::log::error!(executor = call.def.name, error = %crate::log::escaped(&error),
                                     "SyncSave body ran but its idempotency key could not be recorded: a call with the key runs it again");
                             }
                         }

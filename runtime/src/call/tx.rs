@@ -215,7 +215,7 @@ impl Inner {
             return;
         }
         if let Err(error) = self.store.request_postpone(&moves).await {
-            crate::log::warn!(%error, requests = moves.len(),
+            crate::log::warn!(error = %crate::log::escaped(&error), requests = moves.len(),
                 "could not move delayed requests to count from the commit; they count from the call");
         }
     }

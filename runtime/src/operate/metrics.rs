@@ -136,6 +136,12 @@ pub(crate) fn finished(def: &'static ExecutorDef, succeeded: bool, elapsed: Dura
     });
 }
 
+/// The retention sweep deleted `rows` audit rows.
+pub(crate) fn audit_pruned(rows: u64) {
+    metrics::counter!("async_exec_retention_pruned_total", "table" => "async_audit")
+        .increment(rows);
+}
+
 /// The retention sweep deleted `requests` records and `logs` attempt logs.
 pub(crate) fn retention_pruned(requests: u64, logs: u64) {
     metrics::counter!("async_exec_retention_pruned_total", "table" => "async_req")

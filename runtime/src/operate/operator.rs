@@ -49,7 +49,21 @@ impl Runtime {
     /// rt.resume_executor("mail::send", "alice").await?;  // back: the backlog drains
     /// # Ok(()) }
     /// ```
+    ///
+    /// Refused with [`Error::Config`] for a name that is no executor's: neither linked
+    /// into this binary, nor announced by a live instance of the application, nor named
+    /// by its requests (the command-line tool knows the services' executors these ways).
     pub async fn pause_executor(&self, executor: &str, actor: &str) -> Result<()> {
+        if !self.names_an_executor(executor).await? {
+            return Err(Error::Config {
+                setting: "pause",
+                reason: format!(
+                    "no executor is named {:?}: pause one by its stable name (the console's \
+                     executors page and `async-exec stats` list them)",
+                    crate::base::text::capped(executor, 100)
+                ),
+            });
+        }
         let now = self.inner.now_ms();
         let ops = self.inner.store.ops();
         ops.pause_set(&self.inner.app, executor, actor, now).await?;
@@ -57,6 +71,18 @@ impl Runtime {
         self.audit(&self.inner.app, actor, "pause", target, 0)
             .await?;
         self.control_part().refresh_pauses().await
+    }
+
+    /// Whether `name` is an executor's: linked into this binary, announced by a live
+    /// instance, or named by requests of the application.
+    async fn names_an_executor(&self, name: &str) -> Result<bool> {
+        if self.inner.registry.defs().any(|d| d.name == name)
+            || super::policy::announced(self, name).await?
+        {
+            return Ok(true);
+        }
+        let counts = self.counts_by_executor().await?;
+        Ok(counts.iter().any(|c| c.executor == name))
     }
 
     /// Resumes the claims of `executor` on every instance; whether it was paused.

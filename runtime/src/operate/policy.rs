@@ -175,7 +175,7 @@ impl PolicyChange<'_> {
 
 /// Whether a live instance of the application (seen within a day) announced an executor
 /// named `name`: what a tool without the service's executors (the CLI) knows of them.
-async fn announced(runtime: &Runtime, name: &str) -> Result<bool> {
+pub(crate) async fn announced(runtime: &Runtime, name: &str) -> Result<bool> {
     const DAY_MS: i64 = 24 * 3_600_000;
     let inner = &runtime.inner;
     let instances = inner.store.instance_list(&inner.app, DAY_MS).await?;

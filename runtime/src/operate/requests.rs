@@ -381,7 +381,7 @@ impl Runtime {
         let inner = &self.inner;
         let report = purge_all(&*inner.store, &inner.app, inner.now_ms(), purge).await?;
         crate::log::info!(
-            application = %inner.app,
+            application = %crate::log::escaped(&inner.app),
             requests = report.requests,
             attempt_logs = report.attempt_logs,
             "purged finished requests"

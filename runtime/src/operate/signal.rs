@@ -21,7 +21,7 @@
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
-            crate::log::warn!(error = %error, "shutdown_signal: cannot listen for Ctrl-C");
+            crate::log::warn!(error = %crate::log::escaped(&error), "shutdown_signal: cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
     };
@@ -33,7 +33,7 @@ pub async fn shutdown_signal() {
                 term.recv().await;
             }
             Err(error) => {
-                crate::log::warn!(error = %error, "shutdown_signal: cannot listen for SIGTERM");
+                crate::log::warn!(error = %crate::log::escaped(&error), "shutdown_signal: cannot listen for SIGTERM");
                 std::future::pending::<()>().await;
             }
         }

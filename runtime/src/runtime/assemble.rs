@@ -164,7 +164,7 @@ impl Runtime {
                 },
             ),
         )));
-        if s.retention.is_some() {
+        if s.retention.is_some() || s.audit_retention.is_some() {
             let retention = self.retention();
             let every = crate::sweeps::retention::RETENTION_INTERVAL;
             let pulse = inner.pulses.part("retention", Some(every));
@@ -392,7 +392,7 @@ impl Runtime {
         let inbox = inner.idle_inbox.lock().expect("inbox lock").take();
         if let Some(inbox) = inbox {
             self.spawn_workers(inbox);
-            crate::log::info!(owner = %inner.owner, "workers started");
+            crate::log::info!(owner = %crate::log::escaped(&inner.owner), "workers started");
         }
         Ok(())
     }

@@ -138,6 +138,9 @@ impl Builder {
         /// # Ok(()) }
         /// ```
         retention: Option<Duration>;
+        /// How long audit rows are kept (default 90 days; `None` keeps them); see
+        /// [`Settings::audit_retention`].
+        audit_retention: Option<Duration>;
         /// The most requests of the application that may wait when a `SaveAsync` call is
         /// made (default `None`); see [`Settings::max_waiting`].
         max_waiting: Option<u64>;

@@ -319,13 +319,13 @@ impl Runtime {
             control.refresh_pauses(),
         );
         synced.inspect_err(|error| {
-            crate::log::error!(%error, "could not read the database's clock");
+            crate::log::error!(error = %crate::log::escaped(&error), "could not read the database's clock");
         })?;
         if let Err(error) = announced {
-            crate::log::warn!(%error, "could not announce this instance in async_instance");
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not announce this instance in async_instance");
         }
         if let Err(error) = paused {
-            crate::log::warn!(%error, "could not read the paused executors (async_pause) at start");
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not read the paused executors (async_pause) at start");
         }
         runtime.spawn_parts(inbox, completer_task);
         runtime.spawn_control();
@@ -345,8 +345,8 @@ impl Runtime {
             *GLOBAL.write().expect("global runtime lock") = Some(runtime.clone());
         }
         crate::log::info!(
-            application = %inner.app,
-            owner = %inner.owner,
+            application = %crate::log::escaped(&inner.app),
+            owner = %crate::log::escaped(&inner.owner),
             backend = inner.store.backend_name(),
             executors = inner.registry.names().len(),
             "async-exec runtime started"
@@ -451,7 +451,7 @@ impl Runtime {
             .await;
         self.uninstall();
         let released = released.inspect_err(|error| {
-            crate::log::error!(%error, "could not hand back the records this instance holds; \
+            crate::log::error!(error = %crate::log::escaped(&error), "could not hand back the records this instance holds; \
                 they run again when their lease expires");
         })?;
         let report = ShutdownReport {
@@ -505,7 +505,7 @@ async fn warn_of_records_filed_elsewhere(
             for (other, waiting) in elsewhere {
                 crate::log::warn!(
                     application,
-                    other_application = %other,
+                    other_application = %crate::log::escaped(&other),
                     waiting,
                     "{waiting} waiting requests of this binary's executors are filed under \
                      application `{other}`, not `{application}`, and will not run here: if they \
@@ -516,7 +516,7 @@ async fn warn_of_records_filed_elsewhere(
         // The runtime was shut down meanwhile: nothing to warn of.
         Err(crate::Error::Database(sqlx::Error::PoolClosed)) => {}
         Err(error) => {
-            crate::log::warn!(%error, "could not look for requests filed under other application names")
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not look for requests filed under other application names")
         }
     }
 }

@@ -126,11 +126,11 @@ async fn call_tick(
             Err(error) => {
                 let late = !next.is_some_and(|next| rt.inner.clock.now_ms() < next);
                 if late {
-                    crate::log::error!(executor = name, tick, %error,
+                    crate::log::error!(executor = name, tick, error = %crate::log::escaped(&error),
                         "a tick could not be written before the next one was due: skipped");
                     return true;
                 }
-                crate::log::warn!(executor = name, tick, %error,
+                crate::log::warn!(executor = name, tick, error = %crate::log::escaped(&error),
                     "a tick could not be written; trying again");
             }
         }

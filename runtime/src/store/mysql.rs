@@ -201,7 +201,7 @@ where
         match op().await {
             Err(error) if retries < DEADLOCK_RETRIES && is_retryable(&error) => {
                 retries += 1;
-                crate::log::debug!(%error, retries, "MySQL transaction deadlocked; running it again");
+                crate::log::debug!(error = %crate::log::escaped(&error), retries, "MySQL transaction deadlocked; running it again");
                 let jitter = rand::random::<u64>() % 10;
                 tokio::time::sleep(Duration::from_millis(u64::from(retries) * 5 + jitter)).await;
             }

@@ -427,7 +427,7 @@ impl Store for PostgresStore {
             Ok(listening) => Some(listening),
             Err(error) => {
                 crate::log::warn!(
-                    %error,
+                    error = %crate::log::escaped(&error),
                     "async-exec: could not LISTEN for other instances' requests yet; \
                      polling until the connection is made"
                 );

@@ -158,7 +158,7 @@ impl Clock {
                 _ = tokio::time::sleep(SYNC_INTERVAL) => {}
             }
             if let Err(error) = self.sync(store).await {
-                crate::log::warn!(%error, "could not read the database's clock; carrying on with the last reading");
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not read the database's clock; carrying on with the last reading");
             }
         }
     }

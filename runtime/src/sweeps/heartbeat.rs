@@ -122,7 +122,7 @@ impl Heartbeat {
                 }
                 Err(error) => {
                     failures += 1;
-                    crate::log::warn!(%error, failures, "could not renew leases; trying again in {retry:?}");
+                    crate::log::warn!(error = %crate::log::escaped(&error), failures, "could not renew leases; trying again in {retry:?}");
                     retry
                 }
             };

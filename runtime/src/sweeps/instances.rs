@@ -178,11 +178,11 @@ impl Presence {
                 _ = tokio::time::sleep(self.interval) => {}
             }
             if let Err(error) = self.run_once().await {
-                crate::log::warn!(%error, "could not announce this instance");
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not announce this instance");
             }
         }
         if let Err(error) = self.store.instance_leave(&self.owner).await {
-            crate::log::warn!(%error, "could not remove this instance from async_instance");
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not remove this instance from async_instance");
         }
     }
 }

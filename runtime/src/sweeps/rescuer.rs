@@ -144,7 +144,7 @@ impl Rescuer {
             // Earlier rounds of this run rescued records: they are reported (and their
             // listeners told) below; the failure is counted and logged.
             crate::operate::metrics::sweep_failed(Sweep::Rescuer);
-            crate::log::error!(%error, "a rescue round failed after earlier rounds of this run rescued records");
+            crate::log::error!(error = %crate::log::escaped(&error), "a rescue round failed after earlier rounds of this run rescued records");
         }
         crate::operate::metrics::swept(Sweep::Rescuer, "rescued", rescued.retried.len() as u64);
         crate::operate::metrics::swept(Sweep::Rescuer, "dead", rescued.dead.len() as u64);
@@ -177,7 +177,7 @@ impl Rescuer {
                 Ok(Some(record)) if record.status == Status::Dead => record,
                 Ok(_) => continue, // replayed or deleted since
                 Err(error) => {
-                    crate::log::warn!(id, %error, "could not read a rescued dead request back for its listeners");
+                    crate::log::warn!(id, error = %crate::log::escaped(&error), "could not read a rescued dead request back for its listeners");
                     continue;
                 }
             };

@@ -2,7 +2,8 @@
 //! longer ago than the `retention` setting are deleted with their attempt logs, and so
 //! are older attempt logs whose request is gone (deleted on success, or by an operator).
 //! Records that may still run (`init`, `running`, `failed`) and their logs are kept,
-//! whatever their age.
+//! whatever their age. Audit rows (`async_audit`) of the application older than the
+//! `audit_retention` setting are deleted too, oldest first, in batches.
 //!
 //! It deletes through the purge path ([`purge_all`](crate::sweeps::purge::purge_all), the store's
 //! `request_purge` and `log_purge_orphans`), in batches that skip rows another
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use crate::base::error::Result;
 use crate::base::settings::Settings;
+use crate::store::bounded::bounded_op;
 use crate::store::Store;
 use crate::sweeps::clock::Clock;
 use crate::sweeps::purge::{purge_all, Purge, MAX_PURGE_BATCH};
@@ -27,6 +29,8 @@ pub(crate) const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
 pub(crate) struct RetentionConfig {
     /// How long finished records and old logs are kept; `None`: forever.
     pub(crate) retention: Option<Duration>,
+    /// How long audit rows are kept; `None`: forever.
+    pub(crate) audit_retention: Option<Duration>,
     /// Rows deleted per transaction.
     pub(crate) batch: i64,
 }
@@ -36,20 +40,25 @@ impl RetentionConfig {
     pub(crate) fn from_settings(settings: &Settings) -> Self {
         RetentionConfig {
             retention: settings.retention,
+            audit_retention: settings.audit_retention,
             batch: MAX_PURGE_BATCH,
         }
     }
 }
 
 /// Deletes finished records and attempt logs older than
-/// [`Settings::retention`](crate::Settings::retention). Get one with
+/// [`Settings::retention`](crate::Settings::retention), and audit rows older than
+/// [`Settings::audit_retention`](crate::Settings::audit_retention). Get one with
 /// [`Runtime::retention`](crate::Runtime::retention); an instance that runs workers runs it
 /// every 5 minutes by itself.
 ///
 /// ```no_run
 /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
 /// let report = rt.retention().run_once().await?;
-/// println!("{} requests and {} attempt logs pruned", report.requests, report.attempt_logs);
+/// println!(
+///     "{} requests, {} attempt logs and {} audit rows pruned",
+///     report.requests, report.attempt_logs, report.audit_rows
+/// );
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -78,6 +87,8 @@ pub struct RetentionReport {
     /// Attempt logs (`async_log` rows) deleted: those of the records deleted, and old ones
     /// whose request was gone already.
     pub attempt_logs: u64,
+    /// Audit rows (`async_audit`) deleted.
+    pub audit_rows: u64,
     /// Transactions it took (0 when retention is off).
     pub batches: u64,
 }
@@ -94,29 +105,55 @@ impl Retention {
     }
 
     /// Deletes, batch by batch, every finished record and old attempt log past the
-    /// retention, as the database's clock tells it. Does nothing when `retention` is
-    /// `None`. Counts what it deleted in `async_exec_retention_pruned_total`, and a failed
-    /// round in `async_exec_sweep_failures_total{sweep="retention"}`.
+    /// retention, and every audit row past the audit retention, as the database's clock
+    /// tells it. Does nothing for a retention that is `None`. Counts what it deleted in
+    /// `async_exec_retention_pruned_total`, and a failed round in
+    /// `async_exec_sweep_failures_total{sweep="retention"}`.
     pub async fn run_once(&self) -> Result<RetentionReport> {
-        let Some(purge) = self.purge() else {
-            return Ok(RetentionReport::default());
-        };
-        let purged = purge_all(&*self.store, &self.application, self.clock.now_ms(), purge).await;
-        let purged =
-            crate::operate::metrics::round(crate::operate::metrics::Sweep::Retention, purged)?;
-        crate::operate::metrics::retention_pruned(purged.requests, purged.attempt_logs);
-        if purged.requests + purged.attempt_logs > 0 {
+        let mut report = RetentionReport::default();
+        let now = self.clock.now_ms();
+        if let Some(purge) = self.purge() {
+            let purged = purge_all(&*self.store, &self.application, now, purge).await;
+            let purged =
+                crate::operate::metrics::round(crate::operate::metrics::Sweep::Retention, purged)?;
+            (report.requests, report.attempt_logs, report.batches) =
+                (purged.requests, purged.attempt_logs, purged.batches);
+        }
+        if let Some(keep) = self.config.audit_retention {
+            let before = now.saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX));
+            let pruned = self.prune_audit(before, &mut report.batches).await;
+            report.audit_rows =
+                crate::operate::metrics::round(crate::operate::metrics::Sweep::Retention, pruned)?;
+        }
+        crate::operate::metrics::retention_pruned(report.requests, report.attempt_logs);
+        crate::operate::metrics::audit_pruned(report.audit_rows);
+        if report.requests + report.attempt_logs + report.audit_rows > 0 {
             crate::log::info!(
-                application = %self.application,
-                requests = purged.requests,
-                attempt_logs = purged.attempt_logs,
-                "retention: pruned finished requests and old attempt logs"
+                application = %crate::log::escaped(&self.application),
+                requests = report.requests,
+                attempt_logs = report.attempt_logs,
+                audit_rows = report.audit_rows,
+                "retention: pruned finished requests, old attempt logs and audit rows"
             );
         }
-        Ok(RetentionReport {
-            requests: purged.requests,
-            attempt_logs: purged.attempt_logs,
-            batches: purged.batches,
-        })
+        Ok(report)
+    }
+
+    /// Deletes the application's audit rows written before `before`, a batch at a time
+    /// (each statement bounded as the other sweeps' are); how many.
+    async fn prune_audit(&self, before: i64, batches: &mut u64) -> Result<u64> {
+        let mut pruned = 0;
+        loop {
+            let batch = self
+                .store
+                .ops()
+                .audit_prune(&self.application, before, self.config.batch);
+            let deleted = bounded_op(&*self.store, "audit_prune", batch).await?;
+            *batches += 1;
+            pruned += deleted;
+            if deleted < self.config.batch as u64 {
+                return Ok(pruned);
+            }
+        }
     }
 }

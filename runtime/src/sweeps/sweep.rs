@@ -47,7 +47,7 @@ pub(crate) async fn every<F, Fut>(
             }
             Err(error) => {
                 failures += 1;
-                crate::log::error!(sweep = name, %error, failures, "sweep failed; backing off");
+                crate::log::error!(sweep = name, error = %crate::log::escaped(&error), failures, "sweep failed; backing off");
             }
         }
     }
@@ -83,7 +83,7 @@ pub(crate) async fn caught<T>(sweep: Sweep, round: impl Future<Output = Result<T
         .await
         .unwrap_or_else(|panic| {
             crate::operate::metrics::sweep_failed(sweep);
-            crate::log::error!(sweep = sweep.as_str(), panic = %panic_text(&*panic), "sweep panicked");
+            crate::log::error!(sweep = sweep.as_str(), panic = %crate::log::escaped(&panic_text(&*panic)), "sweep panicked");
             Err(crate::Error::Panicked(sweep.as_str()))
         })
 }

@@ -269,7 +269,7 @@ impl Claimer {
         {
             Ok(found) => found,
             Err(error) => {
-                crate::log::warn!(%error, "could not look for records taken by claims that \
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not look for records taken by claims that \
                     got no answer; tried again shortly");
                 return;
             }
@@ -298,7 +298,7 @@ impl Claimer {
                 );
             }
             Err(error) => crate::log::warn!(
-                %error,
+                error = %crate::log::escaped(&error),
                 requests = ?ids,
                 "could not hand back records taken by a claim that got no answer; tried \
                  again shortly"
@@ -325,7 +325,7 @@ impl Claimer {
         let skip = match self.roster.refresh().await {
             Ok(skip) => Some(skip),
             Err(error) => {
-                crate::log::warn!(%error, "could not read the live instances for records of \
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not read the live instances for records of \
                     another signature; handing them back to be tried later");
                 None
             }
@@ -352,7 +352,7 @@ impl Claimer {
                  handed back to it, no attempt counted"
             ),
             Err(error) => crate::log::warn!(
-                %error,
+                error = %crate::log::escaped(&error),
                 requests = ?ids,
                 "not started: could not hand back records of a signature that a live \
                  instance has; they run again when their lease ends"
@@ -389,7 +389,7 @@ impl Claimer {
     /// The job for a record claimed from the store (its executor is known: claims filter).
     fn job_from_claim(&self, claimed: Claimed, lease_until: i64) -> Option<Job> {
         let Some(def) = self.registry.get(&claimed.executor) else {
-            crate::log::error!(executor = %claimed.executor, id = claimed.id, "claimed a record of an unknown executor");
+            crate::log::error!(executor = %crate::log::escaped(&claimed.executor), id = claimed.id, "claimed a record of an unknown executor");
             return None;
         };
         let trace = claimed
@@ -456,7 +456,7 @@ impl Claimer {
                         }
                         Err(error) => crate::log::warn!(
                             request_id = record.id,
-                            %error,
+                            error = %crate::log::escaped(&error),
                             "not started: shutting down, and the claim could not be handed \
                              back now; shutdown tries again"
                         ),

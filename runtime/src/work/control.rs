@@ -267,7 +267,7 @@ impl ControlPart {
         }
         let add = self.store.ops().stat_add(&self.application, &deltas);
         if let Err(error) = bounded_op(&*self.store, "stat_add", add).await {
-            crate::log::warn!(%error, "could not add to async_stat; trying again with the next counts");
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not add to async_stat; trying again with the next counts");
             self.control.restore(deltas);
         }
     }
@@ -291,10 +291,12 @@ impl ControlPart {
                 Ok(()) => warned = false,
                 Err(error) if !warned => {
                     warned = true;
-                    crate::log::warn!(%error, "could not read the paused executors (async_pause); \
+                    crate::log::warn!(error = %crate::log::escaped(&error), "could not read the paused executors (async_pause); \
                         trying again every second, pauses known before stay in force");
                 }
-                Err(error) => crate::log::debug!(%error, "could not read the paused executors"),
+                Err(error) => {
+                    crate::log::debug!(error = %crate::log::escaped(&error), "could not read the paused executors")
+                }
             }
             if ticks % flush_every == 0 {
                 self.flush_counts().await;
@@ -308,11 +310,11 @@ impl ControlPart {
                 let (ops, store) = (self.store.ops(), &*self.store);
                 let sample = ops.depth_sample(&self.application, minute_of(now));
                 if let Err(error) = bounded_op(store, "depth_sample", sample).await {
-                    crate::log::warn!(%error, "could not sample the queue depth into async_depth");
+                    crate::log::warn!(error = %crate::log::escaped(&error), "could not sample the queue depth into async_depth");
                 }
                 let prune = ops.stat_prune(minute_of(now - STAT_KEEP_MS));
                 if let Err(error) = bounded_op(store, "stat_prune", prune).await {
-                    crate::log::warn!(%error, "could not prune async_stat");
+                    crate::log::warn!(error = %crate::log::escaped(&error), "could not prune async_stat");
                 }
             }
         }

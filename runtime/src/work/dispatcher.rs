@@ -239,7 +239,7 @@ impl Producer {
         let mut wakeups = match listening {
             Ok(wakeups) => wakeups,
             Err(error) => {
-                crate::log::error!(%error, "could not listen for other instances' requests; polling only");
+                crate::log::error!(error = %crate::log::escaped(&error), "could not listen for other instances' requests; polling only");
                 None
             }
         };
@@ -342,7 +342,7 @@ impl Producer {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(error)) => {
                     // The records stay `init`: the compensation sweep finds them.
-                    crate::log::error!(%error, requests = ids.len(), "could not claim dispatched requests; the sweep will");
+                    crate::log::error!(error = %crate::log::escaped(&error), requests = ids.len(), "could not claim dispatched requests; the sweep will");
                     Vec::new()
                 }
                 Err(_) => {
@@ -468,11 +468,11 @@ impl Producer {
             let claimed = match answer {
                 Ok(Ok(Ok(claimed))) => claimed,
                 Ok(Ok(Err(error))) => {
-                    crate::log::error!(%error, "could not claim requests from the store; the sweep will");
+                    crate::log::error!(error = %crate::log::escaped(&error), "could not claim requests from the store; the sweep will");
                     return;
                 }
                 Ok(Err(error)) => {
-                    crate::log::error!(%error, "the claim task failed");
+                    crate::log::error!(error = %crate::log::escaped(&error), "the claim task failed");
                     return;
                 }
                 Err(_) => {
@@ -538,11 +538,11 @@ impl Producer {
                 let jobs = match answer {
                     Ok(Ok(jobs)) => jobs,
                     Ok(Err(error)) => {
-                        crate::log::error!(%error, queue = %queue.name, "could not claim a queue's requests; trying again at the next poll");
+                        crate::log::error!(error = %crate::log::escaped(&error), queue = %crate::log::escaped(&queue.name), "could not claim a queue's requests; trying again at the next poll");
                         Vec::new()
                     }
                     Err(_) => {
-                        crate::log::error!(queue = %queue.name, patience = ?self.claim_patience(), "a claim of a queue's requests got no answer within a lease; given up");
+                        crate::log::error!(queue = %crate::log::escaped(&queue.name), patience = ?self.claim_patience(), "a claim of a queue's requests got no answer within a lease; given up");
                         Vec::new()
                     }
                 };

@@ -1,13 +1,13 @@
-//! What the pages' forms post: login, logout, actions on requests (with a confirmation
+//! What the pages' forms post (the login's in `login`): logout, actions on requests (with a confirmation
 //! page that shows how many requests the action changes), pauses of executors.
 //! Every state-changing form carries the session's CSRF token; viewers get 403.
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State as Shared};
+use axum::extract::State as Shared;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use maud::html;
 use serde::Deserialize;
@@ -15,230 +15,11 @@ use serde::Deserialize;
 use super::auth::{self, PageWho, Who};
 use super::config::Role;
 use super::filter::{urlencode, FilterForm};
-use super::limiter;
 use super::pages::{error_page, hidden_filter, page};
 use super::reads::{scoped_query, Refused};
-use super::views::{action_label, count_of, csrf_field, layout, notice};
+use super::views::{action_label, count_of, csrf_field, layout};
 use super::State;
 use crate::base::query::Action;
-
-/// The login form's fields.
-#[derive(Debug, Deserialize)]
-pub(crate) struct LoginForm {
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    password: String,
-    /// The page to go back to, inside the console.
-    #[serde(default)]
-    next: Option<String>,
-}
-
-/// The login page's query string.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct LoginParams {
-    #[serde(default)]
-    next: Option<String>,
-}
-
-fn login_page(
-    base: &str,
-    open: bool,
-    status: StatusCode,
-    error: Option<&str>,
-    next: Option<&str>,
-) -> Response {
-    let next = next.and_then(auth::safe_next);
-    let body = html! {
-        (notice(None, error))
-        @if open {
-            p.hint id="open-console" { "This console listens on a loopback address with no users configured: anyone on this machine is an operator." }
-        }
-        form.login id="login-form" method="post" action={ (base) "/login" } {
-            label for="login-user" { "User" }
-            input id="login-user" name="user" autocomplete="username" autofocus;
-            label for="login-password" { "Password" }
-            input id="login-password" name="password" type="password" autocomplete="current-password";
-            @if let Some(next) = next { input type="hidden" name="next" value=(next); }
-            button id="login-submit" type="submit" { "Log in" }
-        }
-    };
-    page(status, layout(base, None, "Log in", body))
-}
-
-/// The login page.
-pub(crate) async fn login_form(
-    Shared(state): Shared<Arc<State>>,
-    Query(params): Query<LoginParams>,
-    parts: Parts,
-) -> Response {
-    login_page(
-        &auth::base_of(&parts),
-        !state.login_required,
-        StatusCode::OK,
-        None,
-        params.next.as_deref(),
-    )
-}
-
-/// The longest user name and password a login reads; longer ones are refused unread.
-const MAX_CREDENTIAL: usize = 1024;
-
-/// Why a login was refused: the status, what to say, and for 429/503 the seconds to wait
-/// (`Retry-After`).
-#[derive(Debug)]
-pub(crate) struct LoginRefused {
-    pub(crate) status: StatusCode,
-    pub(crate) message: String,
-    pub(crate) retry_after: Option<u64>,
-}
-
-impl LoginRefused {
-    fn wrong() -> LoginRefused {
-        LoginRefused {
-            status: StatusCode::UNAUTHORIZED,
-            message: "wrong user name or password".to_string(),
-            retry_after: None,
-        }
-    }
-
-    /// The `Retry-After` header, when there is one.
-    pub(crate) fn headers(&self) -> Vec<(header::HeaderName, String)> {
-        self.retry_after
-            .map(|s| (header::RETRY_AFTER, s.to_string()))
-            .into_iter()
-            .collect()
-    }
-}
-
-/// Checks a login: the user's role, or why it is refused (401 for a wrong name or
-/// password, 429 while this address must wait before trying this user again, 503 when
-/// too many password checks are under way). Logged and audited (`login`,
-/// `login_refused`, with the client address) once the password was checked. Shared with
-/// the JSON API.
-pub(crate) async fn check_login(
-    state: &State,
-    parts: &Parts,
-    user: &str,
-    password: &str,
-) -> Result<(String, Role), LoginRefused> {
-    if !state.login_required {
-        return Ok(("local".to_string(), Role::Operator));
-    }
-    if user.len() > MAX_CREDENTIAL || password.len() > MAX_CREDENTIAL {
-        return Err(LoginRefused::wrong());
-    }
-    let address = limiter::client_address(parts, &state.config.trusted_proxies);
-    // A browser that logged in as this user before is counted apart from its address.
-    let counted_as = state
-        .devices
-        .of_request(parts, user)
-        .unwrap_or_else(|| address.clone());
-    if let Err(wait) = state.limiter.try_start(&counted_as, user) {
-        let seconds = wait.as_secs() + 1;
-        return Err(LoginRefused {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            message: format!(
-                "too many failed logins for this user from this address: wait {seconds} s \
-                 (after {} failures, each one doubles the wait, up to 15 minutes)",
-                limiter::FREE_FAILURES
-            ),
-            retry_after: Some(seconds),
-        });
-    }
-    let checked = state.gate.verify(&state.config, user, password).await;
-    let Ok(role) = checked else {
-        state.limiter.not_tried(&counted_as, user);
-        return Err(LoginRefused {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "too many logins at once: try again in a second".to_string(),
-            retry_after: Some(1),
-        });
-    };
-    // Names are logged escaped (Debug) and cut short: no forged log lines.
-    let shown = crate::base::text::capped(user, 64);
-    let outcome = match role {
-        Some(role) => {
-            state.limiter.succeeded(&counted_as, user);
-            crate::log::info!(user = ?shown, address = ?address, "console login");
-            Ok((user.to_string(), role))
-        }
-        None => {
-            // Counted by try_start already.
-            crate::log::warn!(user = ?shown, address = ?address, "console login refused");
-            Err(LoginRefused::wrong())
-        }
-    };
-    let action = if outcome.is_ok() {
-        "login"
-    } else {
-        "login_refused"
-    };
-    let target = serde_json::json!({ "address": address }).to_string();
-    let audited = state
-        .rt
-        .audit(state.rt.application(), &shown, action, target, 0)
-        .await;
-    if let Err(error) = audited {
-        crate::log::warn!(error = ?error.to_string(), "console: could not audit a login");
-    }
-    outcome
-}
-
-/// The cookies of a successful login: the session's (first), then the device cookie
-/// that counts this browser's later logins as `user` apart from its address.
-pub(crate) fn login_cookies(
-    state: &State,
-    parts: &Parts,
-    base: &str,
-    user: &str,
-    token: &str,
-) -> AppendHeaders<[(header::HeaderName, String); 2]> {
-    let secure = state.config.secure_cookie || auth::over_tls(parts);
-    let device = super::device::device_cookie(base, &state.devices.issue(user), secure);
-    AppendHeaders([
-        (
-            header::SET_COOKIE,
-            auth::session_cookie(base, token, secure),
-        ),
-        (header::SET_COOKIE, device),
-    ])
-}
-
-/// Logs in: a session cookie, then the overview.
-pub(crate) async fn login(
-    Shared(state): Shared<Arc<State>>,
-    parts: Parts,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    let base = auth::base_of(&parts);
-    match check_login(&state, &parts, &form.user, &form.password).await {
-        Ok((name, role)) => {
-            let token = state.sessions.open(&name, role);
-            let cookies = login_cookies(&state, &parts, &base, &name, &token);
-            let to = match form.next.as_deref().and_then(auth::safe_next) {
-                Some(next) => format!("{base}{next}"),
-                None => super::views::home(&base).to_string(),
-            };
-            (cookies, Redirect::to(&to)).into_response()
-        }
-        Err(refused) => {
-            let mut response = login_page(
-                &base,
-                !state.login_required,
-                refused.status,
-                Some(&refused.message),
-                form.next.as_deref(),
-            );
-            for (name, value) in refused.headers() {
-                if let Ok(value) = value.parse() {
-                    response.headers_mut().insert(name, value);
-                }
-            }
-            response
-        }
-    }
-}
 
 /// A form that carries only the CSRF token (and an executor, for pauses).
 #[derive(Debug, Deserialize)]
@@ -349,31 +130,19 @@ pub(crate) async fn action(
                 return error_page(&base, &who, refused.status, &refused.message);
             }
         };
-        let statuses: Vec<&str> = action.applies_to().iter().map(|s| s.as_str()).collect();
-        let body = html! {
-            p id="confirm-text" {
-                (action_label(action)) ": "
-                strong id="confirm-count" data-count=(count) { (count_of(count, "request")) }
-                " match" (if count == 1 { "es" } else { "" }) " the filter and " (if count == 1 { "is " } else { "are " }) (statuses.join(", ")) "."
-                @if form.filter.is_empty() { " The filter is empty: this is every such request." }
-            }
-            form.inline method="post" action={ (base) "/actions" } {
-                (csrf_field(&who))
-                (hidden_filter(&form.filter))
-                input type="hidden" name="action" value=(action.as_str());
-                input type="hidden" name="confirm" value="yes";
-                input type="hidden" name="up_to" value=(count);
-                @if let Some(back) = form.back.as_deref() { input type="hidden" name="back" value=(back); }
-                button id="confirm-submit" type="submit" disabled[count == 0] { (action_label(action)) " " (count) }
-            }
-            " "
-            a id="confirm-cancel" href={ (base) "/requests?" (filter_qs) } { "Cancel" }
-        };
-        return page(StatusCode::OK, layout(&base, Some(&who), "Confirm", body));
+        return confirm_page(&base, &who, &form, action, count, None);
     };
     let changed = match act_up_to(&state, action, &query, up_to, &who.name).await {
         Ok(changed) => changed,
-        Err(refused) => return error_page(&base, &who, refused.status, &refused.message),
+        // The set moved since the count: offer the action on what matches now.
+        Err(crate::Error::MoreMatch { matching, up_to }) => {
+            let count = i64::try_from(matching).unwrap_or(i64::MAX);
+            return confirm_page(&base, &who, &form, action, count, Some(up_to));
+        }
+        Err(error) => {
+            let refused = Refused::from(error);
+            return error_page(&base, &who, refused.status, &refused.message);
+        }
     };
     let back = form
         .back
@@ -388,6 +157,47 @@ pub(crate) async fn action(
     .into_response()
 }
 
+/// The page that shows how many requests `action` changes (`count`, matching the form's
+/// filter now) and asks to go on; `moved`: the number confirmed before, when more came to
+/// match since (the action is offered on what matches now).
+fn confirm_page(
+    base: &str,
+    who: &Who,
+    form: &ActionForm,
+    action: Action,
+    count: i64,
+    moved: Option<u64>,
+) -> Response {
+    let statuses: Vec<&str> = action.applies_to().iter().map(|s| s.as_str()).collect();
+    let filter_qs = form.filter.to_query_string();
+    let body = html! {
+        @if let Some(confirmed) = moved {
+            p.notice id="confirm-moved" data-confirmed=(confirmed) {
+                "The requests changed since you confirmed " (count_of(confirmed as i64, "request"))
+                ": nothing was changed. This is what matches now."
+            }
+        }
+        p id="confirm-text" {
+            (action_label(action)) ": "
+            strong id="confirm-count" data-count=(count) { (count_of(count, "request")) }
+            " match" (if count == 1 { "es" } else { "" }) " the filter and " (if count == 1 { "is " } else { "are " }) (statuses.join(", ")) "."
+            @if form.filter.is_empty() { " The filter is empty: this is every such request." }
+        }
+        form.inline method="post" action={ (base) "/actions" } {
+            (csrf_field(who))
+            (hidden_filter(&form.filter))
+            input type="hidden" name="action" value=(action.as_str());
+            input type="hidden" name="confirm" value="yes";
+            input type="hidden" name="up_to" value=(count);
+            @if let Some(back) = form.back.as_deref() { input type="hidden" name="back" value=(back); }
+            button id="confirm-submit" type="submit" disabled[count == 0] { (action_label(action)) " " (count) }
+        }
+        " "
+        a id="confirm-cancel" href={ (base) "/requests?" (filter_qs) } { "Cancel" }
+    };
+    page(StatusCode::OK, layout(base, Some(who), "Confirm", body))
+}
+
 /// Applies `action` to the requests matching `query` (audited as `actor`'s), unless more
 /// than `up_to` match now (409: the count changed since it was shown); never to more than
 /// `up_to`, nor to one that came to match after the action started.
@@ -397,13 +207,13 @@ pub(crate) async fn act_up_to(
     query: &crate::RequestQuery,
     up_to: i64,
     actor: &str,
-) -> Result<u64, Refused> {
+) -> crate::Result<u64> {
     let done = state
         .rt
         .act_up_to(action, query, up_to.max(0) as u64, actor)
         .await;
     state.counts.recount_soon(&state.rt);
-    Ok(done?)
+    done
 }
 
 async fn set_pause(state: &State, who: &Who, base: &str, form: CsrfForm, pause: bool) -> Response {
@@ -438,7 +248,8 @@ const MAX_SELECTED: usize = 1_000;
 
 /// An action on the requests ticked on a page: each one that the action applies to is
 /// changed (audited one by one, as the console's action on one request is); the others
-/// are counted as left.
+/// are counted as left. Delete asks first (a page that names them, `confirm=yes` to go
+/// on).
 pub(crate) async fn act_on_selected(
     PageWho { who, base }: PageWho,
     Shared(state): Shared<Arc<State>>,
@@ -484,6 +295,32 @@ pub(crate) async fn act_on_selected(
             )
         }
     };
+    let back = field("back")
+        .filter(|b| b.starts_with("/requests"))
+        .unwrap_or("/requests");
+    if action == Action::Delete && field("confirm") != Some("yes") {
+        // Delete asks first, here as from a filter: what it deletes is gone for good.
+        let count = ids.len() as i64;
+        let listed: Vec<String> = ids.iter().map(i64::to_string).collect();
+        let body = html! {
+            p id="confirm-text" {
+                (action_label(action)) ": "
+                strong id="confirm-count" data-count=(count) { (count_of(count, "ticked request")) }
+                " (" (listed.join(", ")) "), with " (if count == 1 { "its" } else { "their" }) " attempts: gone for good."
+            }
+            form.inline method="post" action={ (base) "/actions/selected" } {
+                (csrf_field(&who))
+                input type="hidden" name="action" value=(action.as_str());
+                input type="hidden" name="confirm" value="yes";
+                input type="hidden" name="back" value=(back);
+                @for id in &listed { input type="hidden" name="id" value=(id); }
+                button id="confirm-submit" type="submit" { (action_label(action)) " " (count) }
+            }
+            " "
+            a id="confirm-cancel" href={ (base) (back) } { "Cancel" }
+        };
+        return page(StatusCode::OK, layout(&base, Some(&who), "Confirm", body));
+    }
     let mut changed = 0i64;
     for id in &ids {
         let query = crate::RequestQuery::default().id(*id);
@@ -495,9 +332,6 @@ pub(crate) async fn act_on_selected(
             }
         }
     }
-    let back = field("back")
-        .filter(|b| b.starts_with("/requests"))
-        .unwrap_or("/requests");
     let sep = if back.contains('?') { "&" } else { "?" };
     Redirect::to(&format!(
         "{base}{back}{sep}notice=done&action={}&changed={changed}",

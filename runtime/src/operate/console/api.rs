@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State as Shared};
+use axum::extract::{Path, Query, RawQuery, State as Shared};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -15,15 +14,16 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
 
-use super::actions::check_login;
+use super::api_changes::{self as changes, failed, may_act};
 use super::auth::{self, ApiWho};
 use super::config::Role;
-use super::filter::{FilterForm, PageForm};
+use super::filter::{self, FilterForm, PageForm};
 use super::fleet::{executor_views, instance_views, ExecutorView, InstanceView};
+use super::login::check_login;
 use super::overview::Overview;
-use super::reads::{problem, scoped_query, Attempt, Problem};
+use super::reads::{problem, Attempt, Problem};
 use super::State;
-use crate::base::query::{Action, AuditEntry, Cursor};
+use crate::base::query::{AuditEntry, Cursor};
 use crate::base::record::Request;
 
 pub(crate) fn routes() -> Router<Arc<State>> {
@@ -35,36 +35,14 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/requests", get(list_requests))
         .route("/api/requests/{id}", get(get_request))
         .route("/api/executors", get(list_executors))
-        .route("/api/executors/pause", post(pause_executor))
-        .route("/api/executors/resume", post(resume_executor))
+        .route("/api/executors/pause", post(changes::pause_executor))
+        .route("/api/executors/resume", post(changes::resume_executor))
         .route("/api/instances", get(list_instances))
         .route("/api/audit", get(list_audit))
         .route("/api/policies", get(list_policies).post(change_policy))
         .route("/api/queues/{name}/flow", get(super::flow::queue_flow))
-        .route("/api/actions/count", get(count_action))
-        .route("/api/actions", post(run_action))
-}
-
-fn failed(error: crate::Error) -> Response {
-    let refused = super::reads::Refused::from(error);
-    problem(refused.status, &refused.message)
-}
-
-/// Refuses viewers (403) and session writes without the session's CSRF token (403).
-fn may_act(caller: &ApiWho) -> Option<Response> {
-    if caller.who.role != Role::Operator {
-        return Some(problem(
-            StatusCode::FORBIDDEN,
-            "viewers cannot act on requests or executors: use an operator's login or token",
-        ));
-    }
-    if !caller.who.csrf_ok(caller.csrf_header.as_deref()) {
-        return Some(problem(
-            StatusCode::FORBIDDEN,
-            "send the session's CSRF token (from GET api/session) in the X-CSRF-Token header",
-        ));
-    }
-    None
+        .route("/api/actions/count", get(changes::count_action))
+        .route("/api/actions", post(changes::run_action))
 }
 
 /// Who is logged in, and the CSRF token that the session's writes carry.
@@ -98,7 +76,7 @@ async fn login(
         Ok((name, role)) => {
             let token = state.sessions.open(&name, role);
             let base = auth::base_of(&parts);
-            let cookies = super::actions::login_cookies(&state, &parts, &base, &name, &token);
+            let cookies = super::login::login_cookies(&state, &parts, &base, &name, &token);
             let who = state.sessions.find(&token, state.config.idle_timeout);
             let info = SessionInfo {
                 user: name,
@@ -169,8 +147,16 @@ pub(crate) struct ListParams {
 async fn list_requests(
     _caller: ApiWho,
     Shared(state): Shared<Arc<State>>,
-    Query(params): Query<ListParams>,
+    RawQuery(query): RawQuery,
 ) -> Response {
+    let known = [&filter::FIELDS[..], &filter::PAGE_FIELDS[..]];
+    if let Err(message) = filter::known_fields_only(query.as_deref(), &known) {
+        return problem(StatusCode::BAD_REQUEST, &message);
+    }
+    let params: ListParams = match serde_urlencoded::from_str(query.as_deref().unwrap_or("")) {
+        Ok(params) => params,
+        Err(error) => return problem(StatusCode::BAD_REQUEST, &error.to_string()),
+    };
     match super::reads::request_list(&state, &params.filter, &params.page).await {
         Ok(list) => Json(RequestPage {
             requests: list.rows,
@@ -362,195 +348,6 @@ async fn change_policy(
     }
 }
 
-/// How many requests an action would change.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct ActionCount {
-    action: Action,
-    count: i64,
-}
-
-/// The action named `name`, or the message listing the valid ones.
-fn parse_action(name: &str) -> Result<Action, String> {
-    Action::parse(name).ok_or_else(|| {
-        let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
-        format!("unknown action `{name}`: use one of {}", names.join(", "))
-    })
-}
-
-/// The `action` of a count's query string and its filter; a field neither knows is
-/// refused (400, naming it).
-fn count_params(query: Option<&str>) -> Result<(Action, FilterForm), String> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| e.to_string())?;
-    let mut action = None;
-    let mut filter = serde_json::Map::new();
-    for (name, value) in pairs {
-        if name == "action" {
-            action = Some(value);
-        } else if super::filter::FIELDS.contains(&name.as_str()) {
-            filter.insert(name, serde_json::Value::String(value));
-        } else {
-            return Err(format!(
-                "unknown field `{}`: the filter's fields are {}, with `action`",
-                crate::base::text::capped(&name, 100),
-                super::filter::FIELDS.join(", ")
-            ));
-        }
-    }
-    let action = parse_action(&action.unwrap_or_default())?;
-    let filter =
-        serde_json::from_value(serde_json::Value::Object(filter)).map_err(|e| e.to_string())?;
-    Ok((action, filter))
-}
-
-/// How many requests matching the filter an action would change: show it, then send it
-/// as `up_to` with the action (`POST api/actions`). A field it does not know is refused.
-#[utoipa::path(get, path = "/api/actions/count", params(
-        ("action" = String, Query, description = "`retry`, `cancel`, `delete` or `replay_dead`"),
-        FilterForm),
-    responses((status = 200, body = ActionCount), (status = 400, body = Problem), (status = 401, body = Problem), (status = 403, body = Problem)),
-    security(("session" = []), ("bearer" = [])))]
-async fn count_action(
-    _caller: ApiWho,
-    Shared(state): Shared<Arc<State>>,
-    parts: Parts,
-) -> Response {
-    let (action, filter) = match count_params(parts.uri.query()) {
-        Ok(params) => params,
-        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
-    };
-    let query = match scoped_query(&state, &filter) {
-        Ok(query) => query,
-        Err(refused) => return problem(refused.status, &refused.message),
-    };
-    match state.rt.count_actionable(action, &query).await {
-        Ok(count) => Json(ActionCount { action, count }).into_response(),
-        Err(error) => failed(error),
-    }
-}
-
-/// An action on the requests matching a filter, no more of them than the caller counted.
-/// A field it does not know is refused.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ActionBody {
-    action: Action,
-    /// Which requests: the fields of `GET api/actions/count` (`{"id": 42}` for one; `{}`
-    /// for every request of the application the action applies to).
-    #[serde(default)]
-    filter: FilterForm,
-    /// The most requests it may change: the count the caller saw. When more match now,
-    /// nothing changes (409): count again.
-    up_to: i64,
-}
-
-/// What an action changed.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct ActionDone {
-    action: Action,
-    changed: u64,
-}
-
-/// Retries, cancels, deletes or replays the requests matching the filter (audited),
-/// refused when more than `up_to` match.
-#[utoipa::path(post, path = "/api/actions", request_body = ActionBody,
-    responses((status = 200, body = ActionDone), (status = 400, body = Problem), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 409, description = "More requests match than `up_to`", body = Problem),
-        (status = 422, description = "A field is unknown or of the wrong type", body = Problem)),
-    security(("session" = []), ("bearer" = [])))]
-async fn run_action(
-    caller: ApiWho,
-    Shared(state): Shared<Arc<State>>,
-    body: Result<Json<ActionBody>, JsonRejection>,
-) -> Response {
-    if let Some(refused) = may_act(&caller) {
-        return refused;
-    }
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => return problem(rejection.status(), &rejection.body_text()),
-    };
-    let query = match scoped_query(&state, &body.filter) {
-        Ok(query) => query,
-        Err(refused) => return problem(refused.status, &refused.message),
-    };
-    let done =
-        super::actions::act_up_to(&state, body.action, &query, body.up_to, &caller.who.name).await;
-    match done {
-        Ok(changed) => Json(ActionDone {
-            action: body.action,
-            changed,
-        })
-        .into_response(),
-        Err(refused) => problem(refused.status, &refused.message),
-    }
-}
-
-/// An executor to pause or resume.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-pub(crate) struct ExecutorBody {
-    executor: String,
-}
-
-/// Whether an executor is paused now.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct PauseState {
-    executor: String,
-    paused: bool,
-}
-
-/// Pauses the claims of an executor on every instance (audited).
-#[utoipa::path(post, path = "/api/executors/pause", request_body = ExecutorBody,
-    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
-    security(("session" = []), ("bearer" = [])))]
-async fn pause_executor(
-    caller: ApiWho,
-    Shared(state): Shared<Arc<State>>,
-    Json(body): Json<ExecutorBody>,
-) -> Response {
-    if let Some(refused) = may_act(&caller) {
-        return refused;
-    }
-    match state
-        .rt
-        .pause_executor(&body.executor, &caller.who.name)
-        .await
-    {
-        Ok(()) => Json(PauseState {
-            executor: body.executor,
-            paused: true,
-        })
-        .into_response(),
-        Err(error) => failed(error),
-    }
-}
-
-/// Resumes the claims of an executor (audited).
-#[utoipa::path(post, path = "/api/executors/resume", request_body = ExecutorBody,
-    responses((status = 200, body = PauseState), (status = 401, body = Problem), (status = 403, body = Problem)),
-    security(("session" = []), ("bearer" = [])))]
-async fn resume_executor(
-    caller: ApiWho,
-    Shared(state): Shared<Arc<State>>,
-    Json(body): Json<ExecutorBody>,
-) -> Response {
-    if let Some(refused) = may_act(&caller) {
-        return refused;
-    }
-    match state
-        .rt
-        .resume_executor(&body.executor, &caller.who.name)
-        .await
-    {
-        Ok(_) => Json(PauseState {
-            executor: body.executor,
-            paused: false,
-        })
-        .into_response(),
-        Err(error) => failed(error),
-    }
-}
-
 /// The security schemes: the session cookie and bearer tokens.
 struct SecuritySchemes;
 
@@ -578,8 +375,9 @@ impl utoipa::Modify for SecuritySchemes {
 #[openapi(
     info(title = "async-exec console API", description = "Requests, executors, instances and operator actions of an async-exec database."),
     paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
-        list_audit, count_action, run_action, pause_executor, resume_executor, list_policies,
-        change_policy, super::flow::queue_flow),
+        list_audit, changes::count_action, changes::run_action, changes::pause_executor,
+        changes::resume_executor, list_policies, change_policy,
+        super::flow::queue_flow),
     modifiers(&SecuritySchemes)
 )]
 struct ApiDoc;

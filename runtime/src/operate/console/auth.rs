@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use argon2::Argon2;
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
@@ -162,14 +162,57 @@ pub(crate) fn user_hash(config: &ConsoleConfig, name: &str) -> (Option<Role>, St
     (user.map(|u| u.role), hash.to_string())
 }
 
+/// Whether `name` is one of the configured users (every name compared in constant time).
+pub(crate) fn is_user(config: &ConsoleConfig, name: &str) -> bool {
+    config.users.iter().fold(false, |found, u| {
+        found | bool::from(u.name.as_bytes().ct_eq(name.as_bytes()))
+    })
+}
+
 /// Whether `password` matches the argon2 `hash` (slow on purpose: call it off the async
 /// workers, through [`super::gate::Gate`]).
+#[cfg(test)]
 pub(crate) fn password_matches(hash: &str, password: &str) -> bool {
-    PasswordHash::new(hash).is_ok_and(|parsed| {
-        Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok()
-    })
+    password_matches_in(hash, password, &mut Vec::new())
+}
+
+/// Whether `password` matches the argon2 `hash`, computed in `memory` (grown to the
+/// hash's memory cost and kept for the next check: the gate's threads reuse theirs,
+/// rather than have the allocator keep a fresh 19 MiB per check).
+pub(crate) fn password_matches_in(
+    hash: &str,
+    password: &str,
+    memory: &mut Vec<argon2::Block>,
+) -> bool {
+    let Ok(parsed) = PasswordHash::new(hash) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
+        return false;
+    };
+    let (Ok(algorithm), Ok(params)) = (
+        argon2::Algorithm::try_from(parsed.algorithm),
+        argon2::Params::try_from(&parsed),
+    ) else {
+        return false;
+    };
+    let version = match parsed.version.map(argon2::Version::try_from).transpose() {
+        Ok(version) => version.unwrap_or_default(),
+        Err(_) => return false,
+    };
+    let mut salt_bytes = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_bytes) else {
+        return false;
+    };
+    memory.resize(params.block_count(), argon2::Block::default());
+    let mut computed = zeroize::Zeroizing::new(vec![0u8; expected.len()]);
+    let hashed = Argon2::new(algorithm, version, params).hash_password_into_with_memory(
+        password.as_bytes(),
+        salt,
+        &mut computed,
+        &mut memory[..],
+    );
+    hashed.is_ok() && bool::from(computed.as_slice().ct_eq(expected.as_bytes()))
 }
 
 /// The user `name`'s role when `password` is theirs.

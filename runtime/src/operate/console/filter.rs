@@ -72,6 +72,28 @@ pub(crate) const FIELDS: [&str; 12] = [
     "any_case",
 ];
 
+/// The names of the paging fields ([`PageForm`]).
+pub(crate) const PAGE_FIELDS: [&str; 3] = ["order", "after", "limit"];
+
+/// Refuses a query string that names a field none of `known` holds (read with
+/// `#[serde(flatten)]`, which ignores what it does not know, a typo such as `stauts=dead`
+/// would list every request): the message names the field and the ones read. A query
+/// string that does not parse is left to the handler's extractor to refuse.
+pub(crate) fn known_fields_only(query: Option<&str>, known: &[&[&str]]) -> Result<(), String> {
+    let Ok(pairs) = serde_urlencoded::from_str::<Vec<(String, String)>>(query.unwrap_or("")) else {
+        return Ok(());
+    };
+    let is_known = |name: &str| known.iter().any(|names| names.contains(&name));
+    match pairs.iter().find(|(name, _)| !is_known(name)) {
+        None => Ok(()),
+        Some((name, _)) => Err(format!(
+            "unknown field {:?}: the fields read here are {}",
+            crate::base::text::capped(name, 64),
+            known.concat().join(", ")
+        )),
+    }
+}
+
 /// A field's text: a string, or a number written as one (`"id": 42` in JSON).
 fn text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
     struct Text;

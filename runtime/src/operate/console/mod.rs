@@ -28,6 +28,7 @@
 
 mod actions;
 mod api;
+mod api_changes;
 mod auth;
 mod charts;
 mod config;
@@ -38,6 +39,7 @@ mod flow;
 mod gate;
 mod guard;
 mod limiter;
+mod login;
 mod overview;
 mod pages;
 mod policies;
@@ -68,6 +70,8 @@ pub(crate) struct State {
     pub(crate) login_required: bool,
     pub(crate) sessions: auth::Sessions,
     pub(crate) limiter: limiter::Limiter,
+    /// How many refused logins are logged and audited each second.
+    pub(crate) told: limiter::Told,
     /// Device cookies: logins from a browser that logged in before count apart.
     pub(crate) devices: device::Devices,
     /// Password checks, off the async workers and a few at a time.
@@ -102,12 +106,13 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         login_required,
         sessions: Default::default(),
         limiter: Default::default(),
+        told: Default::default(),
         devices: Default::default(),
         gate: Default::default(),
     });
     Ok(Router::new()
         .route("/", get(pages::overview))
-        .route("/login", get(actions::login_form).post(actions::login))
+        .route("/login", get(login::login_form).post(login::login))
         .route("/logout", post(actions::logout))
         .route("/requests", get(pages::requests))
         .route("/requests/{id}", get(pages::request_detail))

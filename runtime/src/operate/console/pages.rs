@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State as Shared};
+use axum::extract::{Path, Query, RawQuery, State as Shared};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup};
@@ -245,8 +245,20 @@ pub(crate) fn hidden_filter(filter: &FilterForm) -> Markup {
 pub(crate) async fn requests(
     PageWho { who, base }: PageWho,
     Shared(state): Shared<Arc<State>>,
-    Query(params): Query<ListParams>,
+    RawQuery(query): RawQuery,
 ) -> Response {
+    let known = [
+        &super::filter::FIELDS[..],
+        &super::filter::PAGE_FIELDS[..],
+        &super::views::NOTICE_FIELDS[..],
+    ];
+    let params: ListParams = match super::filter::known_fields_only(query.as_deref(), &known)
+        .and_then(|()| {
+            serde_urlencoded::from_str(query.as_deref().unwrap_or("")).map_err(|e| e.to_string())
+        }) {
+        Ok(params) => params,
+        Err(message) => return error_page(&base, &who, StatusCode::BAD_REQUEST, &message),
+    };
     let list = match super::reads::request_list(&state, &params.filter, &params.page).await {
         Ok(list) => list,
         Err(refused) => return error_page(&base, &who, refused.status, &refused.message),

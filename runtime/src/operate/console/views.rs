@@ -135,6 +135,9 @@ pub(crate) fn badge(status: Status) -> Markup {
     html! { span class={ "badge " (status.as_str()) } { (status.as_str()) } }
 }
 
+/// The names of the fields of [`NoticeParams`].
+pub(crate) const NOTICE_FIELDS: [&str; 3] = ["notice", "action", "changed"];
+
 /// The notice a redirect after an action asks for (`?notice=done&action=retry&changed=3`):
 /// one of a fixed set of codes, written out here from parsed values only, so that a link
 /// cannot put its own text in the console's success banner.

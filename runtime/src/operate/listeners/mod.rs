@@ -371,7 +371,7 @@ fn call_all(listeners: &[Listener], event: &OutcomeEvent) {
     for listener in listeners {
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| listener(event))) {
             crate::log::error!(id = event.id, kind = ?event.kind, executor = event.executor,
-                panic = %panic_text(&*panic), "an outcome listener panicked; it is called again for the next event");
+                panic = %crate::log::escaped(&panic_text(&*panic)), "an outcome listener panicked; it is called again for the next event");
         }
     }
 }

@@ -70,7 +70,7 @@ async fn call(listener: AsyncListener, event: OutcomeEvent) {
     let future = match std::panic::catch_unwind(AssertUnwindSafe(|| listener(event))) {
         Ok(future) => future,
         Err(panic) => {
-            crate::log::error!(id, ?kind, executor, panic = %panic_text(&*panic),
+            crate::log::error!(id, ?kind, executor, panic = %crate::log::escaped(&panic_text(&*panic)),
                 "an async outcome listener panicked; it is called again for the next event");
             return;
         }
@@ -83,7 +83,7 @@ async fn call(listener: AsyncListener, event: OutcomeEvent) {
     {
         Ok(Ok(())) => {}
         Ok(Err(panic)) => {
-            crate::log::error!(id, ?kind, executor, panic = %panic_text(&*panic),
+            crate::log::error!(id, ?kind, executor, panic = %crate::log::escaped(&panic_text(&*panic)),
                 "an async outcome listener panicked; it is called again for the next event");
         }
         Err(_) => crate::log::error!(

@@ -65,6 +65,38 @@ pub(crate) trait AuditOps: SqlRunner {
             })
             .collect()
     }
+
+    /// Deletes at most `limit` audit rows of `application` written before `before` (unix
+    /// ms), oldest first; how many it deleted. Two statements at the server's default
+    /// isolation, no lock held between them: the ids are read, then deleted by id, so
+    /// instances pruning at once delete each row once (a row gone already counts for
+    /// none).
+    async fn audit_prune(&self, application: &str, before: i64, limit: i64) -> Result<u64> {
+        let mut s = self.sql("SELECT id FROM async_audit WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND create_time < ")
+            .bind_int(before)
+            .push(" ORDER BY create_time, id LIMIT ")
+            .bind_int(limit);
+        let ids: Vec<i64> = self
+            .fetch_rows(&s, &[Col::Int])
+            .await?
+            .into_iter()
+            .map(|mut row| row.int())
+            .collect::<Result<_>>()?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut s = self.sql("DELETE FROM async_audit WHERE id IN (");
+        for (n, id) in ids.iter().enumerate() {
+            if n > 0 {
+                s.push(", ");
+            }
+            s.bind_int(*id);
+        }
+        s.push(")");
+        self.execute(&s).await
+    }
 }
 
 impl<S: SqlRunner> AuditOps for S {}

@@ -82,7 +82,7 @@ pub(super) async fn forward_wakes(
                     Err(error) => {
                         delay = (delay * 2).min(BACKOFF_MAX);
                         crate::log::warn!(
-                            %error,
+                            error = %crate::log::escaped(&error),
                             retry_in_ms = delay.as_millis() as u64,
                             "async-exec: could not connect the PostgreSQL LISTEN connection"
                         );
@@ -124,7 +124,7 @@ pub(super) async fn forward_wakes(
             }
             Err(error) => {
                 crate::log::warn!(
-                    %error,
+                    error = %crate::log::escaped(&error),
                     "async-exec: the PostgreSQL LISTEN connection failed; re-connecting"
                 );
                 if let Some(failed) = listening.take() {

@@ -143,7 +143,7 @@ pub(super) async fn insert_request(
     let written = write_request(&mut *conn, r).await;
     if written.is_err() && r.idempotency_key.is_some() {
         if let Err(error) = keys::release_pending(&mut *conn, r).await {
-            crate::log::warn!(%error, "could not undo the claim of a key whose request was not written");
+            crate::log::warn!(error = %crate::log::escaped(&error), "could not undo the claim of a key whose request was not written");
         }
     }
     written

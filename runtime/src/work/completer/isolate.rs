@@ -120,7 +120,7 @@ where
             }
             continue;
         }
-        crate::log::warn!(%error, completions = part.len(),
+        crate::log::warn!(error = %crate::log::escaped(&error), completions = part.len(),
             "the database refused a batch of outcomes; splitting it to isolate the refused one");
         let middle = part.start + part.len() / 2;
         parts.push(middle..part.end);
@@ -151,7 +151,7 @@ where
         match sink.write(part).await {
             Err(error) if is_transient(&error) => {
                 crate::operate::metrics::outcome_write_failed("transient", 1);
-                crate::log::warn!(%error, completions = part.len(), retry_in = ?delay,
+                crate::log::warn!(error = %crate::log::escaped(&error), completions = part.len(), retry_in = ?delay,
                     "could not write outcomes (a transient failure); retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(backoff.max);
@@ -174,18 +174,18 @@ where
     let dead = dead_instead(refused, error);
     match write_retrying(sink, std::slice::from_ref(&dead), backoff).await {
         Ok(wrote) if wrote.unwritten.is_empty() => {
-            crate::log::error!(id = refused.id, attempt = refused.attempt, %error,
+            crate::log::error!(id = refused.id, attempt = refused.attempt, error = %crate::log::escaped(&error),
                 "the database refused an outcome; the request is written `dead` instead");
             Instead::Written(Box::new(dead))
         }
         Ok(_) => {
-            crate::log::warn!(id = refused.id, attempt = refused.attempt, %error,
+            crate::log::warn!(id = refused.id, attempt = refused.attempt, error = %crate::log::escaped(&error),
                 "the database refused an outcome, and its record was claimed again meanwhile: \
                  neither is written");
             Instead::FencedOff
         }
         Err(dead_error) => {
-            crate::log::error!(id = refused.id, attempt = refused.attempt, %error, %dead_error,
+            crate::log::error!(id = refused.id, attempt = refused.attempt, error = %crate::log::escaped(&error), dead_error = %crate::log::escaped(&dead_error),
                 "the database refused an outcome, and refused it as `dead` too; leaving it: \
                  its lease will expire and the rescuer will count the attempt");
             Instead::Refused

@@ -329,7 +329,7 @@ impl Executor {
                 Err(error) => crate::log::warn!(
                     request_id = id,
                     attempt,
-                    %error,
+                    error = %crate::log::escaped(&error),
                     "not started: the lease of a claimed request ran out before a worker was \
                      free, and it could not be handed back; it runs again once rescued"
                 ),
@@ -423,7 +423,7 @@ impl Executor {
         crate::operate::metrics::finished(def, result.is_ok(), began.elapsed());
         span.in_scope(|| match &result {
             Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
-            Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %failure.message, "execution failed"),
+            Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %crate::log::escaped(&failure.message), "execution failed"),
         });
         Attempt {
             started,

@@ -183,16 +183,16 @@ impl Executor {
             return;
         };
         if !memory_failure_is_persisted(job.def.strategy) {
-            crate::log::error!(executor = job.def.name, error = %failure.message, "in-memory call failed; not retried");
+            crate::log::error!(executor = job.def.name, error = %crate::log::escaped(&failure.message), "in-memory call failed; not retried");
             return;
         }
         if let Some(request) = self.failure_record(&job, &attempt, None, 0) {
             if request.status == Status::Dead {
-                crate::log::error!(executor = job.def.name, error = %failure.message,
+                crate::log::error!(executor = job.def.name, error = %crate::log::escaped(&failure.message),
                     "in-memory call failed for good: it is written as dead");
             }
             if let Err(error) = self.store.request_insert(&request).await {
-                crate::log::error!(executor = job.def.name, %error, failure = %failure.message,
+                crate::log::error!(executor = job.def.name, error = %crate::log::escaped(&error), failure = %crate::log::escaped(&failure.message),
                     "call failed and its retry record could not be written: it is lost");
             }
         }
@@ -206,7 +206,7 @@ pub(crate) fn log_if_dead(completion: &Completion, executor: &str) {
             request_id = completion.id,
             executor,
             attempt = completion.attempt,
-            %error,
+            error = %crate::log::escaped(&error),
             "request failed for good: it is dead; replay it with `retry_now` once the cause is fixed"
         );
     }

@@ -88,7 +88,7 @@ impl ProgressSink for ProgressWriter {
                 .execution_progress(id, &self.owner, attempt, (clamp(done), clamp(total)))
                 .await;
             if let Err(error) = wrote {
-                crate::log::warn!(request_id = id, %error, "could not write a body's progress");
+                crate::log::warn!(request_id = id, error = %crate::log::escaped(&error), "could not write a body's progress");
             }
         })
     }
