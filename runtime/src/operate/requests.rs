@@ -16,13 +16,14 @@ const MAX_FILTER_TEXT: usize = 1024;
 const MAX_CONFIRMED: u64 = 1_000_000;
 
 /// Refuses a query whose text is too long to be a filter.
-fn check_query(query: &RequestQuery) -> Result<()> {
+pub(crate) fn check_query(query: &RequestQuery) -> Result<()> {
     let texts = [
         ("executor", &query.executor),
         ("application", &query.application),
         ("key", &query.key),
         ("remark", &query.remark),
         ("error", &query.error),
+        ("tag", &query.tag),
     ];
     if let Some(Err(reason)) = query.arg_path() {
         return Err(Error::InvalidFilter(reason));

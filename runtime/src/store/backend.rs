@@ -120,6 +120,16 @@ pub(crate) mod sealed {
             now: i64,
         ) -> BoxFuture<'c, Result<std::result::Result<(), Option<crate::base::record::Status>>>>;
 
+        /// Cancels every record of `application` that matches `query` and waits, and asks
+        /// every matching one that runs to stop, inside the caller's transaction: the
+        /// records are locked, then decided on (`store::cancel_in`).
+        fn cancel_matching_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            query: &'c crate::base::query::RequestQuery,
+            now: i64,
+        ) -> BoxFuture<'c, Result<crate::store::CancelCounts>>;
+
         /// Locks the row of quota `scope` inside the caller's transaction, until it ends.
         fn quota_lock_in<'c>(
             conn: &'c mut Self::Connection,

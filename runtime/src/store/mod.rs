@@ -27,6 +27,7 @@ mod backend;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
 pub(crate) mod bounded;
+mod cancel_in;
 mod claim;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
@@ -54,6 +55,7 @@ mod sweeps;
 
 pub(crate) use backend::sealed;
 pub use backend::{Backend, DefaultBackend, Value};
+pub(crate) use cancel_in::CancelCounts;
 pub(crate) use claim::{ClaimDue, ClaimIds, DueKind, QueueCap, QueueRow};
 pub(crate) use key::{KeyClaim, StoredKey, KEY_PENDING, KEY_SWEEP_BATCH};
 pub(crate) use lease::{Held, LeaseKeeper, Renewal};

@@ -253,10 +253,24 @@ impl BackendOps for MySql {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::MySql>(
+        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::MySql>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::MySql>(
+            conn,
+            application,
+            query,
             now,
         ))
     }

@@ -152,10 +152,24 @@ impl BackendOps for Postgres {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::Postgres>(
+        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::Postgres>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::Postgres>(
+            conn,
+            application,
+            query,
             now,
         ))
     }

@@ -191,10 +191,24 @@ impl BackendOps for Sqlite {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::Sqlite>(
+        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::Sqlite>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::Sqlite>(
+            conn,
+            application,
+            query,
             now,
         ))
     }
