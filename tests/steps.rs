@@ -52,6 +52,18 @@ async fn renamed(ctx: Context) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A step whose name is longer than the column that keeps it (255 characters).
+#[async_exec(type = SaveAsync, name = "steps::long_name", max_attempts = 3)]
+async fn long_name(ctx: Context, probe: Data<Probe>) -> anyhow::Result<()> {
+    let attempt = ctx.attempt();
+    ctx.step(&"charge-".repeat(40), || async {
+        probe.record("long charge", attempt);
+        Ok::<_, anyhow::Error>(1)
+    })
+    .await?;
+    Ok(())
+}
+
 /// A runtime that retries within 100 ms.
 async fn started(db: &TestDb) -> async_exec::Runtime {
     db.builder()
@@ -129,7 +141,31 @@ async fn steps_of_deleted_requests_are_purged<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30, M8: a step name longer than the column that keeps it (255 characters) is
+/// refused before its work runs, for good, saying so: its side effect never runs (before,
+/// on PostgreSQL and MariaDB, the work ran, its value could not be written, and every
+/// attempt ran it again: seen failing, `long charge` ran 3 times).
+async fn a_step_name_too_long_is_refused_before_its_work<DB: Backend>(db: TestDb) {
+    let rt = started(&db).await;
+    let probe = rt.data::<Probe>().unwrap();
+    let id = long_name().on(&rt).await.unwrap().id.unwrap();
+    renamed_dead(&rt, id).await;
+    assert_eq!(probe.runs("long charge"), 0, "the step's work never ran");
+    let request = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        request.exec_count, 1,
+        "refused for good at its first attempt"
+    );
+    let error = request.last_error.unwrap_or_default();
+    assert!(
+        error.contains("280 characters") && error.contains("255"),
+        "{error}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_step_name_too_long_is_refused_before_its_work,
     a_retry_resumes_after_the_last_finished_step,
     changed_steps_fail_for_good,
     steps_of_deleted_requests_are_purged,
