@@ -71,6 +71,52 @@ async fn a_request_going_dead_is_logged_at_error() {
     assert!(line.contains("the mail server refused it"), "{line}");
 }
 
+#[async_exec(type = SaveAsync)]
+async fn snoozes_once(ctx: async_exec::Context) -> anyhow::Result<()> {
+    if ctx.attempt() == 1 {
+        let later = std::time::Duration::from_secs(60);
+        return Err(async_exec::Snooze::new(later, "the CRM said 429").into());
+    }
+    Ok(())
+}
+
+/// Issue 30: a snooze is logged at INFO as `snoozed`, with until when and why, not as a
+/// WARN "execution failed" (seen failing before: the WARN line, and no `snoozed` one).
+#[tokio::test]
+async fn a_snooze_is_logged_at_info_not_as_a_failure() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new(Kind::Sqlite).await;
+    let rt = db.builder().start().await.unwrap();
+    let id = snoozes_once().on(&rt).await.unwrap().id.unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move {
+            rt.attempts(id).await.unwrap().len() == 1
+                && rt.get(id).await.unwrap().unwrap().status == Status::Init
+        }
+    })
+    .await;
+    rt.shutdown().await.unwrap();
+    let logged = captured.text();
+    assert!(!logged.contains("execution failed"), "{logged}");
+    let line = logged
+        .lines()
+        .find(|l| l.contains("snoozed"))
+        .unwrap_or_else(|| panic!("no line says the request snoozed:\n{logged}"));
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(line.contains("until="), "{line}");
+    assert!(line.contains("delay_ms=60000"), "{line}");
+    assert!(line.contains("the CRM said 429"), "{line}");
+}
+
 /// The target and module of every event and span the subscriber saw.
 #[derive(Clone, Default)]
 struct Targets(Arc<Mutex<Vec<(String, String, String)>>>);
