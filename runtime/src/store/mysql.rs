@@ -502,9 +502,9 @@ impl Store for MySqlStore {
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: super::Rerun,
     ) -> Result<Option<Status>> {
-        super::records::retry_now(self, application, id, now, replay_success).await
+        super::records::retry_now(self, application, id, now, rerun).await
     }
 
     async fn request_cancel(

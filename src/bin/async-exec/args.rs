@@ -54,6 +54,10 @@ pub(crate) enum Command {
         /// Also run again requests that succeeded (kept with `delete_on_success(false)`).
         #[arg(long)]
         replay: bool,
+        /// With --replay: forget the requests' durable steps, so that every step runs
+        /// again (a replay keeps them).
+        #[arg(long, requires = "replay")]
+        reset_steps: bool,
     },
     /// Cancel requests that are waiting (`init` or `failed`); ask running ones to stop.
     Cancel {

@@ -15,6 +15,8 @@ use super::{counted, not_found, Printed};
 pub(crate) enum Action {
     Retry,
     Replay,
+    /// A replay whose durable steps are forgotten (`retry --replay --reset-steps`).
+    ReplayFromStart,
     Cancel,
     Delete,
 }
@@ -24,6 +26,7 @@ impl Action {
         match self {
             Action::Retry => "queued to run again",
             Action::Replay => "queued to run again (replay)",
+            Action::ReplayFromStart => "queued to run again (replay, its steps forgotten)",
             Action::Cancel => "cancelled",
             Action::Delete => "deleted",
         }
@@ -33,6 +36,7 @@ impl Action {
         match self {
             Action::Retry => "retry",
             Action::Replay => "replay",
+            Action::ReplayFromStart => "replay-from-start",
             Action::Cancel => "cancel",
             Action::Delete => "delete",
         }
@@ -43,6 +47,7 @@ impl Action {
         match self {
             Action::Retry => rt.retry_now(id).await.map(|()| self.past()),
             Action::Replay => rt.replay(id).await.map(|()| self.past()),
+            Action::ReplayFromStart => rt.replay_from_start(id).await.map(|()| self.past()),
             Action::Cancel => rt.cancel(id).await.map(|done| match done {
                 async_exec::CancelOutcome::StopAsked => {
                     "asked to stop (it is running: its body is told within about a second)"
