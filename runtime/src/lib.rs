@@ -86,6 +86,7 @@ pub use call::keys::KeyInfo;
 pub use call::receipt::{Outcome, Receipt};
 pub use call::tx::Tx;
 pub use log::LOG_TARGET;
+pub use operate::act_in::ActMatching;
 pub use operate::cancel::{Cancel, CancelMatching};
 pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,

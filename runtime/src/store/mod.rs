@@ -21,13 +21,13 @@ use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 
+mod actions_in;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod alive;
 mod backend;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod begin;
 pub(crate) mod bounded;
-mod cancel_in;
 mod claim;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod dedicated;
@@ -53,9 +53,9 @@ pub mod sqlite;
 pub(crate) mod steps;
 mod sweeps;
 
+pub(crate) use actions_in::CancelCounts;
 pub(crate) use backend::sealed;
 pub use backend::{Backend, DefaultBackend, Value};
-pub(crate) use cancel_in::CancelCounts;
 pub(crate) use claim::{ClaimDue, ClaimIds, DueKind, QueueCap, QueueRow};
 pub(crate) use key::{KeyClaim, StoredKey, KEY_PENDING, KEY_SWEEP_BATCH};
 pub(crate) use lease::{Held, LeaseKeeper, Renewal};

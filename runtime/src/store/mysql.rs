@@ -253,10 +253,26 @@ impl BackendOps for MySql {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::MySql>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::MySql>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::MySql>(
+            conn,
+            application,
+            query,
+            action,
             now,
         ))
     }
@@ -267,7 +283,7 @@ impl BackendOps for MySql {
         query: &'c crate::base::query::RequestQuery,
         now: i64,
     ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
-        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::MySql>(
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::MySql>(
             conn,
             application,
             query,

@@ -152,10 +152,26 @@ impl BackendOps for Postgres {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::Postgres>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::Postgres>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::Postgres>(
+            conn,
+            application,
+            query,
+            action,
             now,
         ))
     }
@@ -166,7 +182,7 @@ impl BackendOps for Postgres {
         query: &'c crate::base::query::RequestQuery,
         now: i64,
     ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
-        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::Postgres>(
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::Postgres>(
             conn,
             application,
             query,

@@ -191,10 +191,26 @@ impl BackendOps for Sqlite {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::cancel_in::cancel_one::<sqlx::Sqlite>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::Sqlite>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::Sqlite>(
+            conn,
+            application,
+            query,
+            action,
             now,
         ))
     }
@@ -205,7 +221,7 @@ impl BackendOps for Sqlite {
         query: &'c crate::base::query::RequestQuery,
         now: i64,
     ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
-        Box::pin(crate::store::cancel_in::cancel_matching::<sqlx::Sqlite>(
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::Sqlite>(
             conn,
             application,
             query,

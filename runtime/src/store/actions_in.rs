@@ -1,6 +1,7 @@
 //! Cancels inside the caller's transaction, of one record or of every record a
-//! [`RequestQuery`] matches, written once for the three backends over the sqlx database
-//! type: lock, then decide. The records are first read locked (`FOR UPDATE` on PostgreSQL
+//! [`RequestQuery`] matches, and the operators' other actions on what a query matches
+//! ([`Action`]: retry, replay, delete), written once for the three backends over the sqlx
+//! database type: lock, then decide. The records are first read locked (`FOR UPDATE` on PostgreSQL
 //! and MySQL/MariaDB; on SQLite a write, which takes the file's one writer lock), so the
 //! status each decision reads is the latest committed one and stays so until the
 //! transaction ends: a locking read does not read MariaDB's REPEATABLE READ snapshot, and
@@ -15,7 +16,7 @@ use sqlx::{ColumnIndex, Decode, Encode, Row, Type};
 use super::sql::{Bind, Dialect, HasDialect, Sql, Statement};
 use super::Backend;
 use crate::base::error::{Error, Result};
-use crate::base::query::RequestQuery;
+use crate::base::query::{Action, RequestQuery};
 use crate::base::record::{RequestId, Status};
 
 /// Record `id`'s id and status, locked until the transaction ends.
@@ -98,6 +99,65 @@ where
     for<'r> String: Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
 {
+    let live = [Status::Init, Status::Failed, Status::Running];
+    let locked = lock_matching::<DB>(conn, application, query, &live).await?;
+    decide::<DB>(conn, application, &locked, now).await
+}
+
+/// Applies `action` to every record of `application` that matches `query` and is in a
+/// status the action applies to ([`Action::applies_to`]), deciding on the records read
+/// locked, in id order; how many changed.
+pub(crate) async fn act_matching<DB>(
+    conn: &mut DB::Connection,
+    application: &str,
+    query: &RequestQuery,
+    action: Action,
+    now: i64,
+) -> Result<u64>
+where
+    DB: Backend + HasDialect,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB>,
+    for<'r> String: Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let locked = lock_matching::<DB>(conn, application, query, action.applies_to()).await?;
+    let ids: Vec<RequestId> = locked.iter().map(|&(id, _)| id).collect();
+    let mut changed = 0;
+    for chunk in ids.chunks(IDS_PER_STATEMENT) {
+        // The operators' statements of one batch (`store::ops`), re-checked against the
+        // query and the statuses: the change first, then (deletes) the attempt logs.
+        let statements = super::ops::act_batch(DB::DIALECT, application, query, action, now, chunk);
+        for (i, statement) in statements.iter().enumerate() {
+            let done = bound::<DB>(statement)
+                .persistent(false)
+                .execute(DB::executor(&mut *conn))
+                .await?;
+            if i == 0 {
+                changed += DB::rows_affected(&done);
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// The `(id, status)` of every record of `application` that matches `query` and is in one
+/// of `statuses`, read locked until the transaction ends, in id order.
+async fn lock_matching<DB>(
+    conn: &mut DB::Connection,
+    application: &str,
+    query: &RequestQuery,
+    statuses: &[Status],
+) -> Result<Vec<(RequestId, Status)>>
+where
+    DB: Backend + HasDialect,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB>,
+    for<'r> String: Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
     let dialect = DB::DIALECT;
     let mut lock = match dialect {
         Dialect::Sqlite => Sql::new(
@@ -108,19 +168,20 @@ where
             Sql::new(dialect, "SELECT id, status FROM async_req WHERE")
         }
     };
-    lock.filter(application, query)
-        .statuses(&[Status::Init, Status::Failed, Status::Running]);
+    lock.filter(application, query).statuses(statuses);
     lock.push(match dialect {
         Dialect::Sqlite => " RETURNING id, status",
-        // In id order: two such cancels lock their common records in one order.
+        // In id order: two such actions lock their common records in one order.
         Dialect::Postgres | Dialect::MySql => " ORDER BY id FOR UPDATE",
     });
     let rows = bound::<DB>(&lock)
         .persistent(false)
         .fetch_all(DB::executor(&mut *conn))
         .await?;
-    let locked = decode::<DB>(&rows)?;
-    decide::<DB>(conn, application, &locked, now).await
+    let mut locked = decode::<DB>(&rows)?;
+    // SQLite's `RETURNING` is in no set order.
+    locked.sort_unstable_by_key(|&(id, _)| id);
+    Ok(locked)
 }
 
 /// The `(id, status)` of each locked row.
