@@ -305,6 +305,25 @@ async fn a_bulk_cancel_goes_with_the_transaction<DB: Backend>(db: TestDb) {
     let done = rt.cancel_tagged("tenant:a").within(&mut tx).await.unwrap();
     assert_eq!((done.cancelled, done.stop_asked), (0, 1));
     tx.commit().await.unwrap();
+    // Awaited, at once (a transaction of the runtime's own); inside a scope, refused.
+    let other = async_exec::RequestQuery::default().tag("tenant:b");
+    let done = rt.cancel_matching(&other).await.unwrap();
+    assert_eq!((done.cancelled, done.stop_asked), (1, 0));
+    assert_eq!(status_of(&db, other_tenant).await, "cancelled");
+    let scoped = rt.clone();
+    let nested = rt
+        .transaction(|_tx: &mut Tx<DB>| {
+            Box::pin(async move {
+                scoped.cancel_tagged("tenant:a").await?;
+                Ok::<_, Error>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(nested, Error::NestedTransaction { .. }),
+        "{nested}"
+    );
     // A filter that is not one is refused, saying why.
     let mut tx: Tx<DB> = rt.begin().await.unwrap();
     let long = async_exec::RequestQuery::default().tag("x".repeat(2_000));

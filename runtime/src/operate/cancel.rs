@@ -15,6 +15,7 @@ use crate::call::cancel::{
 };
 use crate::call::tx::Tx;
 use crate::runtime::Runtime;
+use crate::store::sealed::BackendOps;
 use crate::store::Backend;
 
 /// A cancel of a request: made by [`Runtime::cancel`] or [`Runtime::cancel_key`].
@@ -86,8 +87,11 @@ impl Runtime {
 ///
 /// One statement locks them all, and one statement per 500 of them changes them: no
 /// request-by-request round trips. The locks are held until the transaction ends: keep
-/// the transaction short, as for any write of many rows. To cancel at once, outside a
-/// transaction of yours, use [`Runtime::act`] with [`Action::Cancel`](crate::Action).
+/// the transaction short, as for any write of many rows. Awaited instead, it cancels at
+/// once, the same way in a transaction of the runtime's own (refused inside
+/// [`Runtime::transaction`] with [`Error::NestedTransaction`]: pass the scope's `tx` to
+/// `within`). [`Runtime::act`] with [`Action::Cancel`](crate::Action) goes in batches of
+/// 500 and cancels waiting requests only.
 ///
 /// ```no_run
 /// use async_exec::{RequestQuery, Runtime, Status, Tx, Postgres};
@@ -103,7 +107,7 @@ impl Runtime {
 /// println!("{} cancelled, {} asked to stop", done.cancelled, done.stop_asked);
 /// # Ok(()) }
 /// ```
-#[must_use = "a cancel does nothing until `.within(&mut tx)` is awaited"]
+#[must_use = "a cancel does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct CancelMatching<'r> {
     runtime: &'r Runtime,
@@ -142,6 +146,41 @@ impl CancelMatching<'_> {
             .unwrap_or(&inner.app)
             .to_owned();
         cancel_matching_in(inner, tx, &application, &self.query).await
+    }
+}
+
+impl<'r> CancelMatching<'r> {
+    /// At once: in a transaction of the runtime's own, committed.
+    async fn now(self) -> Result<CancelCount> {
+        crate::call::scope::refuse_nested(self.runtime, "rt.cancel_matching(..).await")?;
+        let runtime = self.runtime;
+        let store = runtime.inner.store.as_any();
+        macro_rules! on {
+            ($db:ty) => {
+                if <$db as BackendOps>::begin_on(store).is_some() {
+                    let mut tx: Tx<$db> = runtime.begin_any().await?;
+                    let done = self.within(&mut tx).await?;
+                    tx.commit().await?;
+                    return Ok(done);
+                }
+            };
+        }
+        #[cfg(feature = "sqlite")]
+        on!(sqlx::Sqlite);
+        #[cfg(feature = "postgres")]
+        on!(sqlx::Postgres);
+        #[cfg(feature = "mysql")]
+        on!(sqlx::MySql);
+        unreachable!("the store is of a compiled backend")
+    }
+}
+
+impl<'r> IntoFuture for CancelMatching<'r> {
+    type Output = Result<CancelCount>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<CancelCount>> + Send + 'r>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.now())
     }
 }
 

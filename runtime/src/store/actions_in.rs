@@ -1,15 +1,16 @@
 //! Cancels inside the caller's transaction, of one record or of every record a
 //! [`RequestQuery`] matches, and the operators' other actions on what a query matches
-//! ([`Action`]: retry, replay, delete), written once for the three backends over the sqlx
-//! database type: lock, then decide. The records are first read locked (`FOR UPDATE` on PostgreSQL
-//! and MySQL/MariaDB; on SQLite a write, which takes the file's one writer lock), so the
-//! status each decision reads is the latest committed one and stays so until the
-//! transaction ends: a locking read does not read MariaDB's REPEATABLE READ snapshot, and
-//! on PostgreSQL at READ COMMITTED it waits for a claim or an outcome being written and
-//! reads what it wrote (at REPEATABLE READ a record changed since the snapshot is refused
-//! with a serialization failure, for the caller to retry). Then the waiting records
-//! (`init`, `failed`) are marked `cancelled` and the running ones asked to stop, by id.
-//! Nothing is decided from a plain read, at any isolation.
+//! ([`Action`]: retry, replay, cancel, delete), written once for the three backends over
+//! the sqlx database type: lock, then decide. The records are first read locked (`FOR
+//! UPDATE` on PostgreSQL and MySQL/MariaDB; on SQLite a write, which takes the file's one
+//! writer lock), so the status each decision reads is the latest committed one and stays
+//! so until the transaction ends: a locking read does not read MariaDB's REPEATABLE READ
+//! snapshot, and on PostgreSQL at READ COMMITTED it waits for a claim or an outcome being
+//! written and reads what it wrote (at REPEATABLE READ a record changed since the
+//! snapshot is refused with a serialization failure, for the caller to retry). Then the
+//! locked records are changed by id: a cancel marks the waiting ones (`init`, `failed`)
+//! `cancelled` and asks the running ones to stop. Nothing is decided from a plain read,
+//! at any isolation.
 
 use sqlx::{ColumnIndex, Decode, Encode, Row, Type};
 

@@ -64,7 +64,8 @@ pub(crate) enum Command {
         /// The requests' ids.
         #[arg(required_unless_present = "tag", conflicts_with = "tag")]
         ids: Vec<RequestId>,
-        /// Instead of ids: cancel every waiting request with this tag.
+        /// Instead of ids: cancel every waiting request with this tag, and ask every
+        /// running one to stop (in one transaction).
         #[arg(long)]
         tag: Option<String>,
     },

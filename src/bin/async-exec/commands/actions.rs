@@ -103,23 +103,26 @@ pub(crate) async fn act(
     })
 }
 
-/// `cancel --tag TAG`: every waiting request with the tag, in one action (audited as the
-/// console's action on a filter is).
+/// `cancel --tag TAG`: every waiting request with the tag cancelled and every running one
+/// asked to stop, in one transaction (audited as the console's action on a filter is).
 pub(crate) async fn cancel_tagged(rt: &Runtime, tag: &str) -> Result<Printed, Failure> {
     let query = RequestQuery::default().tag(tag);
-    let cancelled = rt
-        .act(
-            async_exec::Action::Cancel,
-            &query,
-            &crate::operator::actor(),
-        )
+    let done = rt.cancel_matching(&query).await?;
+    let target = serde_json::to_string(&query).expect("a query serializes");
+    rt.audit_action(&crate::operator::actor(), "cancel", &target, done.total())
         .await?;
     Ok(Printed {
-        json: json!({ "action": "cancel", "tag": tag, "cancelled": cancelled }),
+        json: json!({
+            "action": "cancel",
+            "tag": tag,
+            "cancelled": done.cancelled,
+            "stop_asked": done.stop_asked,
+        }),
         human: format!(
-            "{} with tag {} cancelled (running ones are not: cancel them by id)\n",
-            counted(cancelled, "waiting request"),
-            safe(tag)
+            "{} with tag {} cancelled; {} asked to stop\n",
+            counted(done.cancelled, "waiting request"),
+            safe(tag),
+            counted(done.stop_asked, "running request"),
         ),
         failed: None,
     })
