@@ -7,7 +7,7 @@
 #[macro_use]
 mod common;
 
-use async_exec::{Action, Backend, RequestQuery, Status};
+use async_exec::{Action, Backend, RequestQuery, Status, Tx};
 use common::{now_ms, TestDb};
 
 /// Writes `n` `failed` records (due in an hour) of `executor` (one statement per 500), each with an attempt log.
@@ -122,7 +122,76 @@ async fn a_confirmed_action_changes_no_more_than_confirmed<DB: Backend>(db: Test
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: actions inside the caller's transaction (`rt.act_matching(..).within(&mut
+/// tx)`): 1,234 failed requests of one executor (three statements of 500) and 10 of
+/// another; a rollback keeps all; a cancel, then a retry of what is cancelled, then a
+/// delete, each committed, change the 1,234 only, with their attempt logs on delete.
+async fn actions_in_the_callers_transaction_go_with_it<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    dead_records(&db, "actions::many", 1_234).await;
+    dead_records(&db, "actions::other", 10).await;
+    let many = RequestQuery::default().executor("actions::many");
+    let status = |status: Status| format!("async_req WHERE status = '{}'", status.as_str());
+
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let cancelled = rt
+        .act_matching(Action::Cancel, &many)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    assert_eq!(cancelled, 1_234);
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        db.count(&status(Status::Failed)).await,
+        1_244,
+        "rolled back"
+    );
+
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let cancelled = rt
+        .act_matching(Action::Cancel, &many)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    // Within the same transaction the next action sees what the first did.
+    let retried = rt
+        .act_matching(Action::Retry, &many)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!((cancelled, retried), (1_234, 1_234));
+    assert_eq!(db.count(&status(Status::Init)).await, 1_234);
+    assert_eq!(db.count(&status(Status::Failed)).await, 10);
+
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let deleted = rt
+        .act_matching(Action::Delete, &many)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(deleted, 1_234);
+    assert_eq!(db.count("async_req").await, 10);
+    assert_eq!(
+        db.count("async_log").await,
+        10,
+        "the deleted ones' logs went"
+    );
+    // Nothing matches now: 0, and nothing else changes.
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let none = rt
+        .act_matching(Action::ReplayDead, &many)
+        .within(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(none, 0);
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    actions_in_the_callers_transaction_go_with_it,
     an_action_on_many_requests_changes_each_once_in_batches,
     a_confirmed_action_changes_no_more_than_confirmed
 );

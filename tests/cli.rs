@@ -307,6 +307,32 @@ async fn retry_cancel_delete<DB: Backend>(db: TestDb) {
         status_of(&db, f.success[0]).await.as_deref(),
         Some("failed")
     );
+    // Issue 30: --reset-steps (with --replay) forgets the request's durable steps.
+    let stepped = f.success[1];
+    db.exec(&format!(
+        "INSERT INTO async_step (application_name, req_id, position, name, value_json, \
+         attempt, create_time) VALUES ('tests', {stepped}, 0, 'charge', '\"ch_1\"', 1, 0)"
+    ))
+    .await;
+    let alone = tool(&db, &["retry", "--reset-steps", &stepped.to_string()]).await;
+    assert_eq!(
+        alone.code, 2,
+        "--reset-steps needs --replay: {}",
+        alone.stderr
+    );
+    let reset = tool(
+        &db,
+        &["retry", "--replay", "--reset-steps", &stepped.to_string()],
+    )
+    .await
+    .ok();
+    assert!(reset.stdout.contains("steps forgotten"), "{}", reset.stdout);
+    assert_eq!(status_of(&db, stepped).await.as_deref(), Some("failed"));
+    assert_eq!(
+        db.count(&format!("async_step WHERE req_id = {stepped}"))
+            .await,
+        0
+    );
 
     // cancel: waiting requests; a cancelled one cannot be cancelled again.
     let waiting: Vec<String> = f.waiting.iter().map(i64::to_string).collect();

@@ -327,6 +327,21 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
         tagged.push(id.id.unwrap());
     }
     let other = ok_job(9).tag("order:6").delay(later).on(&rt).await.unwrap();
+    // Issue 30: a running one is asked to stop too (it was left alone before).
+    let running = ok_job(4)
+        .tag("order:5")
+        .delay(later)
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    db.exec(&format!(
+        "UPDATE async_req SET status = 'running', lease_owner = 'other', lease_until = {}, \
+         exec_count = 1 WHERE id = {running}",
+        common::now_ms() + 3_600_000
+    ))
+    .await;
     let listed = tool(&db, "tests", &["--json", "list", "--tag", "order:5"])
         .await
         .ok()
@@ -338,7 +353,9 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
         .map(|r| r["id"].as_i64().unwrap())
         .collect();
     ids.sort_unstable();
-    assert_eq!(ids, tagged, "{listed}");
+    let mut all = tagged.clone();
+    all.push(running);
+    assert_eq!(ids, all, "{listed}");
     assert_eq!(
         listed["requests"][0]["tags"],
         serde_json::json!(["order:5"])
@@ -348,6 +365,9 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
         .ok()
         .json();
     assert_eq!(cancelled["cancelled"], 3, "{cancelled}");
+    assert_eq!(cancelled["stop_asked"], 1, "{cancelled}");
+    let asked = rt.get(running).await.unwrap().unwrap();
+    assert!(asked.cancel_requested.is_some(), "{asked:?}");
     for id in &tagged {
         assert_eq!(
             rt.get(*id).await.unwrap().unwrap().status,
@@ -362,7 +382,7 @@ async fn tags_list_and_cancel_from_the_tool<DB: Backend>(db: TestDb) {
         .find(|e| e.action == "cancel")
         .expect("audited");
     assert!(action.target.contains("order:5"), "{action:?}");
-    assert_eq!(action.affected, 3);
+    assert_eq!(action.affected, 4);
     let both = tool(&db, "tests", &["cancel", "1", "--tag", "order:5"]).await;
     assert_ne!(both.code, 0, "ids and a tag at once are refused");
     rt.shutdown().await.unwrap();

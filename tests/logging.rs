@@ -143,6 +143,19 @@ async fn fails_with_a_forged_line(label: String) -> Result<(), String> {
 /// the request's failure writes is one line, with no escape byte.
 #[tokio::test]
 async fn errors_are_logged_with_their_control_characters_escaped() {
+#[async_exec(type = SaveAsync)]
+async fn snoozes_once(ctx: async_exec::Context) -> anyhow::Result<()> {
+    if ctx.attempt() == 1 {
+        let later = std::time::Duration::from_secs(60);
+        return Err(async_exec::Snooze::new(later, "the CRM said 429").into());
+    }
+    Ok(())
+}
+
+/// Issue 30: a snooze is logged at INFO as `snoozed`, with until when and why, not as a
+/// WARN "execution failed" (seen failing before: the WARN line, and no `snoozed` one).
+#[tokio::test]
+async fn a_snooze_is_logged_at_info_not_as_a_failure() {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -163,6 +176,13 @@ async fn errors_are_logged_with_their_control_characters_escaped() {
     common::wait_for(|| {
         let rt = rt.clone();
         async move { rt.get(id).await.unwrap().unwrap().status == Status::Dead }
+    let id = snoozes_once().on(&rt).await.unwrap().id.unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move {
+            rt.attempts(id).await.unwrap().len() == 1
+                && rt.get(id).await.unwrap().unwrap().status == Status::Init
+        }
     })
     .await;
     rt.shutdown().await.unwrap();
@@ -185,6 +205,15 @@ async fn errors_are_logged_with_their_control_characters_escaped() {
         .find(|l| l.contains("is dead"))
         .unwrap_or_else(|| panic!("no line says the request is dead:\n{logged}"));
     assert!(dead.contains(r"boom\n2026"), "{dead}");
+    assert!(!logged.contains("execution failed"), "{logged}");
+    let line = logged
+        .lines()
+        .find(|l| l.contains("snoozed"))
+        .unwrap_or_else(|| panic!("no line says the request snoozed:\n{logged}"));
+    assert!(line.contains(" INFO "), "{line}");
+    assert!(line.contains("until="), "{line}");
+    assert!(line.contains("delay_ms=60000"), "{line}");
+    assert!(line.contains("the CRM said 429"), "{line}");
 }
 
 /// The target and module of every event and span the subscriber saw.

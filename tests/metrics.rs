@@ -86,6 +86,16 @@ impl Gate {
     }
 }
 
+/// Snoozes on its first attempt, then succeeds.
+#[async_exec(type = SaveAsync, max_attempts = 1)]
+async fn metered_snoozes(n: i64, ctx: Context) -> anyhow::Result<()> {
+    let _ = n;
+    if ctx.attempt() == 1 {
+        return Err(async_exec::Snooze::new(Duration::ZERO, "the API said 429").into());
+    }
+    Ok(())
+}
+
 /// The test runtime's builder, with the gate the executors here take.
 fn builder(db: &TestDb) -> Builder {
     db.builder().data(Gate::default())
@@ -513,7 +523,42 @@ async fn queue_gauges_follow_the_store<DB: async_exec::Backend>(db: common::Test
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: a snooze is its own outcome, `outcome="snoozed"`, not a failure (seen failing
+/// before: counted as `failure`, and no `snoozed` series).
+async fn a_snooze_is_counted_as_snoozed_not_as_a_failure<DB: async_exec::Backend>(
+    db: common::TestDb,
+) {
+    let _turn = TURN.lock().await;
+    const SNOOZES: &str = "metrics::metered_snoozes";
+    let series = [
+        format!("async_exec_finished_total{{executor={SNOOZES},outcome=snoozed}}"),
+        format!("async_exec_finished_total{{executor={SNOOZES},outcome=failure}}"),
+        format!("async_exec_finished_total{{executor={SNOOZES},outcome=success}}"),
+        format!("async_exec_started_total{{executor={SNOOZES}}}"),
+    ];
+    let before = snapshot(&series);
+    let rt = builder(&db)
+        .retry_interval(Duration::from_millis(50))
+        .delete_on_success(false)
+        .start()
+        .await
+        .unwrap();
+    let id = metered_snoozes(1).on(&rt).await.unwrap().id.unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move { rt.get(id).await.unwrap().unwrap().status == Status::Success }
+    })
+    .await;
+    assert_eq!(
+        since(&series, &before),
+        vec![1.0, 0.0, 1.0, 2.0],
+        "{series:?}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_snooze_is_counted_as_snoozed_not_as_a_failure,
     a_run_and_a_failure_are_counted,
     retention_prunes_are_counted,
     start_latency_counts_from_the_commit_or_the_due_time,

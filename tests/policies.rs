@@ -175,6 +175,15 @@ async fn bad_policies_are_refused<DB: Backend>(db: TestDb) {
         rt.policy("mail").concurrency(0).apply().await,
         "between 1 and 100000",
     );
+    // Issue 30: the lowest `i32` overflowed the range check (a panic in a debug build).
+    refused(
+        rt.policy("mail").priority_boost(i32::MIN).apply().await,
+        "between -1000000 and 1000000, not -2147483648",
+    );
+    refused(
+        rt.policy("mail").priority_boost(1_000_001).apply().await,
+        "between -1000000 and 1000000",
+    );
     refused(
         rt.policy("mial").paused(true).apply().await,
         "no queue or executor is named \"mial\"",

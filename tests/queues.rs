@@ -392,6 +392,33 @@ async fn limits_set_while_running_apply_at_once<DB: Backend>(db: TestDb) {
     b.shutdown().await.unwrap();
 }
 
+/// Issue 30: `set_queue_limits` with `max_waiting` (a quota of the builder's, which this
+/// call does not set) is refused, saying so, and keeps the limits set before; before the
+/// fix it answered `Ok` and cleared them (seen failing: the concurrency of 1 was gone).
+async fn max_waiting_set_while_running_is_refused_and_clears_nothing<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let a = instance(&db, &history).await;
+    a.set_queue_limits("payments", QueueLimits::new().concurrency(1), "alice")
+        .await
+        .unwrap();
+    let refused = a
+        .set_queue_limits("payments", QueueLimits::new().max_waiting(5), "alice")
+        .await;
+    let policies = a.queue_policies().await.unwrap();
+    let payments = policies.iter().find(|p| p.queue == "payments").unwrap();
+    assert_eq!(
+        payments.concurrency,
+        Some(1),
+        "the limit set before is kept"
+    );
+    let error = refused.unwrap_err().to_string();
+    assert!(
+        error.contains("max_waiting") && error.contains("Builder::queue"),
+        "{error}"
+    );
+    a.shutdown().await.unwrap();
+}
+
 /// A queue of 5 starts a second over two instances: 15 requests start in no less than
 /// two seconds (5 at once, then 5 a second), and no stretch of time has more starts
 /// than 5 plus 5 a second of it (one more for the instances' clocks).
@@ -478,6 +505,7 @@ backend_suite!(
     a_global_limit_holds_over_every_queue,
     a_rate_limit_holds_across_instances,
     limits_set_while_running_apply_at_once,
+    max_waiting_set_while_running_is_refused_and_clears_nothing,
     a_queue_limit_holds_across_instances,
     a_per_instance_limit_holds_on_each,
     a_full_queue_holds_up_no_other,

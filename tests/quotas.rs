@@ -137,6 +137,89 @@ async fn queue_and_owner_quotas_count_their_own<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30, M7: a tag cannot name an owner's quota. A call tagged `owner:victim` by hand
+/// (not made with `.owner("victim")`) is refused, so it cannot spend the victim's quota;
+/// `.owner(..)` set twice keeps the last owner only. Seen failing before the fix: the
+/// hand-tagged call was written (`Ok(Receipt { .. Queued })`) on every backend.
+async fn a_tag_cannot_spend_an_owners_quota<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .run_workers(false)
+        .max_waiting_per_owner(Some(2))
+        .start()
+        .await
+        .unwrap();
+    for n in 0..2 {
+        let hostile = export(n).tag("owner:victim").delay(LATER).on(&rt).await;
+        match hostile {
+            Err(Error::InvalidCall {
+                option: "tag",
+                reason,
+                ..
+            }) => {
+                assert!(reason.contains(".owner("), "{reason}")
+            }
+            other => panic!("a hand-made owner tag must be refused: {other:?}"),
+        }
+    }
+    // Also in a transaction, and in a batch.
+    let mut tx: Tx<DB> = rt.begin().await.unwrap();
+    let hostile = export(3)
+        .tag("owner:victim")
+        .delay(LATER)
+        .within(&mut tx)
+        .await;
+    assert!(
+        matches!(hostile, Err(Error::InvalidCall { option: "tag", .. })),
+        "{hostile:?}"
+    );
+    tx.rollback().await.unwrap();
+    let hostile = batch([export(4).tag("owner:victim").delay(LATER)])
+        .on(&rt)
+        .await;
+    assert!(
+        matches!(hostile, Err(Error::InvalidCall { option: "tag", .. })),
+        "{hostile:?}"
+    );
+    assert_eq!(db.count("async_req").await, 0);
+    // The victim's quota is whole.
+    export(5)
+        .owner("victim")
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap();
+    export(6)
+        .owner("victim")
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap();
+    over(
+        export(7).owner("victim").delay(LATER).on(&rt).await,
+        "owner \"victim\"",
+    );
+    // A second `.owner(..)` replaces the first: the request counts for one owner only.
+    export(8)
+        .owner("victim")
+        .owner("other")
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap();
+    assert_eq!(db.count("async_tag WHERE tag = 'owner:victim'").await, 2);
+    assert_eq!(db.count("async_tag WHERE tag = 'owner:other'").await, 1);
+    // Its own owner's tag, named again by hand, is the same tag: accepted.
+    export(9)
+        .owner("other")
+        .tag("owner:other")
+        .delay(LATER)
+        .on(&rt)
+        .await
+        .unwrap();
+    rt.shutdown().await.unwrap();
+}
+
 /// Twenty transactions racing, each with one call, under a quota of 5: exactly 5 commit,
 /// the others are refused; the quota is never exceeded.
 async fn racing_transactions_never_exceed_a_quota<DB: Backend>(db: TestDb) {
@@ -191,6 +274,7 @@ async fn absurd_quotas_are_refused<DB: Backend>(db: TestDb) {
 backend_suite!(
     the_applications_quota_refuses_past_it,
     queue_and_owner_quotas_count_their_own,
+    a_tag_cannot_spend_an_owners_quota,
     racing_transactions_never_exceed_a_quota,
     absurd_quotas_are_refused,
 );

@@ -26,7 +26,7 @@ impl Starts {
     }
 }
 
-/// Two attempts allowed: snoozes twice (200 ms), fails once, then succeeds (on attempt
+/// Two attempts allowed: snoozes twice (200 ms asked, `Snooze::MIN_DELAY` waited), fails once, then succeeds (on attempt
 /// 4, which only the snoozes not being counted allow).
 #[async_exec(type = SaveAsync, max_attempts = 2)]
 async fn rate_limited(name: String, starts: Data<Starts>, ctx: Context) -> anyhow::Result<()> {
@@ -56,6 +56,51 @@ async fn in_memory_first(name: String, starts: Data<Starts>, ctx: Context) -> Re
         1 => Err(Snooze::new(Duration::from_millis(200), "not ready")),
         _ => Ok(()),
     }
+}
+
+/// Always asks to run again at once.
+#[async_exec(type = SaveAsync, max_attempts = 1)]
+async fn snoozes_for_nothing(
+    name: String,
+    starts: Data<Starts>,
+    ctx: Context,
+) -> anyhow::Result<()> {
+    starts
+        .0
+        .lock()
+        .unwrap()
+        .push((name, ctx.attempt(), Instant::now()));
+    Err(Snooze::new(Duration::ZERO, "Retry-After: 0").into())
+}
+
+/// Issue 30: a snooze waits at least `Snooze::MIN_DELAY` (1 s), so that a body that
+/// snoozes for nothing does not run again and again at once: over 1.5 s, with the sweep
+/// of due records every 50 ms, it ran twice (seen failing before: 27 and 28 runs).
+async fn a_zero_snooze_waits_the_least_delay<DB: Backend>(db: TestDb) {
+    assert_eq!(
+        Snooze::new(Duration::ZERO, "now").delay(),
+        Snooze::MIN_DELAY
+    );
+    let starts = Starts::default();
+    let rt = db
+        .builder()
+        .retry_interval(Duration::from_millis(50))
+        .data(starts.clone())
+        .start()
+        .await
+        .unwrap();
+    snoozes_for_nothing("z".into()).on(&rt).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let runs = starts.of("z");
+    assert!(
+        (1..=2).contains(&runs.len()),
+        "ran {} times in 1.5 s",
+        runs.len()
+    );
+    if let [first, second] = runs[..] {
+        assert!(second.1 - first.1 >= Snooze::MIN_DELAY);
+    }
+    rt.shutdown().await.unwrap();
 }
 
 async fn a_snooze_runs_later_and_uses_no_attempt<DB: Backend>(db: TestDb) {
@@ -127,6 +172,7 @@ async fn a_snooze_in_memory_is_written_to_run_later<DB: Backend>(db: TestDb) {
 }
 
 backend_suite!(
+    a_zero_snooze_waits_the_least_delay,
     a_snooze_runs_later_and_uses_no_attempt,
     a_snooze_in_memory_is_written_to_run_later,
 );

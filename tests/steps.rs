@@ -52,6 +52,18 @@ async fn renamed(ctx: Context) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A step whose name is longer than the column that keeps it (255 characters).
+#[async_exec(type = SaveAsync, name = "steps::long_name", max_attempts = 3)]
+async fn long_name(ctx: Context, probe: Data<Probe>) -> anyhow::Result<()> {
+    let attempt = ctx.attempt();
+    ctx.step(&"charge-".repeat(40), || async {
+        probe.record("long charge", attempt);
+        Ok::<_, anyhow::Error>(1)
+    })
+    .await?;
+    Ok(())
+}
+
 /// A runtime that retries within 100 ms.
 async fn started(db: &TestDb) -> async_exec::Runtime {
     db.builder()
@@ -129,7 +141,86 @@ async fn steps_of_deleted_requests_are_purged<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30, M8: a step name longer than the column that keeps it (255 characters) is
+/// refused before its work runs, for good, saying so: its side effect never runs (before,
+/// on PostgreSQL and MariaDB, the work ran, its value could not be written, and every
+/// attempt ran it again: seen failing, `long charge` ran 3 times).
+async fn a_step_name_too_long_is_refused_before_its_work<DB: Backend>(db: TestDb) {
+    let rt = started(&db).await;
+    let probe = rt.data::<Probe>().unwrap();
+    let id = long_name().on(&rt).await.unwrap().id.unwrap();
+    renamed_dead(&rt, id).await;
+    assert_eq!(probe.runs("long charge"), 0, "the step's work never ran");
+    let request = rt.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        request.exec_count, 1,
+        "refused for good at its first attempt"
+    );
+    let error = request.last_error.unwrap_or_default();
+    assert!(
+        error.contains("280 characters") && error.contains("255"),
+        "{error}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
+/// Issue 30: a replay keeps the request's durable steps (their work does not run again),
+/// and `rt.replay_from_start(id)` forgets them in the replay's transaction, so that every
+/// step runs again. (Before, there was no way to reset them short of deleting the request
+/// and calling it again.)
+async fn a_replay_from_the_start_runs_the_steps_again<DB: Backend>(db: TestDb) {
+    let rt = db
+        .builder()
+        .delete_on_success(false)
+        .retry_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let probe = rt.data::<Probe>().unwrap();
+    let id = checkout(9).on(&rt).await.unwrap().id.unwrap();
+    let done = |exec_count: i32| {
+        let rt = rt.clone();
+        async move {
+            rt.get(id)
+                .await
+                .unwrap()
+                .is_some_and(|r| r.status == Status::Success && r.exec_count == exec_count)
+        }
+    };
+    common::wait_for(|| done(2)).await;
+    assert_eq!((probe.runs("charge"), probe.runs("ship")), (1, 2));
+
+    // A replay: the kept steps are read back, none runs again.
+    rt.replay(id).await.unwrap();
+    common::wait_for(|| done(1)).await;
+    assert_eq!((probe.runs("charge"), probe.runs("ship")), (1, 2));
+    assert_eq!(rt.steps(id).await.unwrap().len(), 3);
+
+    // From the start: the steps are forgotten, and run again (the ship fails on the
+    // replay's first attempt, as on the first run).
+    rt.replay_from_start(id).await.unwrap();
+    common::wait_for(|| done(2)).await;
+    assert_eq!((probe.runs("charge"), probe.runs("ship")), (2, 4));
+    assert_eq!(rt.steps(id).await.unwrap().len(), 3);
+    // Refused as a replay is, and nothing forgotten then.
+    let waiting = checkout(10)
+        .delay(Duration::from_secs(3_600))
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let refused = rt.replay_from_start(waiting).await.unwrap_err();
+    assert!(
+        matches!(refused, async_exec::Error::InvalidState { .. }),
+        "{refused}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_replay_from_the_start_runs_the_steps_again,
+    a_step_name_too_long_is_refused_before_its_work,
     a_retry_resumes_after_the_last_finished_step,
     changed_steps_fail_for_good,
     steps_of_deleted_requests_are_purged,

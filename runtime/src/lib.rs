@@ -81,13 +81,14 @@ pub use base::settings::{Settings, SqliteSynchronous, TestMode};
 pub use base::strategy::Strategy;
 pub use base::trace::{baggage, with_baggage, TracePropagation};
 pub use call::builder::{batch, Batch, BatchIn, Call, CallIn, MAX_TAGS};
-pub use call::cancel::CancelOutcome;
+pub use call::cancel::{CancelCount, CancelOutcome};
 pub use call::hand_over::DrainReport;
 pub use call::keys::KeyInfo;
 pub use call::receipt::{Outcome, Receipt};
 pub use call::tx::Tx;
 pub use log::LOG_TARGET;
-pub use operate::cancel::Cancel;
+pub use operate::act_in::ActMatching;
+pub use operate::cancel::{Cancel, CancelMatching};
 pub use operate::health::{
     BacklogHealth, Health, HealthStatus, OutcomesHealth, PartHealth, StoreHealth,
     HEALTH_PROBE_TIMEOUT,

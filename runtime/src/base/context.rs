@@ -4,6 +4,9 @@ use std::sync::Arc;
 
 use crate::base::record::RequestId;
 
+/// The longest step name, in characters: the width of `async_step.name`.
+const MAX_STEP_NAME_CHARS: usize = 255;
+
 /// Where stored executions' progress and durable steps go: one per executor, shared by
 /// every context (an `Arc` clone per job, no allocation).
 pub(crate) trait ProgressSink: Send + Sync {
@@ -174,6 +177,8 @@ impl Context {
     /// is still this attempt's (its lease held): otherwise the step returns an error and
     /// the body should stop. A step that fails keeps nothing (it runs again next time), nor
     /// does one whose value could not be written (an error: the body fails and retries).
+    /// A step's name is 1 to 255 characters without NUL: another is refused for good
+    /// before `work` runs (with a record; its value could not be kept).
     /// Without a record (`Async`, `Thread`, the first run of `SyncSave` and `AsyncSave`)
     /// `work` just runs. The steps of one execution run one after the other: a step
     /// started while another runs (two in a `join!`) waits for it.
@@ -200,6 +205,21 @@ impl Context {
         let (Some(sink), Some(id)) = (&self.progress, self.request_id) else {
             return work().await.map_err(Into::into);
         };
+        // Refused before its work runs: a name the database cannot keep would leave the
+        // step unkept, and its work run again by every attempt.
+        let chars = name.chars().count();
+        if chars == 0 || chars > MAX_STEP_NAME_CHARS || name.contains('\0') {
+            return Err(crate::Final::new(format!(
+                "step name `{}` is {chars} characters: a step's name is 1 to \
+                 {MAX_STEP_NAME_CHARS} characters without NUL (the column that keeps it); \
+                 its work did not run",
+                name.chars()
+                    .take(40)
+                    .collect::<String>()
+                    .replace('\0', "\\0")
+            ))
+            .into());
+        }
         // Held for the whole step: steps of one execution run one after the other.
         let mut steps = self.steps.lock().await;
         if steps.stored.is_none() {

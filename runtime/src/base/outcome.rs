@@ -69,11 +69,16 @@ pub struct Snooze {
 const MAX_SNOOZE: Duration = Duration::from_secs(366 * 24 * 3600);
 
 impl Snooze {
-    /// Run again after `delay` (at most a year), for `reason` (shown as the request's
-    /// last error while it waits).
+    /// The shortest snooze: a shorter `delay` (a `Retry-After: 0`) waits this long, so
+    /// that a body that snoozes for nothing does not run again and again at once (a
+    /// snooze uses no attempt).
+    pub const MIN_DELAY: Duration = Duration::from_secs(1);
+
+    /// Run again after `delay` (at least [`MIN_DELAY`](Snooze::MIN_DELAY), at most a
+    /// year), for `reason` (shown as the request's last error while it waits).
     pub fn new(delay: Duration, reason: impl Into<String>) -> Self {
         Snooze {
-            delay: delay.min(MAX_SNOOZE),
+            delay: delay.clamp(Self::MIN_DELAY, MAX_SNOOZE),
             reason: reason.into(),
         }
     }

@@ -101,7 +101,8 @@ impl PolicyFields {
             }
         }
         if let Some(Some(boost)) = self.priority_boost {
-            if boost.abs() > MAX_BOOST {
+            // `unsigned_abs`: `i32::MIN` has no `abs` (it overflowed here).
+            if boost.unsigned_abs() > MAX_BOOST.unsigned_abs() {
                 return fail(format!(
                     "priority_boost must be between -{MAX_BOOST} and {MAX_BOOST}, not {boost}"
                 ));

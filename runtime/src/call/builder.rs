@@ -162,8 +162,11 @@ impl Call {
     /// of them (`rt.act(Action::Cancel, &RequestQuery::default().tag(..), ..)`). Up to
     /// [`MAX_TAGS`](crate::MAX_TAGS) per call, each 1 to 255 characters without NUL (a
     /// repeated one counts once); others, and tags on a call of another strategy, are
-    /// refused with [`Error::InvalidCall`] when the call is awaited. Written in the call's
-    /// transaction; nothing is written for a call without tags.
+    /// refused with [`Error::InvalidCall`] when the call is awaited. A tag beginning with
+    /// `owner:` names an owner's quota: only [`owner`](Call::owner) writes one (a
+    /// `.tag("owner:x")` on a call not made with `.owner("x")` is refused), so that no
+    /// call spends another owner's quota. Written in the call's transaction; nothing is
+    /// written for a call without tags.
     ///
     /// ```no_run
     /// # use async_exec::async_exec;
@@ -185,7 +188,9 @@ impl Call {
     /// Whose request this is (a tenant, a customer): kept as the tag `owner:<owner>`
     /// (findable as any tag), and counted against
     /// [`max_waiting_per_owner`](crate::Builder::max_waiting_per_owner) when the runtime
-    /// sets one (`SaveAsync` calls; 1 to 249 characters without NUL).
+    /// sets one (`SaveAsync` calls; 1 to 249 characters without NUL). One owner per call:
+    /// a second `.owner(..)` replaces the first. Only this writes an `owner:` tag (see
+    /// [`tag`](Call::tag)).
     ///
     /// ```no_run
     /// # use async_exec::async_exec;
@@ -199,6 +204,11 @@ impl Call {
     /// ```
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         let owner = owner.into();
+        // One owner per call: a second `.owner(..)` replaces the first, and its tag.
+        if let Some(before) = self.owner.take() {
+            let tag = format!("{}{before}", crate::call::quota::OWNER_TAG);
+            self.tags.retain(|t| *t != tag);
+        }
         self = self.tag(format!("{}{owner}", crate::call::quota::OWNER_TAG));
         self.owner = Some(owner);
         self
@@ -367,6 +377,18 @@ impl Call {
                 ))
             } else if self.tags.len() > MAX_TAGS {
                 Some(format!("at most {MAX_TAGS} tags per call"))
+            } else if let Some(tag) = self.tags.iter().find(|t| {
+                t.starts_with(crate::call::quota::OWNER_TAG)
+                    && self.owner.as_deref() != Some(&t[crate::call::quota::OWNER_TAG.len()..])
+            }) {
+                // An owner's tag is what its quota counts: only `.owner(..)` writes one, so
+                // that a call cannot spend another owner's quota by naming it.
+                let owner = &tag[crate::call::quota::OWNER_TAG.len()..];
+                Some(format!(
+                    "tags beginning with `{}` are kept for the call's owner: make the \
+                     call with `.owner({owner:?})` instead of `.tag({tag:?})`",
+                    crate::call::quota::OWNER_TAG
+                ))
             } else if self
                 .tags
                 .iter()

@@ -3,6 +3,7 @@
 //! public `Cancel` builder is `operate/cancel.rs`'s.
 
 use crate::base::error::{Error, Result};
+use crate::base::query::RequestQuery;
 use crate::base::record::{RequestId, Status};
 use crate::call::tx::Tx;
 use crate::runtime::Inner;
@@ -38,6 +39,57 @@ pub enum CancelOutcome {
     /// made in the scope's transaction just before its commit (what it finds is known
     /// only then; a refusal fails the scope).
     AtCommit,
+}
+
+/// What a cancel of every request a query matches did
+/// ([`Runtime::cancel_matching`](crate::Runtime::cancel_matching)`.within(&mut tx)`): true
+/// once the caller's transaction commits, nothing of it if it rolls back.
+///
+/// ```no_run
+/// use async_exec::{RequestQuery, Runtime, Sqlite, Tx};
+///
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// let mut tx: Tx<Sqlite> = rt.begin().await?;
+/// let done = rt.cancel_tagged("tenant:42").within(&mut tx).await?;
+/// tx.commit().await?;
+/// println!("{} cancelled, {} running asked to stop", done.cancelled, done.stop_asked);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct CancelCount {
+    /// Requests that were waiting (`init` or `failed`): `cancelled` now, and no instance
+    /// starts them.
+    pub cancelled: u64,
+    /// Requests that were running: their bodies are told to stop (see
+    /// [`CancelOutcome::StopAsked`]).
+    pub stop_asked: u64,
+}
+
+impl CancelCount {
+    /// Every request the cancel changed: cancelled or asked to stop.
+    pub fn total(&self) -> u64 {
+        self.cancelled + self.stop_asked
+    }
+}
+
+/// Cancels, inside `tx`, every request of `application` that matches `query` and waits,
+/// and asks every matching one that runs to stop: the records are locked, then decided on.
+pub(crate) async fn cancel_matching_in<DB: Backend>(
+    inner: &Inner,
+    tx: &mut Tx<DB>,
+    application: &str,
+    query: &RequestQuery,
+) -> Result<CancelCount> {
+    inner.check_open()?;
+    tx.check_before_write().await?;
+    let now = inner.now_ms();
+    let done = DB::cancel_matching_in(tx.raw_conn(), application, query, now).await;
+    let done = tx.noting(done)?;
+    Ok(CancelCount {
+        cancelled: done.cancelled,
+        stop_asked: done.stop_asked,
+    })
 }
 
 /// Which request a cancel is of.

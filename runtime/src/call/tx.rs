@@ -70,6 +70,9 @@ macro_rules! define_tx {
             /// Requests written here under each quota (by the quota's row): not committed,
             /// so not in the count a quota's check reads.
             pub(crate) quota_used: Vec<(String, u64)>,
+            /// Records were made due in it (an action's retry or replay): once it commits,
+            /// the producer looks in the store at once rather than at its next poll.
+            pub(crate) look_in_store: bool,
         }
 
     };
@@ -173,6 +176,7 @@ impl<DB: Backend> Tx<DB> {
             proven_open,
             open,
             quota_used: _,
+            look_in_store,
         } = self;
         let carries = !pending.is_empty() || !delayed.is_empty();
         if write_failed || (carries && !proven_open) {
@@ -182,6 +186,9 @@ impl<DB: Backend> Tx<DB> {
         tx.commit().await.map_err(|e| DB::explain(e.into()))?;
         drop(open);
         inner.after_commit(pending).await;
+        if look_in_store {
+            inner.dispatcher.store_waker().look_in_store();
+        }
         inner.count_delays_from_commit(&delayed).await;
         Ok(())
     }
@@ -238,6 +245,7 @@ impl Runtime {
             proven_open: false,
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
+            look_in_store: false,
         })
     }
 
@@ -253,6 +261,7 @@ impl Runtime {
             proven_open: false,
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
+            look_in_store: false,
         }
     }
 }

@@ -8,10 +8,14 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 
 use crate::base::error::{Error, Result};
+use crate::base::query::RequestQuery;
 use crate::base::record::{RequestId, Status};
-use crate::call::cancel::{cancel_in, cancelled, CancelOutcome, Target};
+use crate::call::cancel::{
+    cancel_in, cancel_matching_in, cancelled, CancelCount, CancelOutcome, Target,
+};
 use crate::call::tx::Tx;
 use crate::runtime::Runtime;
+use crate::store::sealed::BackendOps;
 use crate::store::Backend;
 
 /// A cancel of a request: made by [`Runtime::cancel`] or [`Runtime::cancel_key`].
@@ -69,6 +73,114 @@ impl Runtime {
             runtime: self,
             target: Target::Key(key.into()),
         }
+    }
+}
+
+/// A cancel of every request that matches a [`RequestQuery`] (the filter
+/// [`Runtime::list`] uses: a tag, a key, an executor, a status, a time range, ...), made
+/// by [`Runtime::cancel_matching`] or [`Runtime::cancel_tagged`], inside the caller's
+/// transaction ([`within`](CancelMatching::within)): every matching request that waits
+/// (`init` or `failed`) is `cancelled`, every one that runs is asked to stop, and the
+/// others (finished, cancelled) are left alone. The records are locked in the caller's
+/// transaction before anything is decided (see [`Cancel`]), so the count it returns is
+/// what is true when the transaction commits; a rollback keeps every request as it was.
+///
+/// One statement locks them all, and one statement per 500 of them changes them: no
+/// request-by-request round trips. The locks are held until the transaction ends: keep
+/// the transaction short, as for any write of many rows. Awaited instead, it cancels at
+/// once, the same way in a transaction of the runtime's own (refused inside
+/// [`Runtime::transaction`] with [`Error::NestedTransaction`]: pass the scope's `tx` to
+/// `within`). [`Runtime::act`] with [`Action::Cancel`](crate::Action) goes in batches of
+/// 500 and cancels waiting requests only.
+///
+/// ```no_run
+/// use async_exec::{RequestQuery, Runtime, Status, Tx, Postgres};
+///
+/// # async fn demo(rt: Runtime) -> async_exec::Result<()> {
+/// // A tenant leaves: its account row and its pending work go together, or not at all.
+/// let mut tx: Tx<Postgres> = rt.begin().await?;
+/// // ... UPDATE tenants SET closed = true WHERE id = 42 on tx.conn() ...
+/// let done = rt.cancel_tagged("tenant:42").within(&mut tx).await?;
+/// let mails = RequestQuery::default().executor("billing::mail_invoice").tag("tenant:42");
+/// let _ = rt.cancel_matching(&mails).within(&mut tx).await?; // a narrower filter
+/// tx.commit().await?;
+/// println!("{} cancelled, {} asked to stop", done.cancelled, done.stop_asked);
+/// # Ok(()) }
+/// ```
+#[must_use = "a cancel does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct CancelMatching<'r> {
+    runtime: &'r Runtime,
+    query: RequestQuery,
+}
+
+impl Runtime {
+    /// Cancels every request that matches `query` (of this application unless the query
+    /// names another) inside the caller's transaction: see [`CancelMatching`]. A filter
+    /// text over 1,024 bytes is an [`Error::InvalidFilter`].
+    pub fn cancel_matching(&self, query: &RequestQuery) -> CancelMatching<'_> {
+        CancelMatching {
+            runtime: self,
+            query: query.clone(),
+        }
+    }
+
+    /// Cancels every request tagged `tag` inside the caller's transaction:
+    /// [`cancel_matching`](Runtime::cancel_matching) of
+    /// `RequestQuery::default().tag(tag)`.
+    pub fn cancel_tagged(&self, tag: impl Into<String>) -> CancelMatching<'_> {
+        self.cancel_matching(&RequestQuery::default().tag(tag))
+    }
+}
+
+impl CancelMatching<'_> {
+    /// Cancels inside `tx`: the records are locked and changed in it, and stay as they
+    /// were if it rolls back. Returns how many were cancelled and how many asked to stop.
+    pub async fn within<DB: Backend>(self, tx: &mut Tx<DB>) -> Result<CancelCount> {
+        crate::operate::requests::check_query(&self.query)?;
+        let inner = &self.runtime.inner;
+        let application = self
+            .query
+            .application
+            .as_deref()
+            .unwrap_or(&inner.app)
+            .to_owned();
+        cancel_matching_in(inner, tx, &application, &self.query).await
+    }
+}
+
+impl<'r> CancelMatching<'r> {
+    /// At once: in a transaction of the runtime's own, committed.
+    async fn now(self) -> Result<CancelCount> {
+        crate::call::scope::refuse_nested(self.runtime, "rt.cancel_matching(..).await")?;
+        let runtime = self.runtime;
+        let store = runtime.inner.store.as_any();
+        macro_rules! on {
+            ($db:ty) => {
+                if <$db as BackendOps>::begin_on(store).is_some() {
+                    let mut tx: Tx<$db> = runtime.begin_any().await?;
+                    let done = self.within(&mut tx).await?;
+                    tx.commit().await?;
+                    return Ok(done);
+                }
+            };
+        }
+        #[cfg(feature = "sqlite")]
+        on!(sqlx::Sqlite);
+        #[cfg(feature = "postgres")]
+        on!(sqlx::Postgres);
+        #[cfg(feature = "mysql")]
+        on!(sqlx::MySql);
+        unreachable!("the store is of a compiled backend")
+    }
+}
+
+impl<'r> IntoFuture for CancelMatching<'r> {
+    type Output = Result<CancelCount>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<CancelCount>> + Send + 'r>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.now())
     }
 }
 

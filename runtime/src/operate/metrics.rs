@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `async_exec_submitted_total` | counter | `executor`, `strategy` |
 //! | `async_exec_started_total` | counter | `executor` |
-//! | `async_exec_finished_total` | counter | `executor`, `outcome` (`success`, `failure`) |
+//! | `async_exec_finished_total` | counter | `executor`, `outcome` (`success`, `failure`, `snoozed`) |
 //! | `async_exec_duration_seconds` | histogram | `executor` |
 //! | `async_exec_retention_pruned_total` | counter | `table` (`async_req`, `async_log`) |
 //! | `async_exec_listener_dropped_total` | counter | |
@@ -41,6 +41,7 @@ struct ExecutorMetrics {
     started: Counter,
     succeeded: Counter,
     failed: Counter,
+    snoozed: Counter,
     duration: Histogram,
     start_latency: Histogram,
 }
@@ -65,6 +66,11 @@ impl ExecutorMetrics {
                 "async_exec_finished_total",
                 "executor" => executor,
                 "outcome" => "failure"
+            ),
+            snoozed: metrics::counter!(
+                "async_exec_finished_total",
+                "executor" => executor,
+                "outcome" => "snoozed"
             ),
             duration: metrics::histogram!("async_exec_duration_seconds", "executor" => executor),
             start_latency: metrics::histogram!(
@@ -125,12 +131,23 @@ pub(crate) fn started(def: &'static ExecutorDef, latency_ms: Option<i64>) {
     });
 }
 
+/// How a body's run ended, as `async_exec_finished_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finished {
+    Success,
+    /// An error, a panic, a timeout.
+    Failure,
+    /// A [`Snooze`](crate::Snooze): not now, later; neither a success nor a failure.
+    Snoozed,
+}
+
 /// A body returned (or panicked, or timed out) after `elapsed`.
-pub(crate) fn finished(def: &'static ExecutorDef, succeeded: bool, elapsed: Duration) {
+pub(crate) fn finished(def: &'static ExecutorDef, outcome: Finished, elapsed: Duration) {
     with_handles(def, |m| {
-        match succeeded {
-            true => m.succeeded.increment(1),
-            false => m.failed.increment(1),
+        match outcome {
+            Finished::Success => m.succeeded.increment(1),
+            Finished::Failure => m.failed.increment(1),
+            Finished::Snoozed => m.snoozed.increment(1),
         }
         m.duration.record(elapsed.as_secs_f64());
     });
@@ -328,7 +345,7 @@ mod tests {
         let first = Counting::default();
         metrics::with_local_recorder(&first, || {
             started(&COUNTED, Some(5));
-            finished(&COUNTED, true, Duration::from_millis(1));
+            finished(&COUNTED, Finished::Success, Duration::from_millis(1));
         });
         let second = Counting::default();
         metrics::with_local_recorder(&second, || {

@@ -5,6 +5,7 @@
 //! for load balancers and Prometheus (`http`, feature `http`), the applications that have
 //! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
 
+pub(crate) mod act_in;
 pub(crate) mod applications;
 pub(crate) mod cancel;
 #[cfg(feature = "console")]

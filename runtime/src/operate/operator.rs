@@ -101,8 +101,10 @@ impl Runtime {
     /// queue on (claims read them under the queue's lock): `QueueLimits::new()` with
     /// neither limit clears the override (the builder's apply again). Written to the audit
     /// trail as `queue-limits` by `actor`. Refused for a queue that no executor names (of
-    /// this binary, or of a service that started on this database), and for limits of 0
-    /// or above 100,000.
+    /// this binary, or of a service that started on this database), for limits of 0
+    /// or above 100,000, and for limits with
+    /// [`max_waiting`](crate::QueueLimits::max_waiting), a quota set on the builder only
+    /// (nothing is changed then).
     ///
     /// ```no_run
     /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
@@ -120,6 +122,17 @@ impl Runtime {
         actor: &str,
     ) -> Result<()> {
         crate::base::queue::check(queue, &limits, false)?;
+        if let Some(waiting) = limits.max_waiting_limit() {
+            // Not kept by this call: writing the others as "none" would clear them.
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "queue {queue:?}: max_waiting ({waiting}) is a quota set on the builder \
+                     (Builder::queue); set_queue_limits sets concurrency, per_instance and \
+                     rate only: nothing was changed"
+                ),
+            });
+        }
         let plan = self.inner.claimer.queue_plan();
         let ops = self.inner.store.ops();
         // A tool without the service's executors (the CLI) knows the queues that some

@@ -7,6 +7,7 @@ use crate::base::error::{Error, Result};
 use crate::base::query::{Action, AuditEntry, Page, PageSpec, RequestQuery};
 use crate::base::record::{AttemptLog, Request, RequestId, Status};
 use crate::runtime::Runtime;
+use crate::store::Rerun;
 use crate::sweeps::purge::{purge_all, Purge, PurgeReport};
 
 /// The longest filter text accepted: longer ones are refused with a message.
@@ -16,13 +17,14 @@ const MAX_FILTER_TEXT: usize = 1024;
 const MAX_CONFIRMED: u64 = 1_000_000;
 
 /// Refuses a query whose text is too long to be a filter.
-fn check_query(query: &RequestQuery) -> Result<()> {
+pub(crate) fn check_query(query: &RequestQuery) -> Result<()> {
     let texts = [
         ("executor", &query.executor),
         ("application", &query.application),
         ("key", &query.key),
         ("remark", &query.remark),
         ("error", &query.error),
+        ("tag", &query.tag),
     ];
     if let Some(Err(reason)) = query.arg_path() {
         return Err(Error::InvalidFilter(reason));
@@ -157,7 +159,7 @@ impl Runtime {
     /// `init` and `running` requests, which will run anyway, and for a `success` (running a
     /// body that succeeded again is rarely meant: say so with [`Runtime::replay`]).
     pub async fn retry_now(&self, id: RequestId) -> Result<()> {
-        self.retry(id, false).await
+        self.retry(id, Rerun::default()).await
     }
 
     /// Runs a request again with fresh attempts, also one that succeeded (kept with
@@ -169,14 +171,38 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn replay(&self, id: RequestId) -> Result<()> {
-        self.retry(id, true).await
+        let rerun = Rerun {
+            replay_success: true,
+            ..Rerun::default()
+        };
+        self.retry(id, rerun).await
     }
 
-    async fn retry(&self, id: RequestId, replay_success: bool) -> Result<()> {
+    /// [`replay`](Runtime::replay) from the start: the request's durable steps
+    /// ([`Context::step`](crate::Context::step)) are forgotten in the same transaction, so
+    /// that every step's work runs again (a replay keeps them: a step that finished is
+    /// read back, not run). Refused as `replay` is, and then nothing is forgotten.
+    ///
+    /// ```no_run
+    /// # async fn demo(rt: async_exec::Runtime, id: i64) -> async_exec::Result<()> {
+    /// // The charge was refunded by hand: charge again, ship again, mail again.
+    /// rt.replay_from_start(id).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn replay_from_start(&self, id: RequestId) -> Result<()> {
+        let rerun = Rerun {
+            replay_success: true,
+            reset_steps: true,
+        };
+        self.retry(id, rerun).await
+    }
+
+    async fn retry(&self, id: RequestId, rerun: Rerun) -> Result<()> {
+        let replay_success = rerun.replay_success;
         let status = self
             .inner
             .store
-            .request_retry_now(&self.inner.app, id, self.inner.now_ms(), replay_success)
+            .request_retry_now(&self.inner.app, id, self.inner.now_ms(), rerun)
             .await?;
         match status {
             None => Err(Error::NotFound(id)),

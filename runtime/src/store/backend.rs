@@ -120,6 +120,27 @@ pub(crate) mod sealed {
             now: i64,
         ) -> BoxFuture<'c, Result<std::result::Result<(), Option<crate::base::record::Status>>>>;
 
+        /// Cancels every record of `application` that matches `query` and waits, and asks
+        /// every matching one that runs to stop, inside the caller's transaction: the
+        /// records are locked, then decided on (`store::actions_in`).
+        fn cancel_matching_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            query: &'c crate::base::query::RequestQuery,
+            now: i64,
+        ) -> BoxFuture<'c, Result<crate::store::CancelCounts>>;
+
+        /// Applies `action` to every record of `application` that matches `query` and
+        /// is in a status it applies to, inside the caller's transaction: the records
+        /// are locked, then changed (`store::actions_in`). How many changed.
+        fn act_matching_in<'c>(
+            conn: &'c mut Self::Connection,
+            application: &'c str,
+            query: &'c crate::base::query::RequestQuery,
+            action: crate::base::query::Action,
+            now: i64,
+        ) -> BoxFuture<'c, Result<u64>>;
+
         /// Locks the row of quota `scope` inside the caller's transaction, until it ends.
         fn quota_lock_in<'c>(
             conn: &'c mut Self::Connection,

@@ -384,12 +384,11 @@ impl Store for Bounded {
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: super::Rerun,
     ) -> Result<Option<Status>> {
         self.within(
             "request_retry_now",
-            self.inner
-                .request_retry_now(application, id, now, replay_success),
+            self.inner.request_retry_now(application, id, now, rerun),
         )
         .await
     }

@@ -21,6 +21,7 @@ use crate::base::record::{
     AttemptLog, Claimed, ClaimedId, Inserted, NewRequest, Request, RequestId, Status,
 };
 
+mod actions_in;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod alive;
 mod backend;
@@ -52,11 +53,13 @@ pub mod sqlite;
 pub(crate) mod steps;
 mod sweeps;
 
+pub(crate) use actions_in::CancelCounts;
 pub(crate) use backend::sealed;
 pub use backend::{Backend, DefaultBackend, Value};
 pub(crate) use claim::{ClaimDue, ClaimIds, DueKind, QueueCap, QueueRow};
 pub(crate) use key::{KeyClaim, StoredKey, KEY_PENDING, KEY_SWEEP_BATCH};
 pub(crate) use lease::{Held, LeaseKeeper, Renewal};
+pub(crate) use records::Rerun;
 pub(crate) use sweeps::{orphan_worker_prefix, PurgeBatch, Purged, RescueBatch, Rescued};
 
 /// The columns of a [`Request`], in the order every backend's row reader expects.
@@ -406,13 +409,14 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Makes a record due now. `failed` keeps its attempts; `dead` and `cancelled` (and
     /// `success`, with `replay_success`) start over with fresh attempts (an operator
-    /// replay). Returns the status the record had.
+    /// replay); with `reset_steps` its durable steps are deleted in the same transaction.
+    /// Returns the status the record had.
     async fn request_retry_now(
         &self,
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: Rerun,
     ) -> Result<Option<Status>>;
 
     /// Cancels a record that is `init` or `failed`.

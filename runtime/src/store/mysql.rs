@@ -253,10 +253,40 @@ impl BackendOps for MySql {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::MySql>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::MySql>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::MySql>(
+            conn,
+            application,
+            query,
+            action,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut MySqlConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::MySql>(
+            conn,
+            application,
+            query,
             now,
         ))
     }
@@ -488,9 +518,9 @@ impl Store for MySqlStore {
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: super::Rerun,
     ) -> Result<Option<Status>> {
-        super::records::retry_now(self, application, id, now, replay_success).await
+        super::records::retry_now(self, application, id, now, rerun).await
     }
 
     async fn request_cancel(

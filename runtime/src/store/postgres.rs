@@ -159,10 +159,40 @@ impl BackendOps for Postgres {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::Postgres>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::Postgres>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::Postgres>(
+            conn,
+            application,
+            query,
+            action,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut PgConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::Postgres>(
+            conn,
+            application,
+            query,
             now,
         ))
     }
@@ -458,9 +488,9 @@ impl Store for PostgresStore {
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: super::Rerun,
     ) -> Result<Option<Status>> {
-        super::records::retry_now(self, application, id, now, replay_success).await
+        super::records::retry_now(self, application, id, now, rerun).await
     }
 
     async fn request_cancel(

@@ -94,17 +94,27 @@ pub(crate) async fn logs<S: SqlRunner + ?Sized>(
     store.fetch_logs(&s).await
 }
 
+/// How a record is run again ([`retry_now`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Rerun {
+    /// A `success` runs again too (a replay).
+    pub(crate) replay_success: bool,
+    /// Its durable steps are deleted in the same transaction: every step runs again.
+    pub(crate) reset_steps: bool,
+}
+
 /// Makes a record due now: `failed` keeps its attempts; `dead` and `cancelled` (and
-/// `success`, with `replay_success`) start over. Returns the status it had.
+/// `success`, with `replay_success`) start over; with `reset_steps` its steps go too.
+/// Returns the status it had.
 pub(crate) async fn retry_now<S: SqlRunner + ?Sized>(
     store: &S,
     application: &str,
     id: RequestId,
     now: i64,
-    replay_success: bool,
+    rerun: Rerun,
 ) -> Result<Option<Status>> {
     change(store, application, id, |status| {
-        if !status.may_retry(replay_success) {
+        if !status.may_retry(rerun.replay_success) {
             return Vec::new();
         }
         // A failed record keeps its attempts; a terminal one is replayed with fresh ones.
@@ -115,7 +125,18 @@ pub(crate) async fn retry_now<S: SqlRunner + ?Sized>(
              cancel_requested = NULL, status = 'failed', run_at = ",
         );
         s.bind_int(now).push(", update_time = ").bind_int(now);
-        vec![of_record(s, application, id)]
+        let mut statements = vec![of_record(s, application, id)];
+        if rerun.reset_steps {
+            // In the transaction that holds the record locked: no claim of the record
+            // can read the steps in between.
+            let mut steps = store.sql("DELETE FROM async_step WHERE req_id = ");
+            steps
+                .bind_int(id)
+                .push(" AND application_name = ")
+                .bind_text(application);
+            statements.push(steps);
+        }
+        statements
     })
     .await
 }

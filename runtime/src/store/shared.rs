@@ -11,7 +11,7 @@ use sqlx::{Encode, FromRow, Type};
 use super::sql::{Dialect, HasDialect, Statement};
 use super::{Backend, StoredKey, KEY_PENDING};
 use crate::base::error::Result;
-use crate::base::record::{AttemptLog, NewRequest, RequestId, Status};
+use crate::base::record::{AttemptLog, NewRequest, RequestId};
 
 static KEY_FIND: Statement = Statement::new(
     "SELECT request_id, create_time, expire_time FROM async_key \
@@ -36,19 +36,6 @@ static KEY_HOLDER_LOCKED: Statement = Statement::new(
 static KEY_ASSIGN: Statement = Statement::new(
     "UPDATE async_key SET request_id = ? WHERE application_name = ? AND idempotency_key = ?",
 );
-
-static CANCEL: Statement = Statement::new(
-    "UPDATE async_req SET status = 'cancelled', update_time = ? \
-     WHERE application_name = ? AND id = ? AND status IN ('init', 'failed')",
-);
-
-static CANCEL_RUNNING: Statement = Statement::new(
-    "UPDATE async_req SET cancel_requested = COALESCE(cancel_requested, ?) \
-     WHERE application_name = ? AND id = ? AND status = 'running'",
-);
-
-static STATUS_OF: Statement =
-    Statement::new("SELECT status FROM async_req WHERE application_name = ? AND id = ?");
 
 static QUOTA_MAKE_SQLITE: Statement =
     Statement::new("INSERT OR IGNORE INTO async_quota (application_name, scope) VALUES (?, ?)");
@@ -223,56 +210,4 @@ where
         .execute(DB::executor(conn))
         .await?;
     Ok(())
-}
-
-/// Cancels record `id` of `application` if it is `init` or `failed`, as the caller's
-/// transaction sees it (the row stays locked until it ends), or asks it to stop if it is
-/// `running`. `Err(status)` when it was not cancelled: the status it has (`Running`:
-/// asked to stop), or `None` when there is no such record.
-pub(crate) async fn cancel<'q, DB>(
-    conn: &mut DB::Connection,
-    application: &'q str,
-    id: RequestId,
-    now: i64,
-) -> Result<std::result::Result<(), Option<Status>>>
-where
-    DB: Backend + HasDialect,
-    &'q str: Encode<'q, DB> + Type<DB>,
-    i64: Encode<'q, DB> + Type<DB>,
-    String: for<'r> sqlx::Decode<'r, DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-{
-    let done = sqlx::query(CANCEL.text(DB::DIALECT))
-        .bind(now)
-        .bind(application)
-        .bind(id)
-        .execute(DB::executor(conn))
-        .await?;
-    if DB::rows_affected(&done) > 0 {
-        return Ok(Ok(()));
-    }
-    // Running: asked to stop (the record locked until the transaction ends); the status
-    // read below says so (`Running` is a cancel requested).
-    sqlx::query(CANCEL_RUNNING.text(DB::DIALECT))
-        .bind(now)
-        .bind(application)
-        .bind(id)
-        .execute(DB::executor(conn))
-        .await?;
-    let row = sqlx::query(STATUS_OF.text(DB::DIALECT))
-        .bind(application)
-        .bind(id)
-        .fetch_optional(DB::executor(conn))
-        .await?;
-    match row {
-        None => Ok(Err(None)),
-        // Unchecked: MySQL/MariaDB's binary-collated VARCHAR reads as VARBINARY.
-        Some(row) => {
-            let status: String = sqlx::Row::try_get_unchecked(&row, 0)?;
-            let status = status
-                .parse::<Status>()
-                .map_err(|e| crate::base::error::Error::Database(sqlx::Error::Decode(e.into())))?;
-            Ok(Err(Some(status)))
-        }
-    }
 }

@@ -191,10 +191,40 @@ impl BackendOps for Sqlite {
         id: RequestId,
         now: i64,
     ) -> BoxFuture<'c, Result<std::result::Result<(), Option<Status>>>> {
-        Box::pin(crate::store::shared::cancel::<sqlx::Sqlite>(
+        Box::pin(crate::store::actions_in::cancel_one::<sqlx::Sqlite>(
             conn,
             application,
             id,
+            now,
+        ))
+    }
+
+    fn act_matching_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        action: crate::base::query::Action,
+        now: i64,
+    ) -> BoxFuture<'c, Result<u64>> {
+        Box::pin(crate::store::actions_in::act_matching::<sqlx::Sqlite>(
+            conn,
+            application,
+            query,
+            action,
+            now,
+        ))
+    }
+
+    fn cancel_matching_in<'c>(
+        conn: &'c mut SqliteConnection,
+        application: &'c str,
+        query: &'c crate::base::query::RequestQuery,
+        now: i64,
+    ) -> BoxFuture<'c, Result<crate::store::CancelCounts>> {
+        Box::pin(crate::store::actions_in::cancel_matching::<sqlx::Sqlite>(
+            conn,
+            application,
+            query,
             now,
         ))
     }
@@ -399,9 +429,9 @@ impl Store for SqliteStore {
         application: &str,
         id: RequestId,
         now: i64,
-        replay_success: bool,
+        rerun: super::Rerun,
     ) -> Result<Option<Status>> {
-        super::records::retry_now(self, application, id, now, replay_success).await
+        super::records::retry_now(self, application, id, now, rerun).await
     }
 
     async fn request_cancel(

@@ -54,13 +54,18 @@ pub(crate) enum Command {
         /// Also run again requests that succeeded (kept with `delete_on_success(false)`).
         #[arg(long)]
         replay: bool,
+        /// With --replay: forget the requests' durable steps, so that every step runs
+        /// again (a replay keeps them).
+        #[arg(long, requires = "replay")]
+        reset_steps: bool,
     },
     /// Cancel requests that are waiting (`init` or `failed`); ask running ones to stop.
     Cancel {
         /// The requests' ids.
         #[arg(required_unless_present = "tag", conflicts_with = "tag")]
         ids: Vec<RequestId>,
-        /// Instead of ids: cancel every waiting request with this tag.
+        /// Instead of ids: cancel every waiting request with this tag, and ask every
+        /// running one to stop (in one transaction).
         #[arg(long)]
         tag: Option<String>,
     },

@@ -104,11 +104,15 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
         Command::Stats => commands::stats(&rt).await,
         Command::List(list) => commands::list(&rt, list).await,
         Command::Show { id } => commands::show(&rt, id).await,
-        Command::Retry { ids, replay } => {
-            let action = if replay {
-                Action::Replay
-            } else {
-                Action::Retry
+        Command::Retry {
+            ids,
+            replay,
+            reset_steps,
+        } => {
+            let action = match (replay, reset_steps) {
+                (true, true) => Action::ReplayFromStart,
+                (true, false) => Action::Replay,
+                (false, _) => Action::Retry,
             };
             commands::act(&rt, action, &ids).await
         }

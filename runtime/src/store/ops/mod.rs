@@ -20,7 +20,7 @@ mod stats;
 pub(crate) use audit::AuditOps;
 pub(crate) use controls::ControlOps;
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
-pub(crate) use requests::RequestOps;
+pub(crate) use requests::{act_batch, RequestOps};
 pub(crate) use stats::StatOps;
 
 use super::sql::SqlRunner;

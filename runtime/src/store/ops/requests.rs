@@ -188,7 +188,7 @@ fn act_batch_change(
 
 /// The statements of one batch of an action on `ids` (none when there are none): the
 /// change, then for deletes the attempt logs of the records that went.
-fn act_batch(
+pub(crate) fn act_batch(
     dialect: Dialect,
     application: &str,
     query: &RequestQuery,

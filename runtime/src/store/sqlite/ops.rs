@@ -205,6 +205,24 @@ mod tests {
         store
     }
 
+    /// Issue 30: the retention sweep's purge of orphaned tags reads the tags of one
+    /// application written before a time through `async_tag_app` (migration
+    /// `20261208000002`), not every tag of the application through the primary key (seen
+    /// before the migration: `SEARCH async_tag USING INDEX sqlite_autoindex_async_tag_1
+    /// (application_name=?)`).
+    #[tokio::test]
+    async fn the_tag_purge_reads_its_index() {
+        let store = migrated_memory_store().await;
+        let purge = crate::store::ops::orphan_purge(Dialect::Sqlite, "async_tag", "app", 10, 500);
+        let plan = explain(&store, &purge).await;
+        assert!(
+            plan.contains(
+                "async_tag USING INDEX async_tag_app (application_name=? AND create_time<?)"
+            ),
+            "{plan}"
+        );
+    }
+
     /// SQLite uses a partial index only when the query names its predicate: the list's
     /// pages must say it (`store::ops::finished`) exactly as the migrations do, or a page
     /// of dead requests scans the table. And no page sorts.

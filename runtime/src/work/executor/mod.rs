@@ -420,9 +420,26 @@ impl Executor {
             )),
         };
         let finished = self.clock.now_ms();
-        crate::operate::metrics::finished(def, result.is_ok(), began.elapsed());
+        use crate::operate::metrics::Finished;
+        let outcome = match &result {
+            Ok(()) => Finished::Success,
+            Err(failure) if failure.kind == FailureKind::Snoozed => Finished::Snoozed,
+            Err(_) => Finished::Failure,
+        };
+        crate::operate::metrics::finished(def, outcome, began.elapsed());
         span.in_scope(|| match &result {
             Ok(()) => crate::log::debug!(elapsed_ms = finished - started, "executed"),
+            // Not now, later: asked for by the body, not a failure. `until` is this
+            // instance's reading of the database's clock plus the delay.
+            Err(failure) if outcome == Finished::Snoozed => {
+                let delay_ms = failure.snooze_delay().map_or(0, |d| d.as_millis() as i64);
+                crate::log::info!(
+                    delay_ms,
+                    until = %crate::log::escaped(&until(finished.saturating_add(delay_ms))),
+                    reason = %crate::log::escaped(&failure.message),
+                    "snoozed"
+                )
+            }
             Err(failure) => crate::log::warn!(kind = failure.kind.as_str(), error = %crate::log::escaped(&failure.message), "execution failed"),
         });
         Attempt {
@@ -433,6 +450,14 @@ impl Executor {
             result_json: result_slot.and_then(|slot| slot.take()),
         }
     }
+}
+
+/// Unix ms as UTC (RFC 3339, milliseconds), for a log line.
+fn until(unix_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms).map_or_else(
+        || unix_ms.to_string(),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

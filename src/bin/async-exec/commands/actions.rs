@@ -15,6 +15,8 @@ use super::{counted, not_found, Printed};
 pub(crate) enum Action {
     Retry,
     Replay,
+    /// A replay whose durable steps are forgotten (`retry --replay --reset-steps`).
+    ReplayFromStart,
     Cancel,
     Delete,
 }
@@ -24,6 +26,7 @@ impl Action {
         match self {
             Action::Retry => "queued to run again",
             Action::Replay => "queued to run again (replay)",
+            Action::ReplayFromStart => "queued to run again (replay, its steps forgotten)",
             Action::Cancel => "cancelled",
             Action::Delete => "deleted",
         }
@@ -33,6 +36,7 @@ impl Action {
         match self {
             Action::Retry => "retry",
             Action::Replay => "replay",
+            Action::ReplayFromStart => "replay-from-start",
             Action::Cancel => "cancel",
             Action::Delete => "delete",
         }
@@ -43,6 +47,7 @@ impl Action {
         match self {
             Action::Retry => rt.retry_now(id).await.map(|()| self.past()),
             Action::Replay => rt.replay(id).await.map(|()| self.past()),
+            Action::ReplayFromStart => rt.replay_from_start(id).await.map(|()| self.past()),
             Action::Cancel => rt.cancel(id).await.map(|done| match done {
                 async_exec::CancelOutcome::StopAsked => {
                     "asked to stop (it is running: its body is told within about a second)"
@@ -98,23 +103,26 @@ pub(crate) async fn act(
     })
 }
 
-/// `cancel --tag TAG`: every waiting request with the tag, in one action (audited as the
-/// console's action on a filter is).
+/// `cancel --tag TAG`: every waiting request with the tag cancelled and every running one
+/// asked to stop, in one transaction (audited as the console's action on a filter is).
 pub(crate) async fn cancel_tagged(rt: &Runtime, tag: &str) -> Result<Printed, Failure> {
     let query = RequestQuery::default().tag(tag);
-    let cancelled = rt
-        .act(
-            async_exec::Action::Cancel,
-            &query,
-            &crate::operator::actor(),
-        )
+    let done = rt.cancel_matching(&query).await?;
+    let target = serde_json::to_string(&query).expect("a query serializes");
+    rt.audit_action(&crate::operator::actor(), "cancel", &target, done.total())
         .await?;
     Ok(Printed {
-        json: json!({ "action": "cancel", "tag": tag, "cancelled": cancelled }),
+        json: json!({
+            "action": "cancel",
+            "tag": tag,
+            "cancelled": done.cancelled,
+            "stop_asked": done.stop_asked,
+        }),
         human: format!(
-            "{} with tag {} cancelled (running ones are not: cancel them by id)\n",
-            counted(cancelled, "waiting request"),
-            safe(tag)
+            "{} with tag {} cancelled; {} asked to stop\n",
+            counted(done.cancelled, "waiting request"),
+            safe(tag),
+            counted(done.stop_asked, "running request"),
         ),
         failed: None,
     })
