@@ -498,6 +498,8 @@ mod cancel_tests;
 #[cfg(test)]
 mod claim_tests;
 #[cfg(test)]
+mod deadline_tests;
+#[cfg(test)]
 mod due_tests;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,8 @@ mod stats;
 
 pub(crate) use audit::AuditOps;
 pub(crate) use controls::ControlOps;
+#[cfg(test)]
+pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
 pub(crate) use requests::RequestOps;
 pub(crate) use stats::StatOps;
