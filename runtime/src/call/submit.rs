@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::base::error::Result;
 use crate::base::record::{Inserted, NewRequest, RequestId};
 use crate::base::strategy::Strategy;
+use crate::call::delayed::DELAY_SLACK_MS;
 use crate::call::quota::Quota;
 use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
@@ -28,12 +29,23 @@ impl Submission {
     }
 
     /// Due now, or after the delay counted from the database's latest possible now, so
-    /// that a delay never ends early by the clock reading's round trip.
+    /// that a delay never ends early by the clock reading's round trip, and
+    /// [`DELAY_SLACK_MS`] more, which covers the time until the commit returns.
     fn run_at(&self, inner: &Inner, now: i64) -> i64 {
-        match self.delay {
+        match self.delay_ms() {
             None => now,
-            Some(delay) => inner.clock.latest_ms() + delay.as_millis() as i64,
+            Some(delay) => inner
+                .clock
+                .latest_ms()
+                .saturating_add(delay)
+                .saturating_add(DELAY_SLACK_MS),
         }
+    }
+
+    /// The delay in milliseconds, if any.
+    fn delay_ms(&self) -> Option<i64> {
+        self.delay
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     }
 
     pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
@@ -86,10 +98,10 @@ trait Writer {
     async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()>;
     /// Called with the jobs to run once the data is committed.
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
-    /// A delayed record written at `written_at` (unix ms): in a transaction, its delay is
-    /// moved to count from the commit.
-    fn delayed(&mut self, id: RequestId, written_at: i64) {
-        let _ = (id, written_at);
+    /// A delayed record written due at `due` (unix ms) for a delay of `delay_ms`: in a
+    /// transaction, its delay is moved to count from the commit.
+    fn delayed(&mut self, id: RequestId, due: i64, delay_ms: i64) {
+        let _ = (id, due, delay_ms);
     }
     fn in_transaction(&self) -> bool;
     /// Checks, before writing, that `quotas` (each with how many requests would be added
@@ -188,8 +200,8 @@ impl<DB: Backend> Writer for Tx<DB> {
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
     }
-    fn delayed(&mut self, id: RequestId, written_at: i64) {
-        self.delayed.push((id, written_at));
+    fn delayed(&mut self, id: RequestId, due: i64, delay_ms: i64) {
+        self.delayed.push((id, due, delay_ms));
     }
     fn in_transaction(&self) -> bool {
         true
@@ -269,8 +281,8 @@ impl Inner {
                         for (quota, n) in &quotas {
                             writer.quota_added(quota, *n);
                         }
-                        if call.delay.is_some() {
-                            writer.delayed(id, request.now);
+                        if let Some(delay_ms) = call.delay_ms() {
+                            writer.delayed(id, request.run_at, delay_ms);
                         }
                         // A delayed one gets a timer after the commit.
                         let job = stored_job(call.job(), id, call.key.take(), request.deadline_at);
@@ -423,8 +435,8 @@ impl Inner {
             {
                 receipts[i] = Some(match inserted {
                     Inserted::New(id) => {
-                        if call.delay.is_some() {
-                            writer.delayed(id, request.now);
+                        if let Some(delay_ms) = call.delay_ms() {
+                            writer.delayed(id, request.run_at, delay_ms);
                         }
                         // A delayed one gets a timer after the commit.
                         jobs.push(stored_job(
