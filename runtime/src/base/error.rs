@@ -262,10 +262,27 @@ pub enum Error {
         scope: String,
         /// The most requests that may wait.
         limit: u64,
-        /// How many wait now (this transaction's calls included).
+        /// How many wait now (this transaction's calls included), as the quota counts them:
+        /// see the guide's *Quotas of waiting requests*.
         waiting: u64,
         /// Where the quota is set.
         how: &'static str,
+    },
+
+    /// A call under a quota whose place could not be reserved: nothing of the call was
+    /// written (and it may be made again). The reservation is a statement of its own, on a
+    /// connection of the runtime's pool besides the caller's transaction.
+    #[error(
+        "the quota of {scope} could not be checked ({cause}); nothing of the call was \
+         written. A call under a quota takes a connection of the runtime's pool for a \
+         moment besides its transaction's: if open transactions hold them all, raise the \
+         pool's size (`max_connections`) or keep fewer transactions open at once"
+    )]
+    QuotaUnavailable {
+        /// Whose quota: `the application`, `queue "payments"`, `owner "tenant-7"`.
+        scope: String,
+        /// What went wrong.
+        cause: Box<Error>,
     },
 
     /// A request's kept result does not decode into the type asked for.

@@ -81,6 +81,16 @@ pub(crate) fn writes(call: &Submission) -> bool {
     matches!(call.def.strategy, Strategy::SaveAsync | Strategy::SyncSave)
 }
 
+/// Settles the places a call (or a batch) outside any transaction reserved: committed
+/// when its write succeeded or may have ([`crate::Error::Unconfirmed`]), else given back.
+async fn settle_alone<T>(held: crate::call::quota::Held, submitted: &Result<T>) {
+    let committed = match submitted {
+        Ok(_) => true,
+        Err(error) => matches!(error, crate::Error::Unconfirmed { .. }),
+    };
+    held.settle(committed).await;
+}
+
 /// Calls with their position in a batch.
 type Numbered = Vec<(usize, Submission)>;
 
@@ -112,7 +122,11 @@ trait Writer {
     fn quota_added(&mut self, quota: &Quota, n: u64);
 }
 
-struct Autocommit;
+/// Writes outside any transaction. `reserved`: the places of the calls under quotas were
+/// reserved before ([`crate::call::quota::reserve`]).
+struct Autocommit {
+    reserved: bool,
+}
 
 /// A write outside any transaction that may have taken effect although it failed
 /// ([`Error::leaves_write_unknown`](crate::Error)), said so: [`crate::Error::Unconfirmed`].
@@ -168,8 +182,8 @@ impl Writer for Autocommit {
     }
     async fn check_quotas(&mut self, _inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
         debug_assert!(
-            quotas.is_empty(),
-            "calls under a quota are made in a transaction"
+            self.reserved || quotas.is_empty(),
+            "calls under a quota reserve their places first, or are made in a transaction"
         );
         Ok(())
     }
@@ -207,7 +221,15 @@ impl<DB: Backend> Writer for Tx<DB> {
         true
     }
     async fn check_quotas(&mut self, inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
-        crate::call::quota::check(inner, self, quotas).await
+        if !inner.quotas_reserve() {
+            return crate::call::quota::check(inner, self, quotas).await;
+        }
+        // On a connection of the pool's, not in this transaction: no lock of it lasts
+        // until the commit.
+        let inner = self.inner.clone();
+        let held = crate::call::quota::reserve(&inner, quotas).await?;
+        self.quota_held.absorb(held);
+        Ok(())
     }
     fn quota_added(&mut self, quota: &Quota, n: u64) {
         Tx::quota_added(self, &quota.key, n);
@@ -240,11 +262,23 @@ impl Inner {
     /// A call outside any transaction.
     pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
         self.check_open()?;
-        if !self.quotas_of(&call).is_empty() {
+        let quotas = self.quotas_of(&call);
+        if quotas.is_empty() {
+            return self
+                .submit_with(call, &mut Autocommit { reserved: false })
+                .await;
+        }
+        if !self.quotas_reserve() {
             let mut receipts = self.submit_under_quota(vec![call], false).await?;
             return Ok(receipts.remove(0));
         }
-        self.submit_with(call, &mut Autocommit).await
+        let quotas: Vec<(Quota, u64)> = quotas.into_iter().map(|q| (q, 1)).collect();
+        let held = crate::call::quota::reserve(self, &quotas).await?;
+        let submitted = self
+            .submit_with(call, &mut Autocommit { reserved: true })
+            .await;
+        settle_alone(held, &submitted).await;
+        submitted
     }
 
     /// A call inside the caller's transaction.
@@ -357,10 +391,29 @@ impl Inner {
         calls: Vec<Submission>,
     ) -> Result<Vec<Receipt>> {
         self.check_open()?;
-        if calls.iter().any(|call| !self.quotas_of(call).is_empty()) {
+        let mut quotas: Vec<(Quota, u64)> = Vec::new();
+        for call in &calls {
+            for quota in self.quotas_of(call) {
+                match quotas.iter_mut().find(|(q, _)| q.key == quota.key) {
+                    Some((_, n)) => *n += 1,
+                    None => quotas.push((quota, 1)),
+                }
+            }
+        }
+        if quotas.is_empty() {
+            return self
+                .submit_batch_with(calls, &mut Autocommit { reserved: false })
+                .await;
+        }
+        if !self.quotas_reserve() {
             return self.submit_under_quota(calls, true).await;
         }
-        self.submit_batch_with(calls, &mut Autocommit).await
+        let held = crate::call::quota::reserve(self, &quotas).await?;
+        let submitted = self
+            .submit_batch_with(calls, &mut Autocommit { reserved: true })
+            .await;
+        settle_alone(held, &submitted).await;
+        submitted
     }
 
     /// Many calls inside the caller's transaction.

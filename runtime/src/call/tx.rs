@@ -69,8 +69,11 @@ macro_rules! define_tx {
             /// made there without `.within(&mut tx)` is refused.
             open: OpenTx,
             /// Requests written here under each quota (by the quota's row): not committed,
-            /// so not in the count a quota's check reads.
+            /// so not in the count a quota's check reads (SQLite).
             pub(crate) quota_used: Vec<(String, u64)>,
+            /// Places reserved under quotas by the calls made here (PostgreSQL,
+            /// MySQL/MariaDB): settled at the commit, given back if it does not commit.
+            pub(crate) quota_held: crate::call::reserved::Held,
         }
 
     };
@@ -174,14 +177,17 @@ impl<DB: Backend> Tx<DB> {
             proven_open,
             open,
             quota_used: _,
+            quota_held,
         } = self;
         let carries = !pending.is_empty() || !delayed.is_empty();
         if write_failed || (carries && !proven_open) {
             // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
             DB::check_open_in(&mut tx).await?;
         }
+        // A failed COMMIT returns here: `quota_held` is dropped and its places given back.
         tx.commit().await.map_err(|e| DB::explain(e.into()))?;
         drop(open);
+        quota_held.settle(true).await;
         // The due times first, then the jobs (their delays' timers last): a delay counts
         // from after both, never from before `commit` returns.
         inner.count_delays_from_commit(&delayed).await;
@@ -244,6 +250,7 @@ impl Runtime {
             proven_open: false,
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
+            quota_held: Default::default(),
         })
     }
 
@@ -259,6 +266,7 @@ impl Runtime {
             proven_open: false,
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
+            quota_held: Default::default(),
         }
     }
 }

@@ -18,7 +18,7 @@ mod requests;
 mod stats;
 
 pub(crate) use audit::AuditOps;
-pub(crate) use controls::ControlOps;
+pub(crate) use controls::{ControlOps, QuotaReserve};
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
