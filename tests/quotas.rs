@@ -389,6 +389,40 @@ mod servers {
         rt.shutdown().await.unwrap();
     }
 
+    /// One quota row per owner ever seen stayed for ever (and an in-memory entry each):
+    /// a row that holds nothing and saw no call for a minute is deleted by the quotas'
+    /// count, and made again on the owner's next call.
+    async fn empty_rows_are_swept<DB: Backend>(db: TestDb) {
+        let rt = db
+            .builder()
+            .max_waiting_per_owner(Some(5))
+            .start()
+            .await
+            .unwrap();
+        for owner in ["t1", "t2", "t3"] {
+            export(1).owner(owner).delay(LATER).on(&rt).await.unwrap();
+        }
+        assert_eq!(db.count("async_quota").await, 3);
+        // Their requests no longer wait, and no call came for a minute.
+        db.exec("UPDATE async_req SET status = 'success'").await;
+        db.exec("UPDATE async_quota SET touched = 0").await;
+        let asked = std::time::Instant::now();
+        while db.count("async_quota").await > 0 {
+            assert!(
+                asked.elapsed() < Duration::from_secs(6),
+                "quota rows left: {}",
+                db.count("async_quota").await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        export(2).owner("t1").delay(LATER).on(&rt).await.unwrap();
+        assert_eq!(db.count("async_quota").await, 1);
+        rt.shutdown().await.unwrap();
+    }
+
+    async fn empty_quota_rows_are_swept(db: TestDb) {
+        on_backend!(empty_rows_are_swept, db)
+    }
     async fn two_owners_in_opposite_order_do_not_deadlock(db: TestDb) {
         on_backend!(two_owners_in_opposite_order, db)
     }
@@ -403,6 +437,7 @@ mod servers {
     }
 
     network_suite!(
+        empty_quota_rows_are_swept,
         two_owners_in_opposite_order_do_not_deadlock,
         a_submission_does_not_wait_for_an_open_transaction,
         a_pool_of_two_held_by_two_transactions_is_said_so,
