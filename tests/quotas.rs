@@ -423,6 +423,23 @@ mod servers {
     async fn empty_quota_rows_are_swept(db: TestDb) {
         on_backend!(empty_rows_are_swept, db)
     }
+    /// The same race with the runtime's own sessions at REPEATABLE READ too (PostgreSQL's
+    /// database default set so; MariaDB's is already): the reservations that meet a
+    /// concurrent one are tried again, and exactly 5 commit.
+    async fn racing_with_every_session_at_repeatable_read<DB: Backend>(db: TestDb) {
+        if db.kind == Kind::Postgres {
+            let name = db.url.rsplit('/').next().unwrap().to_string();
+            db.exec(&format!(
+                "ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'"
+            ))
+            .await;
+        }
+        super::racing_transactions_never_exceed_a_quota::<DB>(db).await;
+    }
+
+    async fn every_session_at_repeatable_read_never_exceeds_a_quota(db: TestDb) {
+        on_backend!(racing_with_every_session_at_repeatable_read, db)
+    }
     async fn two_owners_in_opposite_order_do_not_deadlock(db: TestDb) {
         on_backend!(two_owners_in_opposite_order, db)
     }
@@ -437,6 +454,7 @@ mod servers {
     }
 
     network_suite!(
+        every_session_at_repeatable_read_never_exceeds_a_quota,
         empty_quota_rows_are_swept,
         two_owners_in_opposite_order_do_not_deadlock,
         a_submission_does_not_wait_for_an_open_transaction,

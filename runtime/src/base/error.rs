@@ -387,6 +387,12 @@ impl Error {
         matches!(self, Error::Database(cause) if is_sqlite_busy(cause))
     }
 
+    /// Whether the database refused a statement for a concurrent change at its isolation
+    /// (SQLSTATE 40001: PostgreSQL's "could not serialize access", MySQL's deadlock).
+    pub(crate) fn is_serialization_failure(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("40001"))
+    }
+
     /// Whether a write that failed so may have taken effect all the same: it got no answer,
     /// or its connection broke (after the statement, or its COMMIT, may have been sent).
     pub(crate) fn leaves_write_unknown(&self) -> bool {

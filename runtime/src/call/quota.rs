@@ -64,6 +64,10 @@ const EMPTY_ROW_MS: i64 = 60_000;
 /// than this: a refusal never comes from a count older than this.
 const RECOUNT_MS: i64 = 100;
 
+/// How many times a reservation that failed on a concurrent one (PostgreSQL above READ
+/// COMMITTED) is tried again.
+const SERIALIZATION_RETRIES: u32 = 20;
+
 /// The most quota rows counted by one round of [`Inner::reconcile_quotas`] (those counted
 /// longest ago first).
 const RECONCILE_BATCH: i64 = 200;
@@ -241,13 +245,21 @@ pub(crate) async fn reserve(inner: &Arc<Inner>, quotas: &[(Quota, u64)]) -> Resu
         let n_i = i64::try_from(*n).unwrap_or(i64::MAX);
         let mut made = false;
         let mut recounted = false;
+        let mut conflicts = 0;
         loop {
             let now = inner.clock.now_ms();
             let taken = ops.quota_reserve(&inner.app, &quota.key, n_i, limit, now);
-            match bounded_op(store, "quota_reserve", taken)
-                .await
-                .map_err(unavailable)?
-            {
+            let taken = match bounded_op(store, "quota_reserve", taken).await {
+                // PostgreSQL whose sessions default to REPEATABLE READ or SERIALIZABLE: a
+                // reservation committed meanwhile fails this one (READ COMMITTED, the
+                // default, waits and reads it); tried again on the latest row.
+                Err(e) if e.is_serialization_failure() && conflicts < SERIALIZATION_RETRIES => {
+                    conflicts += 1;
+                    continue;
+                }
+                taken => taken.map_err(unavailable)?,
+            };
+            match taken {
                 QuotaReserve::Taken => {
                     held.push(quota.key.clone(), *n);
                     break;
@@ -274,9 +286,13 @@ pub(crate) async fn reserve(inner: &Arc<Inner>, quotas: &[(Quota, u64)]) -> Resu
                         now - STALE_RESERVATION_MS,
                         now,
                     );
-                    bounded_op(store, "quota_reconcile", write)
-                        .await
-                        .map_err(unavailable)?;
+                    match bounded_op(store, "quota_reconcile", write).await {
+                        // Another's change of the row (above READ COMMITTED): tried again.
+                        Err(e) if e.is_serialization_failure() => {}
+                        done => {
+                            done.map_err(unavailable)?;
+                        }
+                    }
                 }
                 QuotaReserve::Full { held: waiting, .. } => {
                     // `held` is dropped: the places taken under the other quotas go back.
@@ -299,9 +315,13 @@ pub(crate) async fn reserve(inner: &Arc<Inner>, quotas: &[(Quota, u64)]) -> Resu
                         .await
                         .map_err(unavailable)?;
                     let make = ops.quota_make(&inner.app, &quota.key, count, now);
-                    bounded_op(store, "quota_make", make)
-                        .await
-                        .map_err(unavailable)?;
+                    match bounded_op(store, "quota_make", make).await {
+                        // Made by another call meanwhile (above READ COMMITTED).
+                        Err(e) if e.is_serialization_failure() => {}
+                        done => {
+                            done.map_err(unavailable)?;
+                        }
+                    }
                 }
                 QuotaReserve::NoRow => {
                     return Err(unavailable(Error::Config {

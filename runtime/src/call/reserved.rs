@@ -63,13 +63,24 @@ impl Held {
 async fn settle(inner: &Inner, items: Vec<(String, u64)>, committed: bool) {
     for (key, n) in items {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let done = inner
-            .store
-            .ops()
-            .quota_settle(&inner.app, &key, n, committed);
-        if let Err(error) = bounded_op(&*inner.store, "quota_settle", done).await {
-            crate::log::warn!(quota = %key, places = n, committed, %error,
-                "a quota's reservation could not be settled; the quota's next count sets it right");
+        let mut tries = 0;
+        loop {
+            let done = inner
+                .store
+                .ops()
+                .quota_settle(&inner.app, &key, n, committed);
+            match bounded_op(&*inner.store, "quota_settle", done).await {
+                Ok(()) => break,
+                // A concurrent change of the row, above READ COMMITTED: tried again.
+                Err(error) if error.is_serialization_failure() && tries < 20 => tries += 1,
+                Err(error) => {
+                    crate::log::warn!(quota = %key, places = n, committed, %error,
+                        "a quota's reservation could not be settled; it is dropped after a \
+                         minute without calls under the quota, and the next count counts \
+                         its request");
+                    break;
+                }
+            }
         }
     }
 }

@@ -104,7 +104,9 @@ pub(crate) trait ControlOps: SqlRunner {
     /// Reserves `n` places under quota `scope` of `application` whose limit is `limit`,
     /// in one statement of its own (autocommit; the row is locked for that statement
     /// only): taken while what the row holds (`counted + reserved + settled`) stays
-    /// within the limit. Any isolation: an `UPDATE` reads the latest committed row.
+    /// within the limit. Needs an `UPDATE` that reads the latest committed row: READ
+    /// COMMITTED on PostgreSQL (above it, a concurrent reservation fails it with SQLSTATE
+    /// 40001, which the caller tries again); any isolation on MySQL/MariaDB.
     async fn quota_reserve(
         &self,
         application: &str,
