@@ -426,6 +426,53 @@ async fn a_call_whose_write_gets_no_answer_is_unconfirmed(db: TestDb) {
     rt.abort();
 }
 
+/// Issue 30 (M3): a call under a quota outside any transaction was made in a transaction
+/// of the runtime's own, and failed with a plain "no answer" when its connections stalled
+/// (not `Error::Unconfirmed`, whatever became of its record). It reserves its place in a
+/// bounded statement of its own now and writes as any call alone: stalled, it fails
+/// within the bound either as `QuotaUnavailable` (the reservation got no answer: nothing
+/// of the call was written) or as `Unconfirmed` (the write got none).
+async fn a_call_under_a_quota_is_bounded_and_says_what_was_written(db: TestDb) {
+    let lease = Duration::from_secs(2);
+    let (proxy, url) = Proxy::for_url(&db.url).await;
+    let rt = db
+        .builder()
+        .database_url(&url)
+        .lease(lease)
+        .heartbeat_interval(Duration::from_millis(500))
+        .shutdown_grace(Duration::from_secs(1))
+        .max_waiting(Some(100))
+        .data(Gate::default())
+        .data(StepEnds::default())
+        .start()
+        .await
+        .unwrap();
+    // The quota's row is made by a first call.
+    held_back().on(&rt).await.unwrap();
+    proxy.stall();
+    let asked = Instant::now();
+    let call = std::future::IntoFuture::into_future(held_back().on(&rt));
+    let called = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("a call under a quota still waits after 30 s");
+    let waited = asked.elapsed();
+    proxy.restore();
+    let error = called.expect_err("the connections were stalled");
+    let said = error.to_string();
+    match &error {
+        async_exec::Error::QuotaUnavailable { .. } => {
+            assert!(said.contains("nothing of the call was written"), "{said}")
+        }
+        async_exec::Error::Unconfirmed { .. } => {
+            assert!(said.contains("may have been written"), "{said}")
+        }
+        other => panic!("neither unavailable nor unconfirmed: {other:?}"),
+    }
+    let bound = async_exec::statement_bound(lease);
+    assert!(waited < bound * 2 + Duration::from_secs(1), "{waited:?}");
+    rt.abort();
+}
+
 /// The bodies of `resumed_later` that ran, by label.
 static RESUMED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
@@ -487,6 +534,7 @@ async fn pauses_are_read_again_after_a_depth_sample_went_silent(db: TestDb) {
 
 network_suite!(
     a_call_whose_write_gets_no_answer_is_unconfirmed,
+    a_call_under_a_quota_is_bounded_and_says_what_was_written,
     pauses_are_read_again_after_a_depth_sample_went_silent,
     a_cancel_is_heard_after_a_sweep_statement_went_silent,
     a_step_is_kept_within_a_bound_or_fails,

@@ -262,10 +262,27 @@ pub enum Error {
         scope: String,
         /// The most requests that may wait.
         limit: u64,
-        /// How many wait now (this transaction's calls included).
+        /// How many wait now (this transaction's calls included), as the quota counts them:
+        /// see the guide's *Quotas of waiting requests*.
         waiting: u64,
         /// Where the quota is set.
         how: &'static str,
+    },
+
+    /// A call under a quota whose place could not be reserved: nothing of the call was
+    /// written (and it may be made again). The reservation is a statement of its own, on a
+    /// connection of the runtime's pool besides the caller's transaction.
+    #[error(
+        "the quota of {scope} could not be checked ({cause}); nothing of the call was \
+         written. A call under a quota takes a connection of the runtime's pool for a \
+         moment besides its transaction's: if open transactions hold them all, raise the \
+         pool's size (`max_connections`) or keep fewer transactions open at once"
+    )]
+    QuotaUnavailable {
+        /// Whose quota: `the application`, `queue "payments"`, `owner "tenant-7"`.
+        scope: String,
+        /// What went wrong.
+        cause: Box<Error>,
     },
 
     /// A request's kept result does not decode into the type asked for.
@@ -368,6 +385,12 @@ impl Error {
     /// Whether SQLite refused a write because another transaction holds the write lock.
     pub(crate) fn is_sqlite_busy(&self) -> bool {
         matches!(self, Error::Database(cause) if is_sqlite_busy(cause))
+    }
+
+    /// Whether the database refused a statement for a concurrent change at its isolation
+    /// (SQLSTATE 40001: PostgreSQL's "could not serialize access", MySQL's deadlock).
+    pub(crate) fn is_serialization_failure(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("40001"))
     }
 
     /// Whether a write that failed so may have taken effect all the same: it got no answer,

@@ -26,6 +26,14 @@ impl Slot {
 #[derive(Debug, Default)]
 pub(crate) struct DelayedJobs(Mutex<Vec<Slot>>, AtomicUsize);
 
+/// What a delayed record's due time adds to its delay, so that it never ends early
+/// though the due time is written before the commit returns: a transaction that returns
+/// within half of it after the call leaves the due time as written; a longer one moves it
+/// (one `UPDATE` after the commit, [`crate::store::Store::request_postpone`]) to this
+/// much past the delay counted from that update, by the database's clock. A delayed call
+/// starts up to this much after its delay, never before.
+pub(crate) const DELAY_SLACK_MS: i64 = 20;
+
 /// The most timers of delayed stored records an instance keeps at once: each holds its
 /// job (arguments included) in memory. Records past it start by the sweep.
 pub(crate) const STORED_TIMERS_MAX: usize = 10_000;

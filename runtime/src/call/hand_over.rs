@@ -14,8 +14,11 @@ use crate::work::dispatcher::uses_channel;
 use crate::work::executor::{log_if_dead, Job};
 impl Inner {
     /// Hands committed jobs to the workers: through the channel, directly (`Thread`), or
-    /// inline in a test mode.
-    pub(crate) async fn after_commit(self: &Arc<Self>, jobs: Vec<Job>) {
+    /// inline in a test mode. The delayed ones last: their timers start as the caller's
+    /// `commit` returns, so that a delay never ends before it passed since then (what the
+    /// others' hand-over takes, an overflow's write say, does not count in it).
+    pub(crate) async fn after_commit(self: &Arc<Self>, mut jobs: Vec<Job>) {
+        jobs.sort_by_key(|job| job.delay.is_some());
         // Their start latency counts from here (one clock reading per commit).
         let committed = if jobs.is_empty() {
             0

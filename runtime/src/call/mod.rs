@@ -16,6 +16,7 @@ pub(crate) mod nested;
 pub(crate) mod open_tx;
 pub(crate) mod quota;
 pub(crate) mod receipt;
+pub(crate) mod reserved;
 pub(crate) mod scope;
 pub(crate) mod submit;
 pub(crate) mod tx;

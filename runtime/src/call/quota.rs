@@ -1,12 +1,23 @@
 //! Quotas of waiting requests at submission: the application's (`Builder::max_waiting`),
 //! a queue's (`QueueLimits::max_waiting`) and an owner's (`Builder::max_waiting_per_owner`,
-//! for calls made with `.owner(..)`). A `SaveAsync` call under a quota is written in a
-//! transaction that first locks the quota's row (`async_quota`), so that submissions
-//! under one quota take turns; it counts the waiting requests (`init`, `failed`) that are
-//! committed, on a connection of its own (a snapshot of the caller's transaction could be
-//! older), adds those this transaction wrote under the quota, and refuses the call with
-//! [`Error::QuotaExceeded`] when it would go over: nothing of the call is written. A call
-//! under no quota takes none of this.
+//! for calls made with `.owner(..)`).
+//!
+//! On PostgreSQL and MySQL/MariaDB a `SaveAsync` call under a quota first reserves its
+//! place in the quota's row (`async_quota`), in one statement of its own on the store's
+//! pool ([`reserve`]): admitted while what the row holds stays within the limit, refused
+//! with [`Error::QuotaExceeded`] otherwise, nothing of the call written. No lock outlives
+//! that statement: submissions under one quota never wait for each other's commits, and
+//! two transactions calling for two owners in either order cannot deadlock. The caller's
+//! commit settles the reservation ([`Held::settle`]); a rollback, or a transaction
+//! dropped, gives it back. What the row holds: the waiting requests as last counted (the
+//! [`Inner::reconcile_quotas`] sweep, about every second), plus the reservations of calls
+//! whose transaction is open, plus those committed since that count. A call outside any
+//! transaction reserves, writes its record as any call alone does (its statement bound,
+//! `Error::Unconfirmed` when its write is unknown) and settles.
+//!
+//! SQLite has one writer: a transaction that writes holds the database's write lock
+//! until it ends whatever the quota does, so there the call counts the waiting requests
+//! in its transaction ([`check`]) as before.
 
 use std::sync::Arc;
 
@@ -17,7 +28,9 @@ use crate::call::receipt::{Receipt, Submission};
 use crate::call::tx::Tx;
 use crate::runtime::{Inner, Runtime};
 use crate::store::bounded::bounded_op;
+use crate::store::ops::QuotaReserve;
 use crate::store::sealed::BackendOps;
+use crate::store::sql::Dialect;
 use crate::store::Backend;
 
 /// The prefix of the tag an owner is kept as (`.owner("tenant-7")` tags the request
@@ -40,17 +53,49 @@ pub(crate) struct Quota {
     pub(crate) how: &'static str,
 }
 
+pub(crate) use crate::call::reserved::Held;
+use crate::call::reserved::STALE_RESERVATION_MS;
+
+/// A quota row that holds nothing and saw no call for this long is deleted (made again on
+/// the quota's next call): one row per owner ever seen does not stay.
+const EMPTY_ROW_MS: i64 = 60_000;
+
+/// A call that finds its quota full counts it again first when its last count is older
+/// than this: a refusal never comes from a count older than this.
+const RECOUNT_MS: i64 = 100;
+
+/// How many times a reservation that failed on a concurrent one (PostgreSQL above READ
+/// COMMITTED) is tried again.
+const SERIALIZATION_RETRIES: u32 = 20;
+
+/// The most quota rows counted by one round of [`Inner::reconcile_quotas`] (those counted
+/// longest ago first).
+const RECONCILE_BATCH: i64 = 200;
+
 impl Inner {
     /// The quotas a call is under (none for a call that writes no record at the call).
     pub(crate) fn quotas_of(&self, call: &Submission) -> Vec<Quota> {
-        let mut quotas = Vec::new();
         if call.def.strategy != Strategy::SaveAsync {
-            return quotas;
+            return Vec::new();
         }
+        let mut quotas = Vec::new();
+        quotas.extend(self.quota_of_key(GLOBAL_QUEUE));
+        if let Some(queue) = call.def.queue {
+            quotas.extend(self.quota_of_key(&format!("queue:{queue}")));
+        }
+        if let Some(owner) = &call.owner {
+            quotas.extend(self.quota_of_key(&format!("{OWNER_TAG}{owner}")));
+        }
+        quotas
+    }
+
+    /// The quota whose row is `key`, if it is set: the application's ([`GLOBAL_QUEUE`]),
+    /// a queue's (`queue:<name>`) or an owner's (`owner:<owner>`).
+    pub(crate) fn quota_of_key(&self, key: &str) -> Option<Quota> {
         let settings = &self.settings;
-        if let Some(limit) = settings.max_waiting {
-            quotas.push(Quota {
-                key: GLOBAL_QUEUE.to_string(),
+        if key == GLOBAL_QUEUE {
+            return settings.max_waiting.map(|limit| Quota {
+                key: key.to_string(),
                 limit,
                 executors: None,
                 tag: None,
@@ -58,55 +103,50 @@ impl Inner {
                 how: "Builder::max_waiting",
             });
         }
-        if let Some(queue) = call.def.queue {
+        if let Some(queue) = key.strip_prefix("queue:") {
             let limit = settings
                 .queues
                 .get(queue)
-                .and_then(|l| l.max_waiting_limit());
-            if let Some(limit) = limit {
-                let executors = self
-                    .registry
-                    .defs()
-                    .filter(|d| d.queue == Some(queue))
-                    .map(|d| d.name)
-                    .collect();
-                quotas.push(Quota {
-                    key: format!("queue:{queue}"),
-                    limit: u64::from(limit),
-                    executors: Some(executors),
-                    tag: None,
-                    scope: format!("queue {queue:?}"),
-                    how: "QueueLimits::max_waiting",
-                });
-            }
-        }
-        if let (Some(owner), Some(limit)) = (&call.owner, settings.max_waiting_per_owner) {
-            quotas.push(Quota {
-                key: format!("{OWNER_TAG}{owner}"),
-                limit,
-                executors: None,
-                tag: Some(format!("{OWNER_TAG}{owner}")),
-                scope: format!("owner {owner:?}"),
-                how: "Builder::max_waiting_per_owner",
+                .and_then(|l| l.max_waiting_limit())?;
+            let executors = self
+                .registry
+                .defs()
+                .filter(|d| d.queue == Some(queue))
+                .map(|d| d.name)
+                .collect();
+            return Some(Quota {
+                key: key.to_string(),
+                limit: u64::from(limit),
+                executors: Some(executors),
+                tag: None,
+                scope: format!("queue {queue:?}"),
+                how: "QueueLimits::max_waiting",
             });
         }
-        quotas
+        let owner = key.strip_prefix(OWNER_TAG)?;
+        settings.max_waiting_per_owner.map(|limit| Quota {
+            key: key.to_string(),
+            limit,
+            executors: None,
+            tag: Some(key.to_string()),
+            scope: format!("owner {owner:?}"),
+            how: "Builder::max_waiting_per_owner",
+        })
+    }
+
+    /// Whether calls under a quota reserve their place ([`reserve`]): every backend but
+    /// SQLite (see the [module docs](self)).
+    pub(crate) fn quotas_reserve(&self) -> bool {
+        self.store.ops().dialect() != Dialect::Sqlite
     }
 
     /// Runs `f` (a submission) in a transaction of the runtime's own, begun on its store's
-    /// backend, and commits it: the autocommit calls under a quota.
+    /// backend, and commits it: SQLite's autocommit calls under a quota.
     pub(crate) async fn submit_under_quota(
         self: &Arc<Self>,
         calls: Vec<Submission>,
         batch: bool,
     ) -> Result<Vec<Receipt>> {
-        // The quotas' rows first, on a connection of their own, before this transaction
-        // holds one of the pool's (an owner's first call makes its row).
-        for call in &calls {
-            for quota in self.quotas_of(call) {
-                register(self, &quota.key).await?;
-            }
-        }
         let rt = Runtime {
             inner: self.clone(),
         };
@@ -134,10 +174,172 @@ impl Inner {
         on!(sqlx::MySql);
         unreachable!("the store is of a compiled backend")
     }
+
+    /// One round of the quotas' count: for up to [`RECONCILE_BATCH`] quota rows of this
+    /// application (counted longest ago first), counts the waiting requests under it (up
+    /// to its limit) and writes the count, taking from the committed reservations those it
+    /// read before counting; deletes rows that hold nothing and saw no call for
+    /// [`EMPTY_ROW_MS`]. How many rows it counted. Each statement on its own (autocommit):
+    /// no lock outlives one. Nothing on SQLite.
+    pub(crate) async fn reconcile_quotas(&self) -> Result<u64> {
+        if !self.quotas_reserve() {
+            return Ok(0);
+        }
+        let ops = self.store.ops();
+        let store = &*self.store;
+        let rows = bounded_op(
+            store,
+            "quota_rows",
+            ops.quota_rows(&self.app, RECONCILE_BATCH),
+        )
+        .await?;
+        let mut counted = 0;
+        for (key, settled, reconciled) in rows {
+            // A quota no longer set here (or set by another version): its row is left to
+            // be swept once empty.
+            let Some(quota) = self.quota_of_key(&key) else {
+                continue;
+            };
+            let now = self.clock.now_ms();
+            let count = ops.quota_count(
+                &self.app,
+                quota.executors.as_deref(),
+                quota.tag.as_deref(),
+                i64::try_from(quota.limit).unwrap_or(i64::MAX),
+            );
+            let count = bounded_op(store, "quota_count", count).await?;
+            let write = ops.quota_reconcile(
+                &self.app,
+                &key,
+                count,
+                (settled, reconciled),
+                now - STALE_RESERVATION_MS,
+                now,
+            );
+            if bounded_op(store, "quota_reconcile", write).await? {
+                counted += 1;
+            }
+        }
+        let before = self.clock.now_ms() - EMPTY_ROW_MS;
+        let sweep = ops.quota_sweep_empty(&self.app, before);
+        bounded_op(store, "quota_sweep_empty", sweep).await?;
+        Ok(counted)
+    }
 }
 
-/// Checks that `adding` more requests under each of `quotas` keep them, inside `tx`:
-/// locks their rows (in one order: no deadlock), counts what waits (committed, and this
+/// Reserves places under each of `quotas` (how many each), in key order, each in one
+/// statement of its own: all of them, or an error and none (those taken are given back).
+/// A quota without a row gets one, holding the waiting requests counted now.
+pub(crate) async fn reserve(inner: &Arc<Inner>, quotas: &[(Quota, u64)]) -> Result<Held> {
+    let mut sorted: Vec<&(Quota, u64)> = quotas.iter().collect();
+    sorted.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+    let ops = inner.store.ops();
+    let store = &*inner.store;
+    let mut held = Held::new(inner);
+    for (quota, n) in sorted {
+        let unavailable = |cause: Error| Error::QuotaUnavailable {
+            scope: quota.scope.clone(),
+            cause: Box::new(cause),
+        };
+        let limit = i64::try_from(quota.limit).unwrap_or(i64::MAX);
+        let n_i = i64::try_from(*n).unwrap_or(i64::MAX);
+        let mut made = false;
+        let mut recounted = false;
+        let mut conflicts = 0;
+        loop {
+            let now = inner.clock.now_ms();
+            let taken = ops.quota_reserve(&inner.app, &quota.key, n_i, limit, now);
+            let taken = match bounded_op(store, "quota_reserve", taken).await {
+                // PostgreSQL whose sessions default to REPEATABLE READ or SERIALIZABLE: a
+                // reservation committed meanwhile fails this one (READ COMMITTED, the
+                // default, waits and reads it); tried again on the latest row.
+                Err(e) if e.is_serialization_failure() && conflicts < SERIALIZATION_RETRIES => {
+                    conflicts += 1;
+                    continue;
+                }
+                taken => taken.map_err(unavailable)?,
+            };
+            match taken {
+                QuotaReserve::Taken => {
+                    held.push(quota.key.clone(), *n);
+                    break;
+                }
+                QuotaReserve::Full { seen, .. } if !recounted && now - seen.1 >= RECOUNT_MS => {
+                    // Requests may have left waiting since the last count: counted again
+                    // now (a refusal is never from a count older than this), then tried
+                    // once more.
+                    recounted = true;
+                    let count = ops.quota_count(
+                        &inner.app,
+                        quota.executors.as_deref(),
+                        quota.tag.as_deref(),
+                        limit,
+                    );
+                    let count = bounded_op(store, "quota_count", count)
+                        .await
+                        .map_err(unavailable)?;
+                    let write = ops.quota_reconcile(
+                        &inner.app,
+                        &quota.key,
+                        count,
+                        seen,
+                        now - STALE_RESERVATION_MS,
+                        now,
+                    );
+                    match bounded_op(store, "quota_reconcile", write).await {
+                        // Another's change of the row (above READ COMMITTED): tried again.
+                        Err(e) if e.is_serialization_failure() => {}
+                        done => {
+                            done.map_err(unavailable)?;
+                        }
+                    }
+                }
+                QuotaReserve::Full { held: waiting, .. } => {
+                    // `held` is dropped: the places taken under the other quotas go back.
+                    return Err(Error::QuotaExceeded {
+                        scope: quota.scope.clone(),
+                        limit: quota.limit,
+                        waiting: waiting.max(0) as u64,
+                        how: quota.how,
+                    });
+                }
+                QuotaReserve::NoRow if !made => {
+                    made = true;
+                    let count = ops.quota_count(
+                        &inner.app,
+                        quota.executors.as_deref(),
+                        quota.tag.as_deref(),
+                        limit,
+                    );
+                    let count = bounded_op(store, "quota_count", count)
+                        .await
+                        .map_err(unavailable)?;
+                    let make = ops.quota_make(&inner.app, &quota.key, count, now);
+                    match bounded_op(store, "quota_make", make).await {
+                        // Made by another call meanwhile (above READ COMMITTED).
+                        Err(e) if e.is_serialization_failure() => {}
+                        done => {
+                            done.map_err(unavailable)?;
+                        }
+                    }
+                }
+                QuotaReserve::NoRow => {
+                    return Err(unavailable(Error::Config {
+                        setting: quota.how,
+                        reason: "the quota's row in `async_quota` was gone as soon as it was \
+                                 made; check that nothing else deletes those rows"
+                            .into(),
+                    }));
+                }
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// SQLite: checks that `adding` more requests under each of `quotas` keep them, inside
+/// `tx`: makes their rows in it (which takes the database's write lock, as the call's
+/// write would), counts what waits (committed, on a connection of its own, and this
 /// transaction's), refuses what would go over. The caller notes what it wrote
 /// ([`Tx::quota_added`]).
 pub(crate) async fn check<DB: Backend>(
@@ -149,11 +351,6 @@ pub(crate) async fn check<DB: Backend>(
     keys.sort_unstable();
     keys.dedup();
     let ops = inner.store.ops();
-    // Made once per process, on a connection of its own (never in a transaction that may
-    // hold its lock already); SQLite makes it in the transaction (its one writer).
-    for key in &keys {
-        register(inner, key).await?;
-    }
     for key in keys {
         let locked = DB::quota_lock_in(tx.raw_conn(), &inner.app, key).await;
         tx.noting(locked)?;
@@ -177,30 +374,5 @@ pub(crate) async fn check<DB: Backend>(
             });
         }
     }
-    Ok(())
-}
-
-/// Makes sure the row of quota `key` exists, once per process, on a connection of its own
-/// (never in a transaction that may hold its lock already). SQLite makes it in the
-/// submitting transaction instead (its one writer would wait for that transaction).
-async fn register(inner: &Inner, key: &str) -> Result<()> {
-    let ops = inner.store.ops();
-    if ops.dialect() == crate::store::sql::Dialect::Sqlite {
-        return Ok(());
-    }
-    if inner.quota_rows.lock().expect("quota rows").contains(key) {
-        return Ok(());
-    }
-    bounded_op(
-        &*inner.store,
-        "quota_register",
-        ops.quota_register(&inner.app, key),
-    )
-    .await?;
-    inner
-        .quota_rows
-        .lock()
-        .expect("quota rows")
-        .insert(key.to_string());
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::base::error::Result;
 use crate::base::record::{Inserted, NewRequest, RequestId};
 use crate::base::strategy::Strategy;
+use crate::call::delayed::DELAY_SLACK_MS;
 use crate::call::quota::Quota;
 use crate::call::receipt::{Outcome, Receipt, Submission};
 use crate::call::tx::Tx;
@@ -28,12 +29,23 @@ impl Submission {
     }
 
     /// Due now, or after the delay counted from the database's latest possible now, so
-    /// that a delay never ends early by the clock reading's round trip.
+    /// that a delay never ends early by the clock reading's round trip, and
+    /// [`DELAY_SLACK_MS`] more, which covers the time until the commit returns.
     fn run_at(&self, inner: &Inner, now: i64) -> i64 {
-        match self.delay {
+        match self.delay_ms() {
             None => now,
-            Some(delay) => inner.clock.latest_ms() + delay.as_millis() as i64,
+            Some(delay) => inner
+                .clock
+                .latest_ms()
+                .saturating_add(delay)
+                .saturating_add(DELAY_SLACK_MS),
         }
+    }
+
+    /// The delay in milliseconds, if any.
+    fn delay_ms(&self) -> Option<i64> {
+        self.delay
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     }
 
     pub(crate) fn request(&self, inner: &Inner) -> NewRequest {
@@ -70,6 +82,16 @@ pub(crate) fn writes(call: &Submission) -> bool {
     matches!(call.def.strategy, Strategy::SaveAsync | Strategy::SyncSave)
 }
 
+/// Settles the places a call (or a batch) outside any transaction reserved: committed
+/// when its write succeeded or may have ([`crate::Error::Unconfirmed`]), else given back.
+async fn settle_alone<T>(held: crate::call::quota::Held, submitted: &Result<T>) {
+    let committed = match submitted {
+        Ok(_) => true,
+        Err(error) => matches!(error, crate::Error::Unconfirmed { .. }),
+    };
+    held.settle(committed).await;
+}
+
 /// Calls with their position in a batch.
 type Numbered = Vec<(usize, Submission)>;
 
@@ -87,10 +109,10 @@ trait Writer {
     async fn record_key(&mut self, inner: &Inner, request: &NewRequest) -> Result<()>;
     /// Called with the jobs to run once the data is committed.
     async fn after_commit(&mut self, inner: &Arc<Inner>, jobs: Vec<Job>);
-    /// A delayed record written at `written_at` (unix ms): in a transaction, its delay is
-    /// moved to count from the commit.
-    fn delayed(&mut self, id: RequestId, written_at: i64) {
-        let _ = (id, written_at);
+    /// A delayed record written due at `due` (unix ms) for a delay of `delay_ms`: in a
+    /// transaction, its delay is moved to count from the commit.
+    fn delayed(&mut self, id: RequestId, due: i64, delay_ms: i64) {
+        let _ = (id, due, delay_ms);
     }
     fn in_transaction(&self) -> bool;
     /// Checks, before writing, that `quotas` (each with how many requests would be added
@@ -101,7 +123,11 @@ trait Writer {
     fn quota_added(&mut self, quota: &Quota, n: u64);
 }
 
-struct Autocommit;
+/// Writes outside any transaction. `reserved`: the places of the calls under quotas were
+/// reserved before ([`crate::call::quota::reserve`]).
+struct Autocommit {
+    reserved: bool,
+}
 
 /// A write outside any transaction that may have taken effect although it failed
 /// ([`Error::leaves_write_unknown`](crate::Error)), said so: [`crate::Error::Unconfirmed`].
@@ -157,8 +183,8 @@ impl Writer for Autocommit {
     }
     async fn check_quotas(&mut self, _inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
         debug_assert!(
-            quotas.is_empty(),
-            "calls under a quota are made in a transaction"
+            self.reserved || quotas.is_empty(),
+            "calls under a quota reserve their places first, or are made in a transaction"
         );
         Ok(())
     }
@@ -189,14 +215,22 @@ impl<DB: Backend> Writer for Tx<DB> {
     async fn after_commit(&mut self, _inner: &Arc<Inner>, jobs: Vec<Job>) {
         self.pending.extend(jobs);
     }
-    fn delayed(&mut self, id: RequestId, written_at: i64) {
-        self.delayed.push((id, written_at));
+    fn delayed(&mut self, id: RequestId, due: i64, delay_ms: i64) {
+        self.delayed.push((id, due, delay_ms));
     }
     fn in_transaction(&self) -> bool {
         true
     }
     async fn check_quotas(&mut self, inner: &Inner, quotas: &[(Quota, u64)]) -> Result<()> {
-        crate::call::quota::check(inner, self, quotas).await
+        if !inner.quotas_reserve() {
+            return crate::call::quota::check(inner, self, quotas).await;
+        }
+        // On a connection of the pool's, not in this transaction: no lock of it lasts
+        // until the commit.
+        let inner = self.inner.clone();
+        let held = crate::call::quota::reserve(&inner, quotas).await?;
+        self.quota_held.absorb(held);
+        Ok(())
     }
     fn quota_added(&mut self, quota: &Quota, n: u64) {
         Tx::quota_added(self, &quota.key, n);
@@ -229,11 +263,23 @@ impl Inner {
     /// A call outside any transaction.
     pub(crate) async fn submit(self: &Arc<Self>, call: Submission) -> Result<Receipt> {
         self.check_open()?;
-        if !self.quotas_of(&call).is_empty() {
+        let quotas = self.quotas_of(&call);
+        if quotas.is_empty() {
+            return self
+                .submit_with(call, &mut Autocommit { reserved: false })
+                .await;
+        }
+        if !self.quotas_reserve() {
             let mut receipts = self.submit_under_quota(vec![call], false).await?;
             return Ok(receipts.remove(0));
         }
-        self.submit_with(call, &mut Autocommit).await
+        let quotas: Vec<(Quota, u64)> = quotas.into_iter().map(|q| (q, 1)).collect();
+        let held = crate::call::quota::reserve(self, &quotas).await?;
+        let submitted = self
+            .submit_with(call, &mut Autocommit { reserved: true })
+            .await;
+        settle_alone(held, &submitted).await;
+        submitted
     }
 
     /// A call inside the caller's transaction.
@@ -270,8 +316,8 @@ impl Inner {
                         for (quota, n) in &quotas {
                             writer.quota_added(quota, *n);
                         }
-                        if call.delay.is_some() {
-                            writer.delayed(id, request.now);
+                        if let Some(delay_ms) = call.delay_ms() {
+                            writer.delayed(id, request.run_at, delay_ms);
                         }
                         // A delayed one gets a timer after the commit.
                         let job = stored_job(call.job(), id, call.key.take(), request.deadline_at);
@@ -346,10 +392,29 @@ impl Inner {
         calls: Vec<Submission>,
     ) -> Result<Vec<Receipt>> {
         self.check_open()?;
-        if calls.iter().any(|call| !self.quotas_of(call).is_empty()) {
+        let mut quotas: Vec<(Quota, u64)> = Vec::new();
+        for call in &calls {
+            for quota in self.quotas_of(call) {
+                match quotas.iter_mut().find(|(q, _)| q.key == quota.key) {
+                    Some((_, n)) => *n += 1,
+                    None => quotas.push((quota, 1)),
+                }
+            }
+        }
+        if quotas.is_empty() {
+            return self
+                .submit_batch_with(calls, &mut Autocommit { reserved: false })
+                .await;
+        }
+        if !self.quotas_reserve() {
             return self.submit_under_quota(calls, true).await;
         }
-        self.submit_batch_with(calls, &mut Autocommit).await
+        let held = crate::call::quota::reserve(self, &quotas).await?;
+        let submitted = self
+            .submit_batch_with(calls, &mut Autocommit { reserved: true })
+            .await;
+        settle_alone(held, &submitted).await;
+        submitted
     }
 
     /// Many calls inside the caller's transaction.
@@ -424,8 +489,8 @@ impl Inner {
             {
                 receipts[i] = Some(match inserted {
                     Inserted::New(id) => {
-                        if call.delay.is_some() {
-                            writer.delayed(id, request.now);
+                        if let Some(delay_ms) = call.delay_ms() {
+                            writer.delayed(id, request.run_at, delay_ms);
                         }
                         // A delayed one gets a timer after the commit.
                         jobs.push(stored_job(

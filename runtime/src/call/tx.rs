@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::base::record::RequestId;
+use crate::call::delayed::DELAY_SLACK_MS;
 use crate::call::open_tx::OpenTx;
 use crate::runtime::{Inner, Runtime};
 use crate::store::Backend;
@@ -52,9 +53,9 @@ macro_rules! define_tx {
             pub(crate) inner: Arc<Inner>,
             /// Jobs to hand to the workers once committed.
             pub(crate) pending: Vec<Job>,
-            /// Delayed records written here, with the time each was written (unix ms): their
+            /// Delayed records written here: (id, due time as written, delay in ms); their
             /// delay is moved to count from the commit.
-            pub(crate) delayed: Vec<(RequestId, i64)>,
+            pub(crate) delayed: Vec<(RequestId, i64, i64)>,
             /// Whether a write of the runtime's in this transaction failed: on PostgreSQL that
             /// aborted it, and its commit is checked like one that carries calls.
             pub(crate) write_failed: bool,
@@ -68,11 +69,14 @@ macro_rules! define_tx {
             /// made there without `.within(&mut tx)` is refused.
             open: OpenTx,
             /// Requests written here under each quota (by the quota's row): not committed,
-            /// so not in the count a quota's check reads.
+            /// so not in the count a quota's check reads (SQLite).
             pub(crate) quota_used: Vec<(String, u64)>,
             /// Records were made due in it (an action's retry or replay): once it commits,
             /// the producer looks in the store at once rather than at its next poll.
             pub(crate) look_in_store: bool,
+            /// Places reserved under quotas by the calls made here (PostgreSQL,
+            /// MySQL/MariaDB): settled at the commit, given back if it does not commit.
+            pub(crate) quota_held: crate::call::reserved::Held,
         }
 
     };
@@ -177,19 +181,24 @@ impl<DB: Backend> Tx<DB> {
             open,
             quota_used: _,
             look_in_store,
+            quota_held,
         } = self;
         let carries = !pending.is_empty() || !delayed.is_empty();
         if write_failed || (carries && !proven_open) {
             // Dropped on an error: rolled back (sqlx queues the ROLLBACK).
             DB::check_open_in(&mut tx).await?;
         }
+        // A failed COMMIT returns here: `quota_held` is dropped and its places given back.
         tx.commit().await.map_err(|e| DB::explain(e.into()))?;
         drop(open);
+        quota_held.settle(true).await;
+        // The due times first, then the jobs (their delays' timers last): a delay counts
+        // from after both, never from before `commit` returns.
+        inner.count_delays_from_commit(&delayed).await;
         inner.after_commit(pending).await;
         if look_in_store {
             inner.dispatcher.store_waker().look_in_store();
         }
-        inner.count_delays_from_commit(&delayed).await;
         Ok(())
     }
 
@@ -200,23 +209,26 @@ impl<DB: Backend> Tx<DB> {
     }
 }
 
-/// A transaction open for less than this after a delayed call does not move its due time.
-const DELAY_SLACK_MS: i64 = 20;
-
 impl Inner {
-    /// Moves the due time of delayed records by how long their transaction stayed open
-    /// after each was written.
-    async fn count_delays_from_commit(&self, delayed: &[(RequestId, i64)]) {
+    /// Moves the due time of delayed records whose transaction returned too late for the
+    /// [`DELAY_SLACK_MS`] their due time carries: to their delay and the slack past the
+    /// moving statement, by the database's clock (so that a wait for SQLite's writer, or
+    /// the round trip, does not count in the delay).
+    async fn count_delays_from_commit(&self, delayed: &[(RequestId, i64, i64)]) {
         if delayed.is_empty() {
             return;
         }
-        // The latest the commit can have been by the database's clock: a delay that counts
-        // from it never ends early (by the clock reading's round trip or its rounding).
+        // The latest the commit can have been by the database's clock; half the slack is
+        // left for what `commit` does before it returns.
         let committed = self.clock.latest_ms();
         let moves: Vec<(RequestId, i64)> = delayed
             .iter()
-            .map(|&(id, written)| (id, committed - written))
-            .filter(|&(_, by)| by >= DELAY_SLACK_MS)
+            .filter(|&&(_, due, delay_ms)| {
+                due < committed
+                    .saturating_add(delay_ms)
+                    .saturating_add(DELAY_SLACK_MS / 2)
+            })
+            .map(|&(id, _, delay_ms)| (id, delay_ms.saturating_add(DELAY_SLACK_MS)))
             .collect();
         if moves.is_empty() {
             return;
@@ -246,6 +258,7 @@ impl Runtime {
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
             look_in_store: false,
+            quota_held: Default::default(),
         })
     }
 
@@ -262,6 +275,7 @@ impl Runtime {
             open: self.inner.open_txs.open(),
             quota_used: Vec::new(),
             look_in_store: false,
+            quota_held: Default::default(),
         }
     }
 }

@@ -197,6 +197,8 @@ pub(crate) enum Sweep {
     /// Cancels and deadlines: `told` (running bodies asked to stop), `expired` (waiting
     /// requests whose deadline passed, made `dead`).
     Stops,
+    /// The count of the quotas of waiting requests (failed rounds only).
+    Quotas,
 }
 
 impl Sweep {
@@ -211,6 +213,7 @@ impl Sweep {
             Sweep::QueueSampler => "queue_sampler",
             Sweep::Retention => "retention",
             Sweep::Stops => "stops",
+            Sweep::Quotas => "quotas",
         }
     }
 }

@@ -221,6 +221,30 @@ impl Runtime {
                 },
             ),
         )));
+        // The quotas' count (PostgreSQL, MySQL/MariaDB), as often as the stops; holds the
+        // runtime weakly, as the ticker does.
+        if inner.quotas_reserve() {
+            let weak = Arc::downgrade(&self.inner);
+            let pulse = inner.pulses.part("quotas", Some(every));
+            tasks.push(tokio::spawn(Pulses::watch(
+                pulse.clone(),
+                crate::sweeps::sweep::every(
+                    inner.shutdown.clone(),
+                    Sweep::Quotas,
+                    every,
+                    pulse,
+                    move || {
+                        let weak = weak.clone();
+                        async move {
+                            match weak.upgrade() {
+                                Some(inner) => inner.reconcile_quotas().await.map(drop),
+                                None => Ok(()),
+                            }
+                        }
+                    },
+                ),
+            )));
+        }
         // The scheduled executors' ticks: one task for all, stopped with the producer.
         if !inner.schedules.is_empty() {
             let ticks = inner.schedules.iter().cloned().map(|scheduled| {

@@ -98,8 +98,6 @@ pub(crate) struct Inner {
     pub(crate) delayed_jobs: crate::call::delayed::DelayedJobs,
     /// The transactions open now, by the task that began them.
     pub(crate) open_txs: crate::call::open_tx::OpenTxs,
-    /// The quota rows this runtime made sure exist (rows are never deleted).
-    pub(crate) quota_rows: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The scheduled executors (`every`, `cron`), for the ticker and `schedules()`.
     pub(crate) schedules: crate::runtime::ticker::Schedules,
 }
@@ -200,25 +198,6 @@ impl Runtime {
                     crate::log::info!(queue, moved, "requests put in their executors' queue");
                 }
             }
-            // The rows of the quotas known now, before any submission locks them (an
-            // owner's is made on its first call).
-            let quotas = settings
-                .max_waiting
-                .map(|_| crate::base::queue::GLOBAL_QUEUE.to_string())
-                .into_iter()
-                .chain(
-                    settings
-                        .queues
-                        .iter()
-                        .filter(|(_, limits)| limits.max_waiting_limit().is_some())
-                        .map(|(name, _)| format!("queue:{name}")),
-                );
-            for quota in quotas {
-                store
-                    .ops()
-                    .quota_register(&settings.application_name, &quota)
-                    .await?;
-            }
         }
         let clock = Arc::new(Clock::new(settings.simulated_clock_offset_ms));
         let listeners = crate::operate::listeners::Notifier::start(
@@ -297,7 +276,6 @@ impl Runtime {
             held: Mutex::new(Vec::new()),
             delayed_jobs: Default::default(),
             open_txs: Default::default(),
-            quota_rows: Default::default(),
             schedules,
             settings,
         });

@@ -7,7 +7,10 @@
 //! passed while no instance ran is skipped (the next one is called), or, with
 //! `catch_up = true`, the last one passed is called at start. A paused executor
 //! is not called (its ticks while paused are skipped). A tick that could not be written
-//! (the database unreachable) is tried again until the next tick is due.
+//! (the database unreachable, or refused by a quota of waiting requests: a tick is a call
+//! like any other) is tried again every [`RETRY`] until the next tick is due, then
+//! skipped with an error in the log that says why; the next tick is then tried the same
+//! way, so that under a quota that stays full one tick is written once it frees.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -106,6 +109,8 @@ async fn call_tick(
     stop: &CancellationToken,
 ) -> bool {
     let name = scheduled.def.name;
+    // Warned once per tick of a refusal by a quota (not every try).
+    let mut refused = false;
     loop {
         let Some(inner) = runtime.upgrade() else {
             return false;
@@ -122,16 +127,37 @@ async fn call_tick(
             .key(tick_key(name, tick))
             .on(&rt);
         match call.await {
-            Ok(_) => return true,
+            Ok(_) => {
+                if refused {
+                    crate::log::info!(
+                        executor = name,
+                        tick,
+                        "a tick refused by a quota of waiting requests was written once it freed"
+                    );
+                }
+                return true;
+            }
             Err(error) => {
+                let quota = matches!(error, crate::Error::QuotaExceeded { .. });
                 let late = !next.is_some_and(|next| rt.inner.clock.now_ms() < next);
+                if late && quota {
+                    crate::log::error!(executor = name, tick, %error,
+                        "a tick was refused by a quota of waiting requests until the next one was due: skipped; the next tick is tried the same way");
+                    return true;
+                }
                 if late {
                     crate::log::error!(executor = name, tick, error = %crate::log::escaped(&error),
                         "a tick could not be written before the next one was due: skipped");
                     return true;
                 }
-                crate::log::warn!(executor = name, tick, error = %crate::log::escaped(&error),
-                    "a tick could not be written; trying again");
+                if quota && !refused {
+                    refused = true;
+                    crate::log::warn!(executor = name, tick, error = %crate::log::escaped(&error),
+                        "a tick was refused by a quota of waiting requests; trying again every 0.5 s until the next tick is due");
+                } else if !quota {
+                    crate::log::warn!(executor = name, tick, error = %crate::log::escaped(&error),
+                        "a tick could not be written; trying again");
+                }
             }
         }
         drop(rt);

@@ -444,9 +444,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// unless the request belongs to another application.
     async fn log_list(&self, application: &str, id: RequestId) -> Result<Vec<AttemptLog>>;
 
-    /// Moves the due time of records written in a transaction that committed `by_ms`
-    /// after they were written, so that their delay counts from the commit. Only records
-    /// still `init` and never attempted move.
+    /// Makes records written in a transaction that committed late for their delay due
+    /// no earlier than `after_ms` past this statement, by the database's clock in it (a
+    /// wait for a connection or SQLite's writer does not count), so that their delay
+    /// counts from the commit; a due time later already stays. Only records still `init`
+    /// and never attempted move.
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64>;
 
     /// Makes every waiting record of `application` (`init`, `failed`) due now by the
@@ -501,6 +503,8 @@ pub(crate) trait Store: Send + Sync + 'static {
 mod cancel_tests;
 #[cfg(test)]
 mod claim_tests;
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 mod due_tests;
 #[cfg(test)]

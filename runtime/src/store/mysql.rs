@@ -569,16 +569,17 @@ impl Store for MySqlStore {
 
     async fn request_postpone(&self, moves: &[(RequestId, i64)]) -> Result<u64> {
         let mut moved = 0;
-        for &(id, by_ms) in moves {
+        let sql = format!(
+            "UPDATE async_req SET run_at = GREATEST(run_at, {DB_NOW} + ?) \
+             WHERE id = ? AND status = 'init' AND exec_count = 0"
+        );
+        for &(id, after_ms) in moves {
             let done = with_retry(|| async {
-                Ok(sqlx::query(
-                    "UPDATE async_req SET run_at = run_at + ? \
-                     WHERE id = ? AND status = 'init' AND exec_count = 0",
-                )
-                .bind(by_ms)
-                .bind(id)
-                .execute(&self.pool)
-                .await?)
+                Ok(sqlx::query(&sql)
+                    .bind(after_ms)
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?)
             })
             .await?;
             moved += done.rows_affected();

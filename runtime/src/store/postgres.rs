@@ -523,11 +523,11 @@ impl Store for PostgresStore {
             return Ok(0);
         }
         let (ids, by): (Vec<RequestId>, Vec<i64>) = moves.iter().copied().unzip();
-        let done = sqlx::query(
-            "UPDATE async_req r SET run_at = r.run_at + m.by_ms \
-             FROM UNNEST($1::BIGINT[], $2::BIGINT[]) AS m(id, by_ms) \
-             WHERE r.id = m.id AND r.status = 'init' AND r.exec_count = 0",
-        )
+        let done = sqlx::query(&format!(
+            "UPDATE async_req r SET run_at = GREATEST(r.run_at, {DB_NOW} + m.after_ms) \
+             FROM UNNEST($1::BIGINT[], $2::BIGINT[]) AS m(id, after_ms) \
+             WHERE r.id = m.id AND r.status = 'init' AND r.exec_count = 0"
+        ))
         .bind(&ids)
         .bind(&by)
         .execute(&self.pool)

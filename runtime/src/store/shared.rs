@@ -140,8 +140,11 @@ where
     Ok(())
 }
 
-/// Locks the row of quota `scope` of `application` (made before, on a connection of its
-/// own) until the caller's transaction ends: submissions under one quota take turns.
+/// Locks the row of quota `scope` of `application` until the caller's transaction ends:
+/// SQLite's quota check (`call::quota::check`), where the write that makes the row takes
+/// the database's write lock, which the call's own write would take anyway. PostgreSQL
+/// and MySQL/MariaDB reserve places in one statement of their own instead
+/// (`call::quota::reserve`) and never call this.
 pub(crate) async fn quota_lock<'q, DB>(
     conn: &mut DB::Connection,
     application: &'q str,
@@ -151,10 +154,8 @@ where
     DB: Backend + HasDialect,
     &'q str: Encode<'q, DB> + Type<DB>,
 {
-    // On PostgreSQL and MySQL/MariaDB the row exists (made on a connection of its own,
-    // `ControlOps::quota_register`: two transactions making it at once deadlock on
-    // MySQL/MariaDB). SQLite's lock is its write lock, which the write that makes the row
-    // (or finds it made) takes.
+    // SQLite's lock is its write lock, which the write that makes the row (or finds it
+    // made) takes.
     let lock = match DB::DIALECT {
         Dialect::Sqlite => &QUOTA_MAKE_SQLITE,
         Dialect::Postgres | Dialect::MySql => &QUOTA_LOCK,

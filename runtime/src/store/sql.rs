@@ -63,6 +63,11 @@ impl Sql {
         }
     }
 
+    /// The dialect its placeholders are written in.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     /// Appends SQL text.
     pub(crate) fn push(&mut self, text: &str) -> &mut Self {
         self.text.push_str(text);

@@ -532,16 +532,17 @@ impl Store for SqliteStore {
 /// Moves due times of records that waited for their transaction's commit.
 async fn postpone(conn: &mut SqliteConnection, moves: &[(RequestId, i64)]) -> Result<u64> {
     let mut moved = 0;
-    for &(id, by_ms) in moves {
-        moved += sqlx::query(
-            "UPDATE async_req SET run_at = run_at + ? \
-             WHERE id = ? AND status = 'init' AND exec_count = 0",
-        )
-        .bind(by_ms)
-        .bind(id)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    let sql = format!(
+        "UPDATE async_req SET run_at = MAX(run_at, {DB_NOW} + ?) \
+         WHERE id = ? AND status = 'init' AND exec_count = 0"
+    );
+    for &(id, after_ms) in moves {
+        moved += sqlx::query(&sql)
+            .bind(after_ms)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
     }
     Ok(moved)
 }

@@ -6,8 +6,9 @@
 //!
 //! It holds the store, the application's and this instance's names, the database's clock
 //! and the [`ExecutorPool`] whose bodies it tells. One statement by primary key for the
-//! bodies running here (none when nothing runs), one through the deadline index for the
-//! waiting ones: with neither feature used, both find nothing.
+//! bodies running here (none when nothing runs), one through the index of waiting
+//! requests with a deadline for the waiting ones (finished requests are not in it): with
+//! neither feature used, both find nothing.
 
 use std::sync::Arc;
 use std::time::Duration;

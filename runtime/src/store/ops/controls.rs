@@ -101,29 +101,161 @@ pub(crate) trait ControlOps: SqlRunner {
         Ok(())
     }
 
-    /// Makes the row of quota `scope` of `application` unless it has one (autocommit). A
-    /// plain read first: on MySQL/MariaDB an `INSERT IGNORE` of a row that a submission
-    /// holds locked waits for that transaction.
-    async fn quota_register(&self, application: &str, scope: &str) -> Result<()> {
-        let mut found = self.sql("SELECT COUNT(*) FROM async_quota WHERE application_name = ");
-        found
+    /// Reserves `n` places under quota `scope` of `application` whose limit is `limit`,
+    /// in one statement of its own (autocommit; the row is locked for that statement
+    /// only): taken while what the row holds (`counted + reserved + settled`) stays
+    /// within the limit. Needs an `UPDATE` that reads the latest committed row: READ
+    /// COMMITTED on PostgreSQL (above it, a concurrent reservation fails it with SQLSTATE
+    /// 40001, which the caller tries again); any isolation on MySQL/MariaDB.
+    async fn quota_reserve(
+        &self,
+        application: &str,
+        scope: &str,
+        n: i64,
+        limit: i64,
+        now: i64,
+    ) -> Result<QuotaReserve> {
+        let mut s = self.sql("UPDATE async_quota SET reserved = reserved + ");
+        s.bind_int(n)
+            .push(", touched = ")
+            .bind_int(now)
+            .push(" WHERE application_name = ")
             .bind_text(application)
             .push(" AND scope = ")
-            .bind_text(scope);
-        if self.fetch_ints(&found).await?.first().copied().flatten() == Some(1) {
-            return Ok(());
+            .bind_text(scope)
+            .push(" AND counted + reserved + settled + ")
+            .bind_int(n)
+            .push(" <= ")
+            .bind_int(limit);
+        if self.execute(&s).await? > 0 {
+            return Ok(QuotaReserve::Taken);
         }
+        let mut held = self.sql(
+            "SELECT counted + reserved + settled, settled, reconciled FROM async_quota \
+             WHERE application_name = ",
+        );
+        held.bind_text(application)
+            .push(" AND scope = ")
+            .bind_text(scope);
+        let row = self.fetch_ints(&held).await?;
+        Ok(match row[..] {
+            [held, settled, reconciled] => QuotaReserve::Full {
+                held: held.unwrap_or(0),
+                seen: (settled.unwrap_or(0), reconciled.unwrap_or(0)),
+            },
+            _ => QuotaReserve::NoRow,
+        })
+    }
+
+    /// Makes the row of quota `scope` of `application`, holding `counted` waiting
+    /// requests, unless it has one (autocommit).
+    async fn quota_make(
+        &self,
+        application: &str,
+        scope: &str,
+        counted: i64,
+        now: i64,
+    ) -> Result<()> {
         let (insert, or_ignore) = self.dialect().insert_or_ignore();
         let mut s = self.sql(&format!(
-            "{insert} async_quota (application_name, scope) VALUES ("
+            "{insert} async_quota (application_name, scope, counted, reserved, settled, \
+             touched, reconciled) VALUES ("
         ));
         s.bind_text(application)
             .push(", ")
             .bind_text(scope)
+            .push(", ")
+            .bind_int(counted)
+            .push(", 0, 0, ")
+            .bind_int(now)
+            .push(", ")
+            .bind_int(now)
             .push(")")
             .push(or_ignore);
         self.execute(&s).await?;
         Ok(())
+    }
+
+    /// Ends `n` reservations under quota `scope` (autocommit): their transaction
+    /// committed (`committed`: counted as `settled` until the next count) or not.
+    async fn quota_settle(
+        &self,
+        application: &str,
+        scope: &str,
+        n: i64,
+        committed: bool,
+    ) -> Result<()> {
+        let mut s = self.sql("UPDATE async_quota SET reserved = CASE WHEN reserved > ");
+        s.bind_int(n)
+            .push(" THEN reserved - ")
+            .bind_int(n)
+            .push(" ELSE 0 END, settled = settled + ")
+            .bind_int(if committed { n } else { 0 })
+            .push(" WHERE application_name = ")
+            .bind_text(application)
+            .push(" AND scope = ")
+            .bind_text(scope);
+        self.execute(&s).await?;
+        Ok(())
+    }
+
+    /// Up to `limit` quota rows of `application`, those counted longest ago first:
+    /// (scope, settled, reconciled).
+    async fn quota_rows(&self, application: &str, limit: i64) -> Result<Vec<(String, i64, i64)>> {
+        let mut s = self
+            .sql("SELECT scope, settled, reconciled FROM async_quota WHERE application_name = ");
+        s.bind_text(application)
+            .push(" ORDER BY reconciled LIMIT ")
+            .bind_int(limit);
+        let rows = self
+            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int])
+            .await?;
+        rows.into_iter()
+            .map(|mut row| Ok((row.text()?, row.int()?, row.int()?)))
+            .collect()
+    }
+
+    /// Writes the count of quota `scope`'s waiting requests (`counted`, read after
+    /// `settled_seen` and `reconciled_seen` were read from the row), takes `settled_seen`
+    /// from `settled` (those requests are in the count), drops reservations untouched since
+    /// `stale_before` (their process is gone), unless another instance counted it since:
+    /// whether it was written. One statement (autocommit).
+    async fn quota_reconcile(
+        &self,
+        application: &str,
+        scope: &str,
+        counted: i64,
+        (settled_seen, reconciled_seen): (i64, i64),
+        stale_before: i64,
+        now: i64,
+    ) -> Result<bool> {
+        let mut s = self.sql("UPDATE async_quota SET counted = ");
+        s.bind_int(counted)
+            .push(", settled = CASE WHEN settled > ")
+            .bind_int(settled_seen)
+            .push(" THEN settled - ")
+            .bind_int(settled_seen)
+            .push(" ELSE 0 END, reserved = CASE WHEN touched < ")
+            .bind_int(stale_before)
+            .push(" THEN 0 ELSE reserved END, reconciled = ")
+            .bind_int(now)
+            .push(" WHERE application_name = ")
+            .bind_text(application)
+            .push(" AND scope = ")
+            .bind_text(scope)
+            .push(" AND reconciled = ")
+            .bind_int(reconciled_seen);
+        Ok(self.execute(&s).await? > 0)
+    }
+
+    /// Deletes the quota rows of `application` that hold nothing and saw no call since
+    /// `before`; how many.
+    async fn quota_sweep_empty(&self, application: &str, before: i64) -> Result<u64> {
+        let mut s = self.sql("DELETE FROM async_quota WHERE application_name = ");
+        s.bind_text(application)
+            .push(" AND counted = 0 AND reserved = 0 AND settled = 0 AND touched < ")
+            .bind_int(before);
+        self.execute(&s).await
     }
 
     /// How many requests of `application` wait (`init`, `failed`), counted up to `limit`
@@ -304,3 +436,15 @@ pub(crate) trait ControlOps: SqlRunner {
 }
 
 impl<S: SqlRunner> ControlOps for S {}
+
+/// What [`ControlOps::quota_reserve`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuotaReserve {
+    /// The places are reserved.
+    Taken,
+    /// The quota is full: what its row holds, and its `settled` and `reconciled` (for
+    /// [`ControlOps::quota_reconcile`]).
+    Full { held: i64, seen: (i64, i64) },
+    /// The quota has no row yet (or it was swept, empty).
+    NoRow,
+}

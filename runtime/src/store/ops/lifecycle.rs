@@ -90,40 +90,45 @@ pub(crate) trait LifecycleOps: SqlRunner {
     }
 
     /// Makes at most `limit` waiting (`init`, `failed`) records of `application` whose
-    /// deadline passed by `now` `dead`; how many.
+    /// deadline passed by `now` `dead`; how many. It reads the index of waiting requests
+    /// with a deadline only ([`deadline_expired`]), never the finished history.
     async fn request_expire_deadlines(
         &self,
         application: &str,
         now: i64,
         limit: i64,
     ) -> Result<u64> {
-        let mut s = self.sql("UPDATE async_req SET status = 'dead', last_error = ");
-        s.bind_text(DEADLINE_PASSED)
-            .push(", update_time = ")
-            .bind_int(now)
-            .push(" WHERE ");
-        let expired = |s: &mut Sql| {
-            s.push("deadline_at <= ")
-                .bind_int(now)
-                .push(" AND application_name = ")
-                .bind_text(application)
-                .push(" AND status IN ('init', 'failed')");
-        };
-        match self.dialect() {
-            // MySQL/MariaDB cannot read the table it updates in a sub-select.
+        let dialect = self.dialect();
+        match dialect {
+            // MySQL/MariaDB cannot read the table it updates in a sub-select, and an
+            // `UPDATE` through a range takes next-key locks on it (an ordinary insert, its
+            // deadline NULL, waits for the gap before the first deadline). The ids by a
+            // plain read (no lock), then the records by primary key, the condition again
+            // (a row a claim took meanwhile is left alone).
             Dialect::MySql => {
-                expired(&mut s);
-                s.push(" LIMIT ").bind_int(limit);
+                let expired = deadline_expired(dialect, application, now, limit);
+                let ids: Vec<i64> = self
+                    .fetch_rows(&expired, &[Col::Int])
+                    .await?
+                    .into_iter()
+                    .map(|mut row| row.int())
+                    .collect::<Result<_>>()?;
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                self.execute(&deadline_expire_ids(dialect, application, now, &ids))
+                    .await
             }
             Dialect::Postgres | Dialect::Sqlite => {
+                let mut s = deadline_expire_head(dialect, now);
                 // The outer condition again: a row a claim took meanwhile is left alone.
-                s.push("id IN (SELECT id FROM async_req WHERE ");
-                expired(&mut s);
-                s.push(" LIMIT ").bind_int(limit).push(") AND ");
-                expired(&mut s);
+                s.push("id IN (");
+                select_expired(&mut s, application, now, limit);
+                s.push(") AND ");
+                deadline_passed(&mut s, application, now);
+                self.execute(&s).await
             }
         }
-        self.execute(&s).await
     }
 
     /// Deletes at most `limit` tags of `application` written before `before` whose
@@ -135,6 +140,77 @@ pub(crate) trait LifecycleOps: SqlRunner {
 }
 
 impl<S: SqlRunner> LifecycleOps for S {}
+
+/// The ids of at most `limit` waiting records of `application` whose deadline passed by
+/// `now`, read through the index of waiting requests with a deadline
+/// (`async_req_deadline_waiting`: partial on PostgreSQL and SQLite, on the virtual column
+/// `deadline_waiting` on MySQL/MariaDB, NULL unless the request waits). A plain read: at
+/// any isolation it locks nothing on MySQL/MariaDB and PostgreSQL.
+pub(crate) fn deadline_expired(dialect: Dialect, application: &str, now: i64, limit: i64) -> Sql {
+    let mut s = Sql::new(dialect, "");
+    select_expired(&mut s, application, now, limit);
+    s
+}
+
+/// Appends [`deadline_expired`]'s statement to `s`.
+fn select_expired(s: &mut Sql, application: &str, now: i64, limit: i64) {
+    s.push("SELECT id FROM async_req WHERE ");
+    match s.dialect() {
+        Dialect::MySql => {
+            s.push("application_name = ")
+                .bind_text(application)
+                .push(" AND deadline_waiting <= ")
+                .bind_int(now)
+                .push(" AND status IN ('init', 'failed')");
+        }
+        // The index's predicate, word for word (SQLite matches it by its terms).
+        Dialect::Postgres | Dialect::Sqlite => deadline_passed(s, application, now),
+    }
+    s.push(" LIMIT ").bind_int(limit);
+}
+
+/// `UPDATE .. SET` a waiting record `dead` because its deadline passed, up to `WHERE `.
+fn deadline_expire_head(dialect: Dialect, now: i64) -> Sql {
+    let mut s = Sql::new(
+        dialect,
+        "UPDATE async_req SET status = 'dead', last_error = ",
+    );
+    s.bind_text(DEADLINE_PASSED)
+        .push(", update_time = ")
+        .bind_int(now)
+        .push(" WHERE ");
+    s
+}
+
+/// Makes the records `ids` of `application` `dead` if they still wait and their deadline
+/// passed by `now`: by primary key, so that MySQL/MariaDB locks those records and no gap.
+pub(crate) fn deadline_expire_ids(
+    dialect: Dialect,
+    application: &str,
+    now: i64,
+    ids: &[i64],
+) -> Sql {
+    let mut s = deadline_expire_head(dialect, now);
+    s.push("id IN (");
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.bind_int(*id);
+    }
+    s.push(") AND ");
+    deadline_passed(&mut s, application, now);
+    s
+}
+
+/// A waiting record of `application` whose deadline passed by `now`.
+fn deadline_passed(s: &mut Sql, application: &str, now: i64) {
+    s.push("application_name = ")
+        .bind_text(application)
+        .push(" AND deadline_at <= ")
+        .bind_int(now)
+        .push(" AND deadline_at IS NOT NULL AND status IN ('init', 'failed')");
+}
 
 /// Deletes at most `limit` rows of `table` (a table of rows about a request: `req_id`,
 /// `application_name`, `create_time`) of `application` written before `before` whose

@@ -18,7 +18,9 @@ mod requests;
 mod stats;
 
 pub(crate) use audit::AuditOps;
-pub(crate) use controls::ControlOps;
+pub(crate) use controls::{ControlOps, QuotaReserve};
+#[cfg(test)]
+pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
 pub(crate) use requests::{act_batch, RequestOps};
 pub(crate) use stats::StatOps;
