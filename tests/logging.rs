@@ -143,6 +143,50 @@ async fn fails_with_a_forged_line(label: String) -> Result<(), String> {
 /// the request's failure writes is one line, with no escape byte.
 #[tokio::test]
 async fn errors_are_logged_with_their_control_characters_escaped() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new(Kind::Sqlite).await;
+    let rt = db.builder().start().await.unwrap();
+    let id = fails_with_a_forged_line("boom".into())
+        .on(&rt)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    common::wait_for(|| {
+        let rt = rt.clone();
+        async move { rt.get(id).await.unwrap().unwrap().status == Status::Dead }
+    })
+    .await;
+    rt.shutdown().await.unwrap();
+    let logged = captured.text();
+    let forged: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("all is well") && !l.contains("boom"))
+        .collect();
+    assert!(forged.is_empty(), "forged lines: {forged:?}\n{logged}");
+    assert!(
+        !logged.contains('\u{1b}'),
+        "an escape byte reached the log:\n{logged}"
+    );
+    assert!(
+        !logged.contains('\r'),
+        "a carriage return reached the log:\n{logged}"
+    );
+    let dead = logged
+        .lines()
+        .find(|l| l.contains("is dead"))
+        .unwrap_or_else(|| panic!("no line says the request is dead:\n{logged}"));
+    assert!(dead.contains(r"boom\n2026"), "{dead}");
+}
+
 #[async_exec(type = SaveAsync)]
 async fn snoozes_once(ctx: async_exec::Context) -> anyhow::Result<()> {
     if ctx.attempt() == 1 {
@@ -167,15 +211,6 @@ async fn a_snooze_is_logged_at_info_not_as_a_failure() {
 
     let db = TestDb::new(Kind::Sqlite).await;
     let rt = db.builder().start().await.unwrap();
-    let id = fails_with_a_forged_line("boom".into())
-        .on(&rt)
-        .await
-        .unwrap()
-        .id
-        .unwrap();
-    common::wait_for(|| {
-        let rt = rt.clone();
-        async move { rt.get(id).await.unwrap().unwrap().status == Status::Dead }
     let id = snoozes_once().on(&rt).await.unwrap().id.unwrap();
     common::wait_for(|| {
         let rt = rt.clone();
@@ -187,24 +222,6 @@ async fn a_snooze_is_logged_at_info_not_as_a_failure() {
     .await;
     rt.shutdown().await.unwrap();
     let logged = captured.text();
-    let forged: Vec<&str> = logged
-        .lines()
-        .filter(|l| l.contains("all is well") && !l.contains("boom"))
-        .collect();
-    assert!(forged.is_empty(), "forged lines: {forged:?}\n{logged}");
-    assert!(
-        !logged.contains('\u{1b}'),
-        "an escape byte reached the log:\n{logged}"
-    );
-    assert!(
-        !logged.contains('\r'),
-        "a carriage return reached the log:\n{logged}"
-    );
-    let dead = logged
-        .lines()
-        .find(|l| l.contains("is dead"))
-        .unwrap_or_else(|| panic!("no line says the request is dead:\n{logged}"));
-    assert!(dead.contains(r"boom\n2026"), "{dead}");
     assert!(!logged.contains("execution failed"), "{logged}");
     let line = logged
         .lines()

@@ -138,6 +138,32 @@ pub(crate) async fn job(n: i64, hits: Data<Hits>) {
     hits.hit(n);
 }
 
+/// The flow phase's function in a queue with a limit over every instance (`concurrency(100)`,
+/// set by the phase's runtime).
+#[async_exec(type = SaveAsync, name = "bench::flow_limited", queue = "bench_limited")]
+pub(crate) async fn flow_limited(n: i64, hits: Data<Hits>) {
+    hits.hit(n);
+}
+
+/// The flow phase's function in a queue with a limit per partition as well
+/// (`concurrency(100).per_partition(4)`, set by the phase's runtime).
+#[async_exec(
+    type = SaveAsync,
+    name = "bench::flow_partitioned",
+    queue = "bench_partitioned"
+)]
+pub(crate) async fn flow_partitioned(n: i64, hits: Data<Hits>) {
+    hits.hit(n);
+}
+
+/// The neighbour phase's function: marks its start, then works `work_us` microseconds
+/// (holding its worker and its partition's place), in a queue limited per partition.
+#[async_exec(type = SaveAsync, name = "bench::neighbour", queue = "bench_neighbour")]
+pub(crate) async fn neighbour_job(n: i64, work_us: u64, hits: Data<Hits>) {
+    hits.hit(n);
+    tokio::time::sleep(Duration::from_micros(work_us)).await;
+}
+
 /// The baseline's payload, JSON as the library's arguments are.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Payload {

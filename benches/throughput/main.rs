@@ -29,6 +29,12 @@
 //!    jobs/s from the commit to the last body, each call run exactly once (checked).
 //! 7. `soak` (only when named): `--soak-rate` calls a second for `--soak-minutes`, on one
 //!    runtime; per minute: commit-to-start p50/p99/max, rows in the table, the RSS.
+//! 8. `flow` (only when named): the drain of `--n` records in no queue, in a queue limited
+//!    to 100 at once, and in one limited to 100 and 4 per partition (50 partitions), with
+//!    the baseline's drain: jobs/s and the ratios to the drain in no queue.
+//! 9. `neighbour` (only when named): one queue limited per partition, calls at a steady
+//!    rate, 90 % of one partition: the 49 small partitions' commit-to-start p50/p95, with
+//!    the noisy partition and without it (see `phases/neighbour.rs`).
 //!
 //! Each backend gets a fresh database (a temporary SQLite file; `ae_bench_<pid>` on the
 //! servers, dropped at the end). Output: one JSON line per result on stdout, then one per
@@ -93,8 +99,9 @@ struct Args {
     /// Transactions of each kind in the overhead phase.
     #[arg(long, default_value_t = 2000)]
     overhead_n: usize,
-    /// Comma-separated: submit, drain, latency, overhead, backlog, scale, soak (the last
-    /// two only when named: see `phases/scale.rs` and `phases/soak.rs`).
+    /// Comma-separated: submit, drain, latency, overhead, backlog, scale, soak, flow,
+    /// neighbour (the last four only when named: see `phases/scale.rs`, `phases/soak.rs`,
+    /// `phases/flow.rs` and `phases/neighbour.rs`).
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
     /// Worker processes in the scale phase, comma-separated (each from 1 to 8).
@@ -115,6 +122,16 @@ struct Args {
     /// Minutes the soak lasts.
     #[arg(long, default_value_t = 10)]
     soak_minutes: usize,
+    /// Calls a second in the neighbour phase (nine in ten of the noisy partition).
+    #[arg(long, default_value_t = 400)]
+    neighbour_rate: usize,
+    /// Seconds of calls in each run of the neighbour phase.
+    #[arg(long, default_value_t = 10)]
+    neighbour_seconds: usize,
+    /// How long each body of the neighbour phase works (ms): it holds its worker and its
+    /// partition's place that long.
+    #[arg(long, default_value_t = 10)]
+    neighbour_work_ms: u64,
     /// Comma-separated submit modes timed in the submit phase: tx1, tx1000, batch.
     #[arg(long, default_value = "tx1,batch,tx1000")]
     submit_modes: String,
@@ -201,8 +218,20 @@ async fn main() -> Result<()> {
     let phases: Vec<&str> = args.phases.split(',').map(str::trim).collect();
     for phase in &phases {
         ensure!(
-            ["submit", "drain", "latency", "overhead", "backlog", "scale", "soak"].contains(phase),
-            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale, soak"
+            [
+                "submit",
+                "drain",
+                "latency",
+                "overhead",
+                "backlog",
+                "scale",
+                "soak",
+                "flow",
+                "neighbour"
+            ]
+            .contains(phase),
+            "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale, soak, \
+             flow, neighbour"
         );
     }
     let kinds: Vec<Kind> = match args.backend.as_str() {

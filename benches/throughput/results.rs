@@ -161,10 +161,21 @@ pub(crate) const PHASE_ORDER: &[&str] = &[
     "scale_drain_x6",
     "scale_drain_x7",
     "scale_drain_x8",
+    "flow_no_queue",
+    "flow_limit100",
+    "flow_per_partition",
+    "flow_limit100_vs_no_queue",
+    "flow_per_partition_vs_no_queue",
+    "neighbour_small_p50",
+    "neighbour_small_p95",
+    "neighbour_alone_p50",
+    "neighbour_alone_p95",
+    "neighbour_p50_vs_alone",
+    "neighbour_p95_vs_alone",
 ];
 
 pub(crate) fn better(unit: &str) -> &'static str {
-    if unit.ends_with("/s") {
+    if unit.ends_with("/s") || unit == "x of no queue" {
         "higher"
     } else {
         "lower"

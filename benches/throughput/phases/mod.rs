@@ -3,7 +3,9 @@
 
 mod backlog;
 mod drain;
+mod flow;
 mod latency;
+mod neighbour;
 mod overhead;
 mod scale;
 mod soak;
@@ -121,6 +123,12 @@ impl Bench<'_> {
             }
             if has("scale") {
                 self.scale::<DB>(rep).await?;
+            }
+            if has("flow") {
+                self.flow::<DB>(rep).await?;
+            }
+            if has("neighbour") {
+                self.neighbour::<DB>(rep).await?;
             }
         }
         if has("soak") {

@@ -33,6 +33,7 @@ pub(crate) struct RescueBatch<'a> {
     pub(crate) executors: &'a [&'static str],
     /// The queues their records are in (`""` for none): MySQL/MariaDB reads the running
     /// records of each through the claim index, which leads with the queue.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) queues: &'a [&'static str],
     /// Now (unix ms), written as the rescued records' `run_at` and `update_time`.
     pub(crate) now: i64,

@@ -321,18 +321,6 @@ impl Producer {
             .filter(|j| !self.claimer.is_queued(j.def.name))
             .filter_map(|j| j.record.as_ref().map(|r| r.id))
             .collect();
-        // With queues, no more than there are free workers: a record claimed waits for a
-        // worker in claim order, and a queue's requests would wait behind the whole
-        // batch. The others stay `init`, for the store's claims, which give the queues
-        // their turns.
-        let mut ids = ids;
-        if !self.claimer.queues().is_empty() {
-            let free = self.claimer.pool().available().max(1);
-            if ids.len() > free {
-                ids.truncate(free);
-                self.inbox.signals.overflow.store(true, Ordering::Release);
-            }
-        }
         let claimed = if ids.is_empty() {
             Vec::new()
         } else {
@@ -386,60 +374,8 @@ impl Producer {
     /// against 1.02x of the hand-written queue, within its noise.)
     async fn claim_from_store(&self) {
         self.waiting.mark_all();
-        if self.claimer.queues().is_empty() {
-            self.claim_unlimited().await;
-        } else {
-            self.claim_taking_turns().await;
-        }
+        self.claim_unlimited().await;
         self.claim_queues().await;
-    }
-
-    /// With queues: claims the records in no queue no more than there are free workers,
-    /// a batch at a time, and gives the queues a claim after each batch, so that a
-    /// backlog in no queue never holds up a queue's requests (a record claimed waits for
-    /// a worker in claim order: claiming the whole backlog first would put every queue's
-    /// request behind it).
-    async fn claim_taking_turns(&self) {
-        loop {
-            // Wait for a free worker rather than claim records that would wait for one.
-            let permit = tokio::select! {
-                _ = self.shutdown.cancelled() => return,
-                permit = self.claimer.pool().permits.clone().acquire_owned() => permit,
-            };
-            drop(permit);
-            let free = self.claimer.pool().available() as i64;
-            let limit = free.clamp(1, self.store.claim_batch());
-            let answer = tokio::time::timeout(
-                self.claim_patience(),
-                self.claimer
-                    .claim_due(DueKind::Stale { older_than: 0 }, limit),
-            )
-            .await;
-            let claimed = match answer {
-                Ok(Ok(claimed)) => claimed,
-                Ok(Err(error)) => {
-                    crate::log::error!(%error, "could not claim requests from the store; the sweep will");
-                    return;
-                }
-                Err(_) => {
-                    crate::log::error!(
-                        patience = ?self.claim_patience(),
-                        "a claim from the store got no answer within a lease; given up"
-                    );
-                    return;
-                }
-            };
-            if claimed.is_empty() {
-                return;
-            }
-            self.wait_for_completer().await;
-            for job in claimed {
-                if !self.claimer.start(job).await {
-                    return;
-                }
-            }
-            self.claim_queues().await;
-        }
     }
 
     /// Claims due `init` records of executors in no queue, batch after batch

@@ -29,7 +29,7 @@ pub(super) async fn sessions_read_committed(pool: &PgPool) -> Result<bool> {
             .await?;
     if level != "read committed" {
         crate::log::info!(
-            isolation = %level,
+            isolation = %crate::log::escaped(&level),
             "the database's sessions begin at {level}: each claim states READ COMMITTED \
              in a transaction of its own"
         );
