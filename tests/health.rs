@@ -50,6 +50,11 @@ async fn a_running_runtime_is_ready_with_every_part_alive<DB: async_exec::Backen
     let mut names: Vec<&str> = health.parts.iter().map(|p| p.name.as_str()).collect();
     names.sort();
     let mut expected = PARTS.to_vec();
+    // The quotas' recount (issue 30) runs where a call reserves a place in a statement
+    // of its own: PostgreSQL and MySQL/MariaDB (SQLite counts in the call's transaction).
+    if db.kind != common::Kind::Sqlite {
+        expected.push("quotas");
+    }
     expected.sort();
     assert_eq!(names, expected);
     assert!(
