@@ -144,6 +144,7 @@ async fn metrics_show_the_runtime<DB: Backend>(db: TestDb) {
                 l.starts_with(name)
                     && l.contains("executor=\"http::job\"")
                     && !l.contains("outcome=\"failure\"")
+                    && !l.contains("outcome=\"snoozed\"")
             })
             .map(str::to_string)
     };
