@@ -74,7 +74,8 @@ async fn settle(inner: &Inner, items: Vec<(String, u64)>, committed: bool) {
                 // A concurrent change of the row, above READ COMMITTED: tried again.
                 Err(error) if error.is_serialization_failure() && tries < 20 => tries += 1,
                 Err(error) => {
-                    crate::log::warn!(quota = %key, places = n, committed, %error,
+                    crate::log::warn!(quota = %crate::log::escaped(&key), places = n, committed,
+                        error = %crate::log::escaped(&error),
                         "a quota's reservation could not be settled; it is dropped after a \
                          minute without calls under the quota, and the next count counts \
                          its request");

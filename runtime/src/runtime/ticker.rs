@@ -141,7 +141,7 @@ async fn call_tick(
                 let quota = matches!(error, crate::Error::QuotaExceeded { .. });
                 let late = !next.is_some_and(|next| rt.inner.clock.now_ms() < next);
                 if late && quota {
-                    crate::log::error!(executor = name, tick, %error,
+                    crate::log::error!(executor = name, tick, error = %crate::log::escaped(&error),
                         "a tick was refused by a quota of waiting requests until the next one was due: skipped; the next tick is tried the same way");
                     return true;
                 }

@@ -83,9 +83,17 @@ impl From<QueueRowColumns> for QueueRow {
     }
 }
 
-/// The most waiting records a claim of a queue with partitions reads to choose from: a
-/// claim takes turns between the partitions among them.
+/// The most waiting records a claim of a queue reads to choose from: a claim takes
+/// turns between the partitions among them.
 pub(crate) const PARTITION_WINDOW: i64 = 1_000;
+
+/// How many waiting records a claim of at most `slots` reads to choose from: 32 per
+/// place (so that the partitions behind a busy one's first records get turns), at least
+/// 64, at most [`PARTITION_WINDOW`]. A claim of few places reads few rows under its
+/// queue's lock.
+pub(crate) fn candidate_window(slots: i64) -> i64 {
+    slots.saturating_mul(32).clamp(64, PARTITION_WINDOW)
+}
 
 /// A waiting record of a queue, as a claim that takes turns between partitions reads it:
 /// id and partition, in claim order (priority, due time, id).

@@ -8,7 +8,7 @@ use sqlx::{MySqlConnection, Row};
 use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::{Claimed, ClaimedId, RequestId};
-use crate::store::claim::{take_turns, Candidate, ClaimPlan, QueueRowColumns, PARTITION_WINDOW};
+use crate::store::claim::{take_turns, Candidate, ClaimPlan, QueueRowColumns};
 use crate::store::{ClaimDue, ClaimIds, DueKind, QueueRow};
 
 /// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
@@ -128,16 +128,21 @@ async fn partition_room(
     p: &ClaimDue<'_>,
     per_partition: Option<i64>,
 ) -> Result<PartitionRoom> {
-    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
-        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ? \
-         AND queue_name = ? AND status = 'running' GROUP BY partition_key",
-    )
-    .bind(p.application)
-    .bind(p.queue)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .collect();
+    // Only a per-partition limit needs each partition's running count.
+    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
+        Default::default()
+    } else {
+        sqlx::query_as(
+            "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ? \
+             AND queue_name = ? AND status = 'running' GROUP BY partition_key",
+        )
+        .bind(p.application)
+        .bind(p.queue)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect()
+    };
     let full = match per_partition {
         Some(limit) => running
             .iter()
@@ -304,7 +309,7 @@ impl MySqlStore {
         };
         // With turns between partitions, a window of candidates to choose from.
         let read = if turns.is_some() {
-            PARTITION_WINDOW
+            crate::store::claim::candidate_window(limit)
         } else {
             limit
         };

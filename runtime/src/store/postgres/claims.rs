@@ -13,7 +13,7 @@ use sqlx::{PgConnection, PgPool};
 use super::DB_NOW;
 use crate::base::error::Result;
 use crate::base::record::Claimed;
-use crate::store::claim::{take_turns, Candidate, QueueRowColumns, PARTITION_WINDOW};
+use crate::store::claim::{take_turns, Candidate, QueueRowColumns};
 use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
 use crate::store::{ClaimDue, DueKind, QueueRow};
 
@@ -270,16 +270,21 @@ async fn claim_taking_turns(
     if slots <= 0 {
         return Ok(Vec::new());
     }
-    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
-        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = $1 \
-         AND queue_name = $2 AND status = 'running' GROUP BY partition_key",
-    )
-    .bind(p.application)
-    .bind(p.queue)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .collect();
+    // Only a per-partition limit needs each partition's running count.
+    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
+        Default::default()
+    } else {
+        sqlx::query_as(
+            "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = $1 \
+             AND queue_name = $2 AND status = 'running' GROUP BY partition_key",
+        )
+        .bind(p.application)
+        .bind(p.queue)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect()
+    };
     let full: Vec<&str> = match per_partition {
         Some(limit) => running
             .iter()
@@ -315,7 +320,7 @@ async fn claim_taking_turns(
         .bind(p.queue)
         .bind(p.executors)
         .bind(&full)
-        .bind(PARTITION_WINDOW);
+        .bind(crate::store::claim::candidate_window(slots));
     if !p.skip.is_empty() {
         query = query.bind(p.skip);
     }

@@ -255,20 +255,25 @@ async fn claim_taking_turns(
     after: Option<&str>,
     slots: i64,
 ) -> Result<(Vec<SqliteRow>, Option<String>)> {
-    use crate::store::claim::{take_turns, Candidate, PARTITION_WINDOW};
+    use crate::store::claim::{take_turns, Candidate};
     if slots <= 0 {
         return Ok((Vec::new(), None));
     }
-    let running: std::collections::HashMap<String, i64> = sqlx::query_as(
-        "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ?1 \
-         AND queue_name = ?2 AND status = 'running' GROUP BY partition_key",
-    )
-    .bind(p.application)
-    .bind(p.queue)
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .collect();
+    // Only a per-partition limit needs each partition's running count.
+    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
+        Default::default()
+    } else {
+        sqlx::query_as(
+            "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ?1 \
+             AND queue_name = ?2 AND status = 'running' GROUP BY partition_key",
+        )
+        .bind(p.application)
+        .bind(p.queue)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect()
+    };
     let full: Vec<&str> = match per_partition {
         Some(limit) => running
             .iter()
@@ -295,7 +300,7 @@ async fn claim_taking_turns(
         .bind(p.queue)
         .bind(json_list(p.executors))
         .bind(json_list(&full))
-        .bind(PARTITION_WINDOW);
+        .bind(crate::store::claim::candidate_window(slots));
     if !p.skip.is_empty() {
         query = query.bind(json_list(p.skip));
     }
