@@ -46,6 +46,10 @@ struct Signals {
     wake: Notify,
     /// Jobs sent and not yet started (or dropped) by the producer.
     queued: AtomicUsize,
+    /// The executors of queues whose requests were committed since the producer last
+    /// looked: it claims their queues between the starts of a backlog in no queue, whose
+    /// claim keeps it from the channel meanwhile.
+    queues_committed: std::sync::Mutex<Vec<&'static str>>,
 }
 
 /// The receiving side, kept until the producer starts (a submit-only instance keeps it
@@ -124,6 +128,7 @@ impl Dispatcher {
             overflow: AtomicBool::new(false),
             wake: Notify::new(),
             queued: AtomicUsize::new(0),
+            queues_committed: Default::default(),
         });
         let inbox = Inbox {
             rx,
@@ -140,6 +145,13 @@ impl Dispatcher {
     pub(crate) fn try_dispatch(&self, job: Job) -> Result<(), Job> {
         let signals = &self.signals;
         signals.queued.fetch_add(1, Ordering::AcqRel);
+        if job.def.queue.is_some() && job.record.is_some() {
+            signals
+                .queues_committed
+                .lock()
+                .expect("committed queues' lock")
+                .push(job.def.name);
+        }
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
@@ -359,6 +371,10 @@ impl Producer {
                     None => continue, // claimed elsewhere, cancelled, or left to the sweep
                 }
             }
+            // Jobs received before a queue's request take turns with it (issue 30, H2).
+            if self.queues_wait() && !self.share_with_queues().await {
+                return false;
+            }
             if !self.claimer.start(job).await {
                 return false;
             }
@@ -426,6 +442,12 @@ impl Producer {
             self.wait_for_completer().await;
             next = claim(self.claimer.clone());
             for job in claimed {
+                // A backlog in no queue takes turns with the queues (issue 30, H2): when
+                // one may have requests waiting, a worker that comes free goes to it first.
+                if self.queues_wait() && !self.share_with_queues().await {
+                    let _ = next.await;
+                    return;
+                }
                 if !self.claimer.start(job).await {
                     // Shutdown: wait for the claim in flight; its records are reserved and
                     // handed back with the rest.
@@ -436,6 +458,42 @@ impl Producer {
         }
     }
 
+    /// Whether a queue may have requests waiting that this instance could start: one of
+    /// its requests was committed here (its job waits in the channel, which the claim of
+    /// a backlog keeps the producer from), or one it ran has finished.
+    fn queues_wait(&self) -> bool {
+        if self.queue_of.is_empty() {
+            return false;
+        }
+        let committed = std::mem::take(
+            &mut *self
+                .inbox
+                .signals
+                .queues_committed
+                .lock()
+                .expect("committed queues' lock"),
+        );
+        for name in committed {
+            if let Some(&at) = self.queue_of.get(name) {
+                self.waiting.mark(at);
+            }
+        }
+        self.queues_armed()
+    }
+
+    /// Waits for a free worker and lets the waiting queues claim up to half the free
+    /// workers (at least one) before the next start of a backlog in no queue: the two
+    /// take turns. Returns `false` at shutdown.
+    async fn share_with_queues(&self) -> bool {
+        let permit = tokio::select! {
+            _ = self.shutdown.cancelled() => return false,
+            permit = self.claimer.pool().permits.clone().acquire_owned() => permit,
+        };
+        drop(permit);
+        let share = self.claimer.pool().available().div_ceil(2).max(1);
+        self.claim_queues_upto(share as i64).await
+    }
+
     /// Claims the due records of each queue, within its limits (the store counts what
     /// runs of it everywhere, and keeps its rate's bucket), and starts them, no more than
     /// there are free workers: in rounds of one claim of each queue, until no worker is
@@ -444,9 +502,15 @@ impl Producer {
     /// begins with the queue after the one the last call began with, so that a queue
     /// with a long backlog does not take every worker that comes free from the others.
     async fn claim_queues(&self) {
+        self.claim_queues_upto(i64::MAX).await;
+    }
+
+    /// [`claim_queues`](Self::claim_queues), starting at most `most` requests. Returns
+    /// `false` at shutdown.
+    async fn claim_queues_upto(&self, mut most: i64) -> bool {
         let queues = self.claimer.queues();
         if queues.is_empty() {
-            return;
+            return true;
         }
         let first = self.next_queue.fetch_add(1, Ordering::Relaxed);
         let mut wanted = self.waiting.take(queues.len(), first);
@@ -454,7 +518,7 @@ impl Producer {
             let mut again = Vec::with_capacity(wanted.len());
             for (turn, &at) in wanted.iter().enumerate() {
                 let queue = &queues[at];
-                let free = self.claimer.pool().available() as i64;
+                let free = (self.claimer.pool().available() as i64).min(most);
                 if free == 0 {
                     // Looked at again when outcomes free workers.
                     for &left in &wanted[turn..] {
@@ -491,14 +555,16 @@ impl Producer {
                     jobs.iter().filter_map(|j| j.record.as_ref().map(|r| r.id)),
                 );
                 self.look_again_at_its_rate(at, queue);
+                most -= jobs.len() as i64;
                 for job in jobs {
                     if !self.claimer.start(job).await {
-                        return; // shutdown: what is not started is handed back
+                        return false; // shutdown: what is not started is handed back
                     }
                 }
             }
             wanted = again;
         }
+        true
     }
 
     /// A queue with a rate that took records may have more waiting that its bucket did

@@ -1,0 +1,78 @@
+//! Issue 30, H2: a backlog anywhere never starves another queue. A backlog of requests
+//! in no queue is claimed in batches that wait for workers; a queue's request committed
+//! meanwhile takes turns with it for the workers that come free, instead of waiting
+//! behind the whole backlog (300 mails waiting: a queue's call started after 3.3 s).
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_exec::{async_exec, batch, Backend, Data, QueueLimits};
+use common::TestDb;
+
+/// When each alert started, and how many mails ran.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<(Vec<Instant>, usize)>>);
+
+/// A mail in no queue: 30 ms.
+#[async_exec(type = SaveAsync)]
+async fn mail(n: u64, seen: Data<Seen>) {
+    let _ = n;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    seen.0.lock().unwrap().1 += 1;
+}
+
+/// An alert of queue "alerts".
+#[async_exec(type = SaveAsync, queue = "alerts")]
+async fn alert(seen: Data<Seen>) {
+    seen.0.lock().unwrap().0.push(Instant::now());
+}
+
+/// 300 mails of 30 ms wait for 4 workers (2.25 s of work); an alert called while they
+/// drain starts within 600 ms of its call returning, and every mail still runs. Before,
+/// the alert started after the backlog that was claimed before it: 1-2 s.
+async fn a_backlog_in_no_queue_takes_turns_with_a_queue<DB: Backend>(db: TestDb) {
+    let seen = Seen::default();
+    let rt = db
+        .builder()
+        .concurrency(4)
+        .data(seen.clone())
+        .queue("alerts", QueueLimits::new().concurrency(2))
+        .start()
+        .await
+        .unwrap();
+    batch((0..300).map(mail)).on(&rt).await.unwrap();
+    // The producer is inside the backlog's claims now.
+    common::wait_for(|| async { seen.0.lock().unwrap().1 >= 8 }).await;
+    let mails = seen.0.lock().unwrap().1;
+    assert!(
+        mails < 200,
+        "the backlog was drained before the alerts ({mails} mails ran): the test shows nothing"
+    );
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let called = Instant::now();
+        alert().on(&rt).await.unwrap();
+        let nth = waits.len() + 1;
+        common::wait_for(|| async { seen.0.lock().unwrap().0.len() >= nth }).await;
+        let started = seen.0.lock().unwrap().0[nth - 1];
+        waits.push(started.duration_since(called));
+    }
+    for wait in &waits {
+        assert!(
+            *wait < Duration::from_millis(600),
+            "an alert waited behind the mails: {waits:?}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.0.lock().unwrap().1 < 300 {
+        assert!(Instant::now() < deadline, "not every mail ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(a_backlog_in_no_queue_takes_turns_with_a_queue);
