@@ -75,4 +75,43 @@ async fn a_backlog_in_no_queue_takes_turns_with_a_queue<DB: Backend>(db: TestDb)
     rt.shutdown().await.unwrap();
 }
 
-backend_suite!(a_backlog_in_no_queue_takes_turns_with_a_queue);
+/// The same with the alerts called on a submit-only instance: the working instance
+/// sees them at its poll (200 ms here), which the backlog's claims do not put off.
+async fn another_instances_queue_requests_are_seen_during_a_backlog<DB: Backend>(db: TestDb) {
+    let seen = Seen::default();
+    let rt = db
+        .builder()
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(200))
+        .data(seen.clone())
+        .queue("alerts", QueueLimits::new().concurrency(2))
+        .start()
+        .await
+        .unwrap();
+    let caller = db
+        .builder()
+        .run_workers(false)
+        .queue("alerts", QueueLimits::new().concurrency(2))
+        .start()
+        .await
+        .unwrap();
+    batch((0..300).map(mail)).on(&rt).await.unwrap();
+    common::wait_for(|| async { seen.0.lock().unwrap().1 >= 8 }).await;
+    let mails = seen.0.lock().unwrap().1;
+    assert!(mails < 200, "the backlog was drained first ({mails} mails ran)");
+    let called = Instant::now();
+    alert().on(&caller).await.unwrap();
+    common::wait_for(|| async { !seen.0.lock().unwrap().0.is_empty() }).await;
+    let wait = seen.0.lock().unwrap().0[0].duration_since(called);
+    assert!(
+        wait < Duration::from_millis(1_000),
+        "the alert waited behind the mails: {wait:?}"
+    );
+    caller.shutdown().await.unwrap();
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    a_backlog_in_no_queue_takes_turns_with_a_queue,
+    another_instances_queue_requests_are_seen_during_a_backlog,
+);

@@ -99,6 +99,9 @@ pub(crate) struct Producer {
     /// The queue the next [`claim_queues`](Self::claim_queues) begins with (modulo their
     /// number): each call begins one further.
     next_queue: AtomicUsize,
+    /// When every queue was last marked while a backlog in no queue kept the producer
+    /// from its polls (see [`queues_wait`](Self::queues_wait)).
+    queues_looked_at: std::sync::Mutex<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -228,6 +231,7 @@ impl Producer {
             config,
             waiting: Default::default(),
             next_queue: AtomicUsize::new(0),
+            queues_looked_at: std::sync::Mutex::new(tokio::time::Instant::now()),
         }
     }
 
@@ -255,10 +259,7 @@ impl Producer {
                 None
             }
         };
-        let poll_every = self
-            .config
-            .poll_interval
-            .unwrap_or_else(|| self.store.default_poll_interval());
+        let poll_every = self.poll_every();
         let mut poll =
             tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -478,7 +479,23 @@ impl Producer {
                 self.waiting.mark(at);
             }
         }
+        // Other instances' commits are seen at polls, which a long backlog keeps the
+        // producer from: every queue is looked at once a poll interval meanwhile.
+        {
+            let mut looked_at = self.queues_looked_at.lock().expect("queues' look lock");
+            if looked_at.elapsed() >= self.poll_every() {
+                *looked_at = tokio::time::Instant::now();
+                self.waiting.mark_all();
+            }
+        }
         self.queues_armed()
+    }
+
+    /// How often the producer looks in the store anyway.
+    fn poll_every(&self) -> Duration {
+        self.config
+            .poll_interval
+            .unwrap_or_else(|| self.store.default_poll_interval())
     }
 
     /// Waits for a free worker and lets the waiting queues claim up to half the free
