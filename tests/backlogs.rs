@@ -31,6 +31,21 @@ async fn alert(seen: Data<Seen>) {
     seen.0.lock().unwrap().0.push(Instant::now());
 }
 
+/// A call that fails at its first attempt: when each attempt ended (first) and began.
+#[async_exec(type = SaveAsync)]
+async fn flaky(seen: Data<Attempts>) -> anyhow::Result<()> {
+    let mut attempts = seen.0.lock().unwrap();
+    attempts.push(Instant::now());
+    if attempts.len() == 1 {
+        anyhow::bail!("the endpoint answered 429");
+    }
+    Ok(())
+}
+
+/// When each attempt of `flaky` began.
+#[derive(Clone, Default)]
+struct Attempts(Arc<Mutex<Vec<Instant>>>);
+
 /// 300 mails of 30 ms wait for 4 workers (2.25 s of work); an alert called while they
 /// drain starts within 600 ms of its call returning, and every mail still runs. Before,
 /// the alert started after the backlog that was claimed before it: 1-2 s.
@@ -40,6 +55,7 @@ async fn a_backlog_in_no_queue_takes_turns_with_a_queue<DB: Backend>(db: TestDb)
         .builder()
         .concurrency(4)
         .data(seen.clone())
+        .data(Attempts::default())
         .queue("alerts", QueueLimits::new().concurrency(2))
         .start()
         .await
@@ -84,6 +100,7 @@ async fn another_instances_queue_requests_are_seen_during_a_backlog<DB: Backend>
         .concurrency(4)
         .poll_interval(Duration::from_millis(200))
         .data(seen.clone())
+        .data(Attempts::default())
         .queue("alerts", QueueLimits::new().concurrency(2))
         .start()
         .await
@@ -91,6 +108,7 @@ async fn another_instances_queue_requests_are_seen_during_a_backlog<DB: Backend>
     let caller = db
         .builder()
         .run_workers(false)
+        .data(Attempts::default())
         .queue("alerts", QueueLimits::new().concurrency(2))
         .start()
         .await
@@ -98,7 +116,10 @@ async fn another_instances_queue_requests_are_seen_during_a_backlog<DB: Backend>
     batch((0..300).map(mail)).on(&rt).await.unwrap();
     common::wait_for(|| async { seen.0.lock().unwrap().1 >= 8 }).await;
     let mails = seen.0.lock().unwrap().1;
-    assert!(mails < 200, "the backlog was drained first ({mails} mails ran)");
+    assert!(
+        mails < 200,
+        "the backlog was drained first ({mails} mails ran)"
+    );
     let called = Instant::now();
     alert().on(&caller).await.unwrap();
     common::wait_for(|| async { !seen.0.lock().unwrap().0.is_empty() }).await;
@@ -111,7 +132,42 @@ async fn another_instances_queue_requests_are_seen_during_a_backlog<DB: Backend>
     rt.shutdown().await.unwrap();
 }
 
+/// A retry due while 300 mails wait for 4 workers starts soon after its backoff (100
+/// ms), not behind the backlog: the retry sweep takes a place in line for the next free
+/// worker even when none is free at its round (`retries_take_turns`, the default).
+async fn a_due_retry_takes_turns_with_a_backlog<DB: Backend>(db: TestDb) {
+    let seen = Seen::default();
+    let attempts = Attempts::default();
+    let rt = db
+        .builder()
+        .concurrency(4)
+        .retry_interval(Duration::from_millis(100))
+        .retry_base_delay(Duration::from_millis(100))
+        .data(seen.clone())
+        .data(attempts.clone())
+        .start()
+        .await
+        .unwrap();
+    flaky().on(&rt).await.unwrap();
+    common::wait_for(|| async { !attempts.0.lock().unwrap().is_empty() }).await;
+    batch((0..300).map(mail)).on(&rt).await.unwrap();
+    common::wait_for(|| async { attempts.0.lock().unwrap().len() >= 2 }).await;
+    let mails = seen.0.lock().unwrap().1;
+    let attempts = attempts.0.lock().unwrap().clone();
+    let wait = attempts[1].duration_since(attempts[0]);
+    assert!(
+        mails < 250,
+        "the retry ran after the backlog ({mails} mails ran), {wait:?} after its first attempt"
+    );
+    assert!(
+        wait < Duration::from_millis(1_000),
+        "the retry waited behind the mails: {wait:?} ({mails} mails ran)"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    a_due_retry_takes_turns_with_a_backlog,
     a_backlog_in_no_queue_takes_turns_with_a_queue,
     another_instances_queue_requests_are_seen_during_a_backlog,
 );

@@ -83,6 +83,12 @@ pub struct Settings {
     pub retry_interval: Duration,
     /// Records claimed per retry sweep (default 100).
     pub retry_batch: i64,
+    /// Whether due retries (and delayed calls whose time has come) take turns with a
+    /// backlog for the workers (default `true`): a retry sweep that finds no worker free
+    /// still claims one record and waits in line for the next free worker beside the
+    /// backlog's next start. `false`: a retry sweep claims only for the workers free at
+    /// its round, so that due retries wait until a backlog of new requests has drained.
+    pub retries_take_turns: bool,
     /// Delay before the first retry; it doubles each attempt, with ±25% jitter (default 1 s).
     pub retry_base_delay: Duration,
     /// The longest delay between two attempts (default 10 minutes).
@@ -183,6 +189,7 @@ impl Default for Settings {
             listen: true,
             retry_interval: Duration::from_secs(1),
             retry_batch: 100,
+            retries_take_turns: true,
             retry_base_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(600),
             compensate_interval: Duration::from_secs(30),
@@ -236,6 +243,7 @@ impl std::fmt::Debug for Settings {
             .field("listen", &self.listen)
             .field("retry_interval", &self.retry_interval)
             .field("retry_batch", &self.retry_batch)
+            .field("retries_take_turns", &self.retries_take_turns)
             .field("retry_base_delay", &self.retry_base_delay)
             .field("retry_max_delay", &self.retry_max_delay)
             .field("compensate_interval", &self.compensate_interval)

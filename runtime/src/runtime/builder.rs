@@ -90,6 +90,9 @@ impl Builder {
         retry_interval: Duration;
         /// Records per retry sweep (default 100).
         retry_batch: i64;
+        /// Due retries take turns with a backlog for the workers (default `true`); `false`:
+        /// they wait for workers free at the retry sweep's round (after a backlog).
+        retries_take_turns: bool;
         /// First retry delay; doubles per attempt, ±25% jitter (default 1 s).
         retry_base_delay: Duration;
         /// Longest retry delay (default 10 minutes).

@@ -98,7 +98,10 @@ impl Compensator {
         crate::operate::metrics::swept(Sweep::Keys, "expired", keys_expired);
         let older_than = self.config.stale_after.as_millis() as i64;
         let kind = DueKind::Stale { older_than };
-        let claimed = self.claimer.claim_and_start(kind, self.config.batch).await;
+        let claimed = self
+            .claimer
+            .claim_and_start(kind, self.config.batch, false)
+            .await;
         let started = crate::operate::metrics::round(Sweep::Compensator, claimed)?;
         crate::operate::metrics::swept(Sweep::Compensator, "claimed", started as u64);
         Ok(CompensateReport {

@@ -16,6 +16,8 @@ use crate::work::claimer::Claimer;
 pub(crate) struct RetrierConfig {
     /// The most records claimed per run (`retry_batch`).
     pub(crate) batch: i64,
+    /// Claim one record even when no worker is free (`retries_take_turns`).
+    pub(crate) take_turns: bool,
 }
 
 impl RetrierConfig {
@@ -23,6 +25,7 @@ impl RetrierConfig {
     pub(crate) fn from_settings(settings: &Settings) -> Self {
         RetrierConfig {
             batch: settings.retry_batch,
+            take_turns: settings.retries_take_turns,
         }
     }
 }
@@ -49,7 +52,8 @@ pub struct RetryReport {
 }
 
 impl Retrier {
-    /// Claims due records (at most `retry_batch`, and no more than there are free workers)
+    /// Claims due records (at most `retry_batch`, and no more than there are free workers,
+    /// or one when none is and `retries_take_turns` is set: it waits in line for the next)
     /// and starts them. Does not wait for them to finish: see
     /// [`Runtime::wait_idle`](crate::Runtime::wait_idle).
     ///
@@ -58,7 +62,11 @@ impl Retrier {
     pub async fn run_once(&self) -> Result<RetryReport> {
         let claimed = self
             .claimer
-            .claim_and_start(DueKind::Scheduled, self.config.batch)
+            .claim_and_start(
+                DueKind::Scheduled,
+                self.config.batch,
+                self.config.take_turns,
+            )
             .await;
         let started = crate::operate::metrics::round(Sweep::Retrier, claimed)?;
         crate::operate::metrics::swept(Sweep::Retrier, "claimed", started as u64);

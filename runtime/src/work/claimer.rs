@@ -467,12 +467,21 @@ impl Claimer {
         }
     }
 
-    /// Claims up to `limit` due records of `kind` (never more than there are free workers)
-    /// and starts them. Returns how many were started.
-    pub(crate) async fn claim_and_start(&self, kind: DueKind, limit: i64) -> Result<usize> {
+    /// Claims up to `limit` due records of `kind` (never more than there are free workers;
+    /// with `wait_in_line`, one when none is) and starts them. Returns how many were
+    /// started.
+    pub(crate) async fn claim_and_start(
+        &self,
+        kind: DueKind,
+        limit: i64,
+        wait_in_line: bool,
+    ) -> Result<usize> {
         // Even with no worker free (the claim below is then not made).
         self.release_unanswered().await;
         let free = self.executor.pool.available() as i64;
+        // In line for the next free worker: the semaphore serves its waiters in order,
+        // so a backlog's next start and this one take turns.
+        let free = if wait_in_line { free.max(1) } else { free };
         let limit = limit.min(free);
         if limit <= 0 {
             return Ok(0);
