@@ -166,7 +166,37 @@ async fn a_due_retry_takes_turns_with_a_backlog<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// An idle queue costs a poll an index probe, not a claim: after many polls of a
+/// runtime whose queue "alerts" (with a rate) has nothing due, no claim of it ran (a
+/// claim of a queue with a rate keeps its bucket in the queue's row: `refilled_at`
+/// would be set). Before, every poll claimed every queue: one locking transaction
+/// each, 1,000 a poll with 1,000 queues.
+async fn an_idle_queue_is_not_claimed_at_polls<DB: Backend>(db: TestDb) {
+    let seen = Seen::default();
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .data(seen.clone())
+        .data(Attempts::default())
+        .queue("alerts", QueueLimits::new().concurrency(2).rate(1_000))
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let claimed = "async_queue WHERE name = 'alerts' AND refilled_at IS NOT NULL";
+    assert_eq!(db.count(claimed).await, 0, "an idle queue was claimed");
+    alert().on(&rt).await.unwrap();
+    common::wait_for(|| async { !seen.0.lock().unwrap().0.is_empty() }).await;
+    assert_eq!(
+        db.count(claimed).await,
+        1,
+        "the claim of a call keeps the bucket"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    an_idle_queue_is_not_claimed_at_polls,
     a_due_retry_takes_turns_with_a_backlog,
     a_backlog_in_no_queue_takes_turns_with_a_queue,
     another_instances_queue_requests_are_seen_during_a_backlog,

@@ -292,6 +292,50 @@ async fn the_records_a_claim_took_are_found_by_its_time(store: &dyn Store) {
     }
 }
 
+/// The probe of due queues names exactly the queues with `init` or `failed` records due
+/// now: not a queue whose records wait for later, run, or belong to another application.
+async fn the_probe_names_the_queues_with_due_records(store: &dyn Store) {
+    use crate::store::ops::DueOps;
+    store.migrate().await.unwrap();
+    let application: Arc<str> = Arc::from(format!("probe-{}", now_ms()).as_str());
+    let other: Arc<str> = Arc::from(format!("probe-other-{}", now_ms()).as_str());
+    let now = now_ms();
+    let record = |application: &Arc<str>, queue: &'static str, status, run_at| NewRequest {
+        queue,
+        status,
+        exec_count: i32::from(status == Status::Failed),
+        run_at,
+        ..new_request(application)
+    };
+    store
+        .request_insert_many(&[
+            record(&application, "due-init", Status::Init, now - 1_000),
+            record(&application, "due-failed", Status::Failed, now - 1_000),
+            record(&application, "later", Status::Init, now + 3_600_000),
+            record(&application, "later", Status::Failed, now + 3_600_000),
+            record(&other, "elsewhere", Status::Init, now - 1_000),
+            record(&application, "", Status::Init, now - 1_000),
+        ])
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..1_200).map(|n| format!("idle-{n}")).collect();
+    let mut asked: Vec<&str> = names.iter().map(String::as_str).collect();
+    asked.extend(["due-init", "due-failed", "later", "elsewhere", "", "none"]);
+    let mut due = store
+        .ops()
+        .queues_with_due(&application, &asked, now)
+        .await
+        .unwrap();
+    due.sort();
+    assert_eq!(due, ["", "due-failed", "due-init"]);
+    assert!(store
+        .ops()
+        .queues_with_due(&application, &[], now)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// Runs the test `$name(&store)` on each compiled backend: SQLite in memory, PostgreSQL
 /// and MySQL/MariaDB at `ASYNC_EXEC_TEST_POSTGRES_URL` / `ASYNC_EXEC_TEST_MYSQL_URL`
 /// (ignored without them), as `$name::sqlite`, `$name::postgres`, `$name::mysql`.
@@ -351,4 +395,5 @@ on_each_store!(
     outcomes_are_fenced_by_owner_and_attempt,
     a_handed_back_record_asked_to_stop_ends_cancelled,
     the_records_a_claim_took_are_found_by_its_time,
+    the_probe_names_the_queues_with_due_records,
 );

@@ -23,6 +23,7 @@ use crate::base::record::{Claimed, ClaimedId, RequestId};
 use crate::base::registry::{ExecutorDef, Registry};
 use crate::base::settings::Settings;
 use crate::base::trace::TraceContext;
+use crate::store::ops::DueOps;
 use crate::store::{ClaimDue, ClaimIds, DueKind, Held, QueueCap, Store};
 use crate::sweeps::clock::Clock;
 use crate::sweeps::instances::{skip_key, Roster};
@@ -177,6 +178,34 @@ impl Claimer {
         let records_of = if is_queue { queue.name.as_str() } else { "" };
         self.claim(DueKind::Ready, limit, records_of, &executors, cap, global)
             .await
+    }
+
+    /// Which of [`queues`](Self::queues) (by index) hold records due now, in one
+    /// statement: what a poll claims, instead of a claim of every queue.
+    pub(crate) async fn queues_with_due(&self) -> Result<Vec<usize>> {
+        let queues = self.queues();
+        // A queue's records carry its name; under the limit over every queue, the
+        // executors in no queue are claimed as the queue `(all)`, their records of `''`.
+        fn records_of(queue: &NamedQueue) -> &str {
+            if queue.name == crate::base::queue::GLOBAL_QUEUE {
+                ""
+            } else {
+                queue.name.as_str()
+            }
+        }
+        let names: Vec<&str> = queues.iter().map(records_of).collect();
+        let due = self
+            .store
+            .ops()
+            .queues_with_due(&self.application, &names, self.clock.now_ms())
+            .await?;
+        let due: std::collections::HashSet<String> = due.into_iter().collect();
+        Ok(queues
+            .iter()
+            .enumerate()
+            .filter(|(_, queue)| due.contains(records_of(queue)))
+            .map(|(at, _)| at)
+            .collect())
     }
 
     /// The queues whose records only [`claim_queue`](Self::claim_queue) claims.

@@ -390,7 +390,7 @@ impl Producer {
     /// hands them back). (Two claims in flight on PostgreSQL measured no faster: 1.11x
     /// against 1.02x of the hand-written queue, within its noise.)
     async fn claim_from_store(&self) {
-        self.waiting.mark_all();
+        self.mark_queues_with_due().await;
         self.claim_unlimited().await;
         self.claim_queues().await;
     }
@@ -459,6 +459,29 @@ impl Producer {
         }
     }
 
+    /// Marks the queues that hold due records (one statement; every queue when it fails:
+    /// their claims then find out), so that a poll or another instance's wake-up costs
+    /// an idle queue an index probe, not a claim.
+    async fn mark_queues_with_due(&self) {
+        *self.queues_looked_at.lock().expect("queues' look lock") = tokio::time::Instant::now();
+        if self.queue_of.is_empty() {
+            return;
+        }
+        let probe = tokio::time::timeout(self.claim_patience(), self.claimer.queues_with_due());
+        match probe.await {
+            Ok(Ok(due)) => {
+                for at in due {
+                    self.waiting.mark(at);
+                }
+            }
+            Ok(Err(error)) => {
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not read which queues have due requests; claiming each");
+                self.waiting.mark_all();
+            }
+            Err(_) => self.waiting.mark_all(),
+        }
+    }
+
     /// Whether a queue may have requests waiting that this instance could start: one of
     /// its requests was committed here (its job waits in the channel, which the claim of
     /// a backlog keeps the producer from), or one it ran has finished.
@@ -480,15 +503,13 @@ impl Producer {
             }
         }
         // Other instances' commits are seen at polls, which a long backlog keeps the
-        // producer from: every queue is looked at once a poll interval meanwhile.
-        {
-            let mut looked_at = self.queues_looked_at.lock().expect("queues' look lock");
-            if looked_at.elapsed() >= self.poll_every() {
-                *looked_at = tokio::time::Instant::now();
-                self.waiting.mark_all();
-            }
-        }
-        self.queues_armed()
+        // producer from: which queues have due records is looked up once a poll interval
+        // meanwhile.
+        let due_to_look = {
+            let looked_at = self.queues_looked_at.lock().expect("queues' look lock");
+            looked_at.elapsed() >= self.poll_every()
+        };
+        due_to_look || self.queues_armed()
     }
 
     /// How often the producer looks in the store anyway.
@@ -507,6 +528,16 @@ impl Producer {
             permit = self.claimer.pool().permits.clone().acquire_owned() => permit,
         };
         drop(permit);
+        let due_to_look = {
+            let looked_at = self.queues_looked_at.lock().expect("queues' look lock");
+            looked_at.elapsed() >= self.poll_every()
+        };
+        if due_to_look {
+            self.mark_queues_with_due().await;
+            if !self.queues_armed() {
+                return true;
+            }
+        }
         let share = self.claimer.pool().available().div_ceil(2).max(1);
         self.claim_queues_upto(share as i64).await
     }

@@ -2,9 +2,10 @@
 //! could claim now, so that an idle queue costs nothing when a commit or an outcome
 //! wakes the producer. A queue is marked when one of its requests is committed here,
 //! when a record of it that this instance ran is finished (its place is free), and when
-//! a claim of it took records or found no worker free (it may have more); every queue is
-//! marked at a poll or a wake-up from another instance (their commits and outcomes are
-//! not seen here). A claim that finds a queue empty or full unmarks it.
+//! a claim of it took records or found no worker free (it may have more); at a poll or
+//! a wake-up from another instance (their commits and outcomes are not seen here), the
+//! queues that hold due records, found by one statement (`store::ops::DueOps`), are
+//! marked. A claim that finds a queue empty or full unmarks it.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
