@@ -173,3 +173,17 @@ pub(crate) struct Payload {
 pub(crate) fn payload(n: i64) -> String {
     serde_json::to_string(&Payload { n }).expect("a payload serializes")
 }
+
+/// The crowd phase's busy queue: works `work_us` microseconds; its backlog is what the
+/// quiet queue's calls must not wait behind.
+#[async_exec(type = SaveAsync, name = "bench::crowd_busy", queue = "bench_crowd_busy")]
+pub(crate) async fn crowd_busy(n: i64, work_us: u64) {
+    let _ = n;
+    tokio::time::sleep(Duration::from_micros(work_us)).await;
+}
+
+/// The crowd phase's quiet queue: marks its start.
+#[async_exec(type = SaveAsync, name = "bench::crowd_quiet", queue = "bench_crowd_quiet")]
+pub(crate) async fn crowd_quiet(n: i64, hits: Data<Hits>) {
+    hits.hit(n);
+}

@@ -35,6 +35,8 @@
 //! 9. `neighbour` (only when named): one queue limited per partition, calls at a steady
 //!    rate, 90 % of one partition: the 49 small partitions' commit-to-start p50/p95, with
 //!    the noisy partition and without it (see `phases/neighbour.rs`).
+//! 10. `crowd` (only when named): a quiet queue's calls beside another queue's backlog of
+//!     100,000 waiting records, and alone (see `phases/crowd.rs`).
 //!
 //! Each backend gets a fresh database (a temporary SQLite file; `ae_bench_<pid>` on the
 //! servers, dropped at the end). Output: one JSON line per result on stdout, then one per
@@ -100,8 +102,8 @@ struct Args {
     #[arg(long, default_value_t = 2000)]
     overhead_n: usize,
     /// Comma-separated: submit, drain, latency, overhead, backlog, scale, soak, flow,
-    /// neighbour (the last four only when named: see `phases/scale.rs`, `phases/soak.rs`,
-    /// `phases/flow.rs` and `phases/neighbour.rs`).
+    /// neighbour, crowd (the last five only when named: see `phases/scale.rs`,
+    /// `phases/soak.rs`, `phases/flow.rs`, `phases/neighbour.rs` and `phases/crowd.rs`).
     #[arg(long, default_value = "submit,drain,latency,overhead,backlog")]
     phases: String,
     /// Worker processes in the scale phase, comma-separated (each from 1 to 8).
@@ -132,6 +134,9 @@ struct Args {
     /// partition's place that long.
     #[arg(long, default_value_t = 10)]
     neighbour_work_ms: u64,
+    /// Records waiting in the busy queue of the crowd phase.
+    #[arg(long, default_value_t = 100_000)]
+    crowd_backlog: usize,
     /// Comma-separated submit modes timed in the submit phase: tx1, tx1000, batch.
     #[arg(long, default_value = "tx1,batch,tx1000")]
     submit_modes: String,
@@ -227,11 +232,12 @@ async fn main() -> Result<()> {
                 "scale",
                 "soak",
                 "flow",
-                "neighbour"
+                "neighbour",
+                "crowd"
             ]
             .contains(phase),
             "unknown phase `{phase}`: submit, drain, latency, overhead, backlog, scale, soak, \
-             flow, neighbour"
+             flow, neighbour, crowd"
         );
     }
     let kinds: Vec<Kind> = match args.backend.as_str() {

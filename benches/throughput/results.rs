@@ -172,6 +172,11 @@ pub(crate) const PHASE_ORDER: &[&str] = &[
     "neighbour_alone_p95",
     "neighbour_p50_vs_alone",
     "neighbour_p95_vs_alone",
+    "crowd_quiet_p50",
+    "crowd_quiet_p95",
+    "crowd_alone_p50",
+    "crowd_alone_p95",
+    "crowd_p95_vs_alone",
 ];
 
 pub(crate) fn better(unit: &str) -> &'static str {

@@ -2,6 +2,7 @@
 //! phase in a module of its own, over the [`Bench`] every phase of one backend shares.
 
 mod backlog;
+mod crowd;
 mod drain;
 mod flow;
 mod latency;
@@ -129,6 +130,9 @@ impl Bench<'_> {
             }
             if has("neighbour") {
                 self.neighbour::<DB>(rep).await?;
+            }
+            if has("crowd") {
+                self.crowd::<DB>(rep).await?;
             }
         }
         if has("soak") {

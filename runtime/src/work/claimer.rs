@@ -23,7 +23,6 @@ use crate::base::record::{Claimed, ClaimedId, RequestId};
 use crate::base::registry::{ExecutorDef, Registry};
 use crate::base::settings::Settings;
 use crate::base::trace::TraceContext;
-use crate::store::ops::DueOps;
 use crate::store::{ClaimDue, ClaimIds, DueKind, Held, QueueCap, Store};
 use crate::sweeps::clock::Clock;
 use crate::sweeps::instances::{skip_key, Roster};

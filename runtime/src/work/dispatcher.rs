@@ -482,13 +482,9 @@ impl Producer {
         }
     }
 
-    /// Whether a queue may have requests waiting that this instance could start: one of
-    /// its requests was committed here (its job waits in the channel, which the claim of
-    /// a backlog keeps the producer from), or one it ran has finished.
-    fn queues_wait(&self) -> bool {
-        if self.queue_of.is_empty() {
-            return false;
-        }
+    /// Marks the queues whose requests were committed here since the last look, before
+    /// their jobs come out of the channel (behind up to a channel's worth of others).
+    fn mark_committed_queues(&self) {
         let committed = std::mem::take(
             &mut *self
                 .inbox
@@ -502,6 +498,16 @@ impl Producer {
                 self.waiting.mark(at);
             }
         }
+    }
+
+    /// Whether a queue may have requests waiting that this instance could start: one of
+    /// its requests was committed here (its job waits in the channel, which the claim of
+    /// a backlog keeps the producer from), or one it ran has finished.
+    fn queues_wait(&self) -> bool {
+        if self.queue_of.is_empty() {
+            return false;
+        }
+        self.mark_committed_queues();
         // Other instances' commits are seen at polls, which a long backlog keeps the
         // producer from: which queues have due records is looked up once a poll interval
         // meanwhile.
@@ -561,6 +567,7 @@ impl Producer {
             return true;
         }
         let first = self.next_queue.fetch_add(1, Ordering::Relaxed);
+        self.mark_committed_queues();
         let mut wanted = self.waiting.take(queues.len(), first);
         'rounds: while !wanted.is_empty() {
             let mut again = Vec::with_capacity(wanted.len());
@@ -610,7 +617,14 @@ impl Producer {
                     }
                 }
             }
-            wanted = again;
+            // The queues marked meanwhile (requests committed here, records finished)
+            // go first in the next round, then those that took records in this one: a
+            // queue with a backlog does not keep the others waiting while workers free.
+            self.mark_committed_queues();
+            let mut next = self.waiting.take(queues.len(), first);
+            next.retain(|at| !again.contains(at));
+            next.extend(again);
+            wanted = next;
         }
         true
     }
