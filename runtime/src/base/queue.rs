@@ -38,6 +38,7 @@ pub struct QueueLimits {
     rate: Option<u32>,
     waiting: Option<u32>,
     per_partition: Option<u32>,
+    singleton: bool,
 }
 
 impl QueueLimits {
@@ -87,6 +88,45 @@ impl QueueLimits {
         self.per_partition
     }
 
+    /// At most one request of each partition of the queue is live (waiting or running),
+    /// over every instance: a `SaveAsync` call while one is writes nothing and gets that
+    /// request's id, with [`Outcome::Live`](crate::Outcome::Live). A unique index over
+    /// the live records holds it, so two instances racing, or two callers' transactions,
+    /// never write two; once the request finishes (succeeds, goes `dead`, is cancelled)
+    /// the next call writes a new one. The requests without a partition share one.
+    ///
+    /// ```no_run
+    /// use async_exec::{async_exec, Outcome, QueueLimits, Runtime};
+    ///
+    /// /// Rebuilds one account's search index from the database: one waiting is enough.
+    /// #[async_exec(type = SaveAsync, queue = "reindex", partition = account)]
+    /// async fn reindex(account: i64) -> anyhow::Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = Runtime::builder()
+    ///     .queue("reindex", QueueLimits::new().singleton())
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// let first = reindex(7).on(&rt).await?;
+    /// let second = reindex(7).on(&rt).await?; // while the first waits or runs
+    /// if second.outcome == Outcome::Live {
+    ///     assert_eq!(second.id, first.id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn singleton(mut self) -> Self {
+        self.singleton = true;
+        self
+    }
+
+    /// Whether each partition has at most one live request ([`singleton`](Self::singleton)).
+    pub fn is_singleton(&self) -> bool {
+        self.singleton
+    }
+
     /// At most `n` of the queue's requests start per second, counted over every instance
     /// (a bucket of one second's starts, refilled as time passes: a third-party API's
     /// rate limit).
@@ -129,6 +169,7 @@ impl QueueLimits {
             || self.rate.is_some()
             || self.waiting.is_some()
             || self.per_partition.is_some()
+            || self.singleton
     }
 }
 
@@ -360,6 +401,17 @@ impl QueuePlan {
     /// Whether `executor`'s requests are claimed only through its queue.
     pub(crate) fn is_queued(&self, executor: &str) -> bool {
         !self.queues.is_empty() && self.queues.iter().any(|q| q.executors.contains(&executor))
+    }
+
+    /// The singleton of a request of `queue` in `partition` (`""`: the shared one) when
+    /// the queue is a [`QueueLimits::singleton`]: the queue and the partition, apart.
+    pub(crate) fn singleton_key(&self, queue: &str, partition: &str) -> Option<String> {
+        let queue = self.queues.iter().find(|q| q.name == queue)?;
+        // A queue's name holds no control character ([`check`]): the separator is unique.
+        queue
+            .limits
+            .singleton
+            .then(|| format!("q\u{1f}{}\u{1f}{partition}", queue.name))
     }
 
     /// Whether some executor names `queue`.

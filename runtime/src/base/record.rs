@@ -285,6 +285,9 @@ pub(crate) struct NewRequest {
     pub(crate) queue: &'static str,
     /// Its partition of the queue (`Call::partition`); `None`: the queue's shared one.
     pub(crate) partition: Option<String>,
+    /// The singleton it belongs to (`QueueLimits::singleton`: its queue and partition),
+    /// of which at most one request is live; `None`: none.
+    pub(crate) singleton: Option<String>,
     /// Its tags (`Call::tag`), written beside it; mostly none.
     pub(crate) tags: Vec<String>,
     pub(crate) last_error: Option<String>,
@@ -308,6 +311,20 @@ pub(crate) enum Inserted {
     /// (which may have been deleted since); `None` for the key of a `SyncSave` call whose
     /// body ran at once, without a record.
     Existing(Option<RequestId>),
+    /// A live (waiting or running) request of the same singleton exists
+    /// (`QueueLimits::singleton`): nothing was written; this is that request.
+    Live(RequestId),
+}
+
+impl Inserted {
+    /// The request the insert names: the new one, or the existing one (`None`: a key's
+    /// `SyncSave` call that ran without a record).
+    pub(crate) fn id(self) -> Option<RequestId> {
+        match self {
+            Inserted::New(id) | Inserted::Live(id) => Some(id),
+            Inserted::Existing(id) => id,
+        }
+    }
 }
 
 impl NewRequest {

@@ -63,7 +63,8 @@ impl std::fmt::Debug for Submission {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Receipt {
     /// The request record, when one was written; with [`Outcome::Existing`], the request
-    /// the key names (its record may be gone: deleted on success, or by an operator).
+    /// the key names (its record may be gone: deleted on success, or by an operator);
+    /// with [`Outcome::Live`], the live request of the call's singleton.
     pub id: Option<RequestId>,
     /// What happened.
     pub outcome: Outcome,
@@ -88,6 +89,10 @@ pub enum Outcome {
     /// been deleted since), or `None` when the key is that of a `SyncSave` call whose body
     /// ran at once (no record).
     Existing,
+    /// `SaveAsync` in a [`singleton`](crate::QueueLimits::singleton) queue: a request of
+    /// the call's partition is waiting or running, so nothing was added; `id` is that
+    /// request.
+    Live,
     /// `SyncSave`: the body ran at the call and succeeded.
     Ran,
     /// `SyncSave`: the body ran at the call and failed; it is persisted for retry

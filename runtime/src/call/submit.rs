@@ -66,6 +66,10 @@ impl Submission {
         request.now = now;
         request.tags = self.tags.clone();
         request.partition = self.partition.clone();
+        request.singleton = inner
+            .claimer
+            .queue_plan()
+            .singleton_key(request.queue, self.partition.as_deref().unwrap_or(""));
         request.deadline_at = self
             .deadline
             .map(|deadline| now.saturating_add(deadline.as_millis() as i64));
@@ -325,6 +329,7 @@ impl Inner {
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
+                    Ok(Inserted::Live(id)) => Ok(Receipt::new(Some(id), Outcome::Live)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
                         crate::log::error!(executor = call.def.name, error = %crate::log::escaped(&error),
                             "could not persist the request: running it in memory only; a crash now loses it");
@@ -370,10 +375,7 @@ impl Inner {
                             .as_ref()
                             .and_then(|l| l.error.clone())
                             .unwrap_or_default();
-                        let id = match writer.insert(self, &request).await? {
-                            Inserted::New(id) => Some(id),
-                            Inserted::Existing(id) => id,
-                        };
+                        let id = writer.insert(self, &request).await?.id();
                         Ok(Receipt::new(id, Outcome::Deferred { error }))
                     }
                 }
@@ -502,6 +504,7 @@ impl Inner {
                         Receipt::new(Some(id), Outcome::Queued)
                     }
                     Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),
+                    Inserted::Live(id) => Receipt::new(Some(id), Outcome::Live),
                 });
             }
             writer.after_commit(self, jobs).await;

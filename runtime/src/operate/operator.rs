@@ -103,8 +103,9 @@ impl Runtime {
     /// trail as `queue-limits` by `actor`. Refused for a queue that no executor names (of
     /// this binary, or of a service that started on this database), for limits of 0
     /// or above 100,000, and for limits with
-    /// [`max_waiting`](crate::QueueLimits::max_waiting), a quota set on the builder only
-    /// (nothing is changed then).
+    /// [`max_waiting`](crate::QueueLimits::max_waiting) or
+    /// [`singleton`](crate::QueueLimits::singleton), set on the builder only (nothing is
+    /// changed then).
     ///
     /// ```no_run
     /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
@@ -130,6 +131,16 @@ impl Runtime {
                     "queue {queue:?}: max_waiting ({waiting}) is a quota set on the builder \
                      (Builder::queue); set_queue_limits sets concurrency, per_instance and \
                      rate only: nothing was changed"
+                ),
+            });
+        }
+        if limits.is_singleton() {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "queue {queue:?}: singleton is a mode set on the builder (Builder::queue), \
+                     kept by the records' unique index; set_queue_limits sets concurrency, \
+                     per_instance and rate only: nothing was changed"
                 ),
             });
         }

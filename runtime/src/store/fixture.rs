@@ -32,6 +32,7 @@ pub(crate) fn new_request(
         deadline_at: None,
         queue: "",
         partition: None,
+        singleton: None,
         tags: Vec::new(),
         last_error: None,
         trace_json: None,

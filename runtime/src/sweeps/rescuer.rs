@@ -268,7 +268,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         let (expiring, last_attempt, live, unknown) = (ids[0], ids[1], ids[2], ids[3]);
@@ -328,7 +330,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         claim(&**store, &ids, "gone", 1).await;

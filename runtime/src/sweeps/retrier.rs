@@ -126,7 +126,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         let (due, later) = (ids[0], ids[1]);

@@ -255,6 +255,7 @@ impl Executor {
             deadline_at: None,
             queue: def.queue.unwrap_or(""),
             partition: None,
+            singleton: None,
             tags: Vec::new(),
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),

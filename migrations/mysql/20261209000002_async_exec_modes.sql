@@ -1,0 +1,15 @@
+-- async-exec: modes of a queue (issue 30, item 4). `singleton_key` names the singleton a
+-- request belongs to (`QueueLimits::singleton`: its queue and partition); NULL for every
+-- other request. At most one live (waiting or running) request holds a key. MariaDB has
+-- no partial index: `singleton_live` is the key while the request is live and NULL once
+-- it finished, and a unique index over it (NULLs are distinct) admits one live request
+-- per key. Two calls racing, in two instances or in two callers' transactions, cannot
+-- both write one: the second's INSERT waits for the first's transaction and then fails
+-- on the index, and the call returns the first's id. A rolled-back call leaves nothing.
+-- A byte string, so that neither case nor trailing spaces are ignored (as the
+-- idempotency key); 2,000 bytes keep the index within InnoDB's 3,072.
+ALTER TABLE async_req
+    ADD COLUMN singleton_key VARBINARY(2000) NULL,
+    ADD COLUMN singleton_live VARBINARY(2000) AS
+        (CASE WHEN status IN ('init', 'failed', 'running') THEN singleton_key END) PERSISTENT,
+    ADD UNIQUE INDEX async_req_singleton (application_name, singleton_live);

@@ -1,0 +1,12 @@
+-- async-exec: modes of a queue (issue 30, item 4). `singleton_key` names the singleton a
+-- request belongs to (`QueueLimits::singleton`: its queue and partition); NULL for every
+-- other request. At most one live (waiting or running) request holds a key: the unique
+-- index below holds only live rows, so two calls racing, in two instances or in two
+-- callers' transactions, cannot both write one (the second waits for the first's
+-- transaction, then finds its row: `INSERT .. ON CONFLICT DO NOTHING`), and a finished
+-- request frees its key. A rolled-back call leaves nothing.
+ALTER TABLE async_req ADD COLUMN IF NOT EXISTS singleton_key TEXT NULL;
+
+CREATE UNIQUE INDEX IF NOT EXISTS async_req_singleton
+    ON async_req (application_name, singleton_key)
+    WHERE singleton_key IS NOT NULL AND status IN ('init', 'failed', 'running');
