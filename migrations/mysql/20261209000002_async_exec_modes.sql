@@ -13,3 +13,11 @@ ALTER TABLE async_req
     ADD COLUMN singleton_live VARBINARY(2000) AS
         (CASE WHEN status IN ('init', 'failed', 'running') THEN singleton_key END) PERSISTENT,
     ADD UNIQUE INDEX async_req_singleton (application_name, singleton_live);
+
+-- Sequences (`QueueLimits::sequence`): a waiting record of a sequence's queue is claimed
+-- only once no earlier record of its partition (a smaller id) is waiting, running, or
+-- (as the queue's choice on failure says) dead. The claim's candidate read asks so of
+-- each candidate, through this index (no partial index here: every record is in it; the
+-- status by its first 12 characters, to keep the key within InnoDB's 3,072 bytes).
+ALTER TABLE async_req
+    ADD INDEX async_req_sequence (application_name, queue_name, partition_key, status(12), id);

@@ -8,3 +8,12 @@ ALTER TABLE async_req ADD COLUMN singleton_key TEXT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS async_req_singleton
     ON async_req (application_name, singleton_key)
     WHERE singleton_key IS NOT NULL AND status IN ('init', 'failed', 'running');
+
+-- Sequences (`QueueLimits::sequence`): a waiting record of a sequence's queue is claimed
+-- only once no earlier record of its partition (a smaller id) is waiting, running, or
+-- (as the queue's choice on failure says) dead. The claim's candidate read asks so of
+-- each candidate, through this index (records in a queue only: the term
+-- `queue_name <> ''` is in the read too, so that SQLite uses the partial index).
+CREATE INDEX IF NOT EXISTS async_req_sequence
+    ON async_req (application_name, queue_name, partition_key, status, id)
+    WHERE queue_name <> '';

@@ -67,7 +67,7 @@ pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, QueuePolicy, RequestQuery,
 };
-pub use base::queue::QueueLimits;
+pub use base::queue::{QueueLimits, SequenceFailure};
 pub use base::record::AnnouncedSchedule;
 pub use base::record::{AttemptLog, Progress, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};

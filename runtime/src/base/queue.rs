@@ -39,6 +39,44 @@ pub struct QueueLimits {
     waiting: Option<u32>,
     per_partition: Option<u32>,
     singleton: bool,
+    sequence: Option<SequenceFailure>,
+}
+
+/// What a failed request of a [`sequence`](QueueLimits::sequence) does to the requests
+/// of its partition called after it.
+///
+/// ```no_run
+/// use async_exec::{QueueLimits, SequenceFailure};
+///
+/// // A ledger's entries of one account in order; a dead entry stops the account's
+/// // later ones until an operator replays or cancels it.
+/// let limits = QueueLimits::new().sequence_on_failure(SequenceFailure::Hold);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SequenceFailure {
+    /// They wait while it retries, and go on once it succeeded or is `dead` (out of
+    /// attempts, a final error) or cancelled.
+    #[default]
+    Wait,
+    /// They wait while it retries, and while it is `dead`: until an operator replays it
+    /// (and it succeeds) or cancels it.
+    Hold,
+    /// They go on while it waits for its retry (it runs again when due, one at a time
+    /// with them): order holds for first attempts only.
+    StepAside,
+}
+
+impl SequenceFailure {
+    /// The statuses of an earlier request of the partition that keep a later one
+    /// waiting.
+    pub(crate) fn blocking(self) -> &'static str {
+        match self {
+            SequenceFailure::Wait => "'init', 'failed', 'running'",
+            SequenceFailure::Hold => "'init', 'failed', 'running', 'dead'",
+            SequenceFailure::StepAside => "'init', 'running'",
+        }
+    }
 }
 
 impl QueueLimits {
@@ -122,6 +160,49 @@ impl QueueLimits {
         self
     }
 
+    /// The queue's requests of each partition run one at a time, in the order they were
+    /// called (by id: the order their records were written), over every instance: a
+    /// request is claimed only once no request of its partition called before it is
+    /// waiting or running. A failed request keeps the later ones waiting while it
+    /// retries, and lets them go once it is `dead`; see
+    /// [`sequence_on_failure`](Self::sequence_on_failure) for the other choices. Implies
+    /// [`per_partition(1)`](Self::per_partition).
+    ///
+    /// ```no_run
+    /// use async_exec::{async_exec, QueueLimits, Runtime};
+    ///
+    /// /// Applies one change to an account's balance: an account's changes in order.
+    /// #[async_exec(type = SaveAsync, queue = "ledger", partition = account, max_attempts = 5)]
+    /// async fn apply(account: i64, cents: i64) -> anyhow::Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = Runtime::builder()
+    ///     .queue("ledger", QueueLimits::new().concurrency(16).sequence())
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// apply(7, 500).on(&rt).await?;
+    /// apply(7, -200).on(&rt).await?; // runs after the first has succeeded
+    /// # Ok(()) }
+    /// ```
+    pub fn sequence(self) -> Self {
+        self.sequence_on_failure(SequenceFailure::default())
+    }
+
+    /// A [`sequence`](Self::sequence) in which a failed request does `on_failure` to the
+    /// requests of its partition called after it.
+    pub fn sequence_on_failure(mut self, on_failure: SequenceFailure) -> Self {
+        self.sequence = Some(on_failure);
+        self
+    }
+
+    /// The queue's [`sequence`](Self::sequence), if it is one: what a failure does.
+    pub fn sequence_mode(&self) -> Option<SequenceFailure> {
+        self.sequence
+    }
+
     /// Whether each partition has at most one live request ([`singleton`](Self::singleton)).
     pub fn is_singleton(&self) -> bool {
         self.singleton
@@ -170,6 +251,7 @@ impl QueueLimits {
             || self.waiting.is_some()
             || self.per_partition.is_some()
             || self.singleton
+            || self.sequence.is_some()
     }
 }
 
@@ -211,6 +293,12 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
         return fail(format!(
             "queue {name:?} has no limit; give QueueLimits::new().concurrency(n), \
              .per_instance(n), .per_partition(n) or .rate(n), or leave the queue out"
+        ));
+    }
+    if let (Some(_), Some(n @ 2..)) = (limits.sequence, limits.per_partition) {
+        return fail(format!(
+            "queue {name:?}: a sequence runs one request of a partition at a time, so \
+             per_partition({n}) cannot hold; leave per_partition out"
         ));
     }
     if limits.waiting == Some(0) {

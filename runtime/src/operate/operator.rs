@@ -104,7 +104,8 @@ impl Runtime {
     /// this binary, or of a service that started on this database), for limits of 0
     /// or above 100,000, and for limits with
     /// [`max_waiting`](crate::QueueLimits::max_waiting) or
-    /// [`singleton`](crate::QueueLimits::singleton), set on the builder only (nothing is
+    /// [`singleton`](crate::QueueLimits::singleton) or
+    /// [`sequence`](crate::QueueLimits::sequence), set on the builder only (nothing is
     /// changed then).
     ///
     /// ```no_run
@@ -134,13 +135,13 @@ impl Runtime {
                 ),
             });
         }
-        if limits.is_singleton() {
+        if limits.is_singleton() || limits.sequence_mode().is_some() {
             return Err(Error::Config {
                 setting: "queue",
                 reason: format!(
-                    "queue {queue:?}: singleton is a mode set on the builder (Builder::queue), \
-                     kept by the records' unique index; set_queue_limits sets concurrency, \
-                     per_instance and rate only: nothing was changed"
+                    "queue {queue:?}: singleton and sequence are modes set on the builder \
+                     (Builder::queue); set_queue_limits sets concurrency, per_instance and \
+                     rate only: nothing was changed"
                 ),
             });
         }
