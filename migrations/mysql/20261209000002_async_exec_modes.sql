@@ -21,3 +21,15 @@ ALTER TABLE async_req
 -- status by its first 12 characters, to keep the key within InnoDB's 3,072 bytes).
 ALTER TABLE async_req
     ADD INDEX async_req_sequence (application_name, queue_name, partition_key, status(12), id);
+
+-- Trailing debounce (`#[async_exec(debounce = "5s")]`): `debounce_key` names the executor
+-- and partition whose calls merge (a hash); at most one request of a key waits (`init`):
+-- `debounce_waiting` is the key while the request waits and NULL after, with a unique
+-- index on it; a call while one waits replaces its arguments and start (`INSERT .. ON
+-- DUPLICATE KEY UPDATE`) and counts itself in `merged` (0: written by the call).
+ALTER TABLE async_req
+    ADD COLUMN debounce_key VARBINARY(100) NULL,
+    ADD COLUMN merged BIGINT NOT NULL DEFAULT 0,
+    ADD COLUMN debounce_waiting VARBINARY(100) AS
+        (CASE WHEN status = 'init' THEN debounce_key END) PERSISTENT,
+    ADD UNIQUE INDEX async_req_debounce (application_name, debounce_waiting);

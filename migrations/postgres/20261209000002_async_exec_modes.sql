@@ -19,3 +19,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS async_req_singleton
 CREATE INDEX IF NOT EXISTS async_req_sequence
     ON async_req (application_name, queue_name, partition_key, status, id)
     WHERE queue_name <> '';
+
+-- Trailing debounce (`#[async_exec(debounce = "5s")]`): `debounce_key` names the executor
+-- and partition whose calls merge (a hash); at most one request of a key waits (`init`):
+-- a call while one waits replaces its arguments and start (`INSERT .. ON CONFLICT DO
+-- UPDATE` on the index below) and counts itself in `merged` (0: written by the call).
+ALTER TABLE async_req ADD COLUMN IF NOT EXISTS debounce_key TEXT NULL;
+ALTER TABLE async_req ADD COLUMN IF NOT EXISTS merged BIGINT NOT NULL DEFAULT 0;
+
+CREATE UNIQUE INDEX IF NOT EXISTS async_req_debounce
+    ON async_req (application_name, debounce_key)
+    WHERE debounce_key IS NOT NULL AND status = 'init';

@@ -126,7 +126,7 @@ pub use sqlx::Sqlite;
 pub mod __private {
     pub use crate::base::data::DataNeed;
     pub use crate::base::outcome::{Failure, IntoOutcome};
-    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Modes, Registration};
     pub use crate::base::results::{KeepJson, NoJson, ResultOf, ResultSlot};
     pub use crate::base::schedule::Schedule;
     pub use inventory;

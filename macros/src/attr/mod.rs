@@ -30,6 +30,9 @@ mod kw {
     syn::custom_keyword!(cron);
     syn::custom_keyword!(catch_up);
     syn::custom_keyword!(time_zone);
+    syn::custom_keyword!(unique_for);
+    syn::custom_keyword!(debounce);
+    syn::custom_keyword!(debounce_edge);
 }
 
 /// Every key, in the order error messages list them.
@@ -46,6 +49,9 @@ pub(crate) const KEYS: &[&str] = &[
     "cron",
     "catch_up",
     "time_zone",
+    "unique_for",
+    "debounce",
+    "debounce_edge",
     "crate",
 ];
 
@@ -86,6 +92,14 @@ pub(crate) struct Args {
     pub(crate) time_zone: Option<LitStr>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
+    /// `unique_for = "1h"`, in milliseconds: a call whose arguments equal an earlier
+    /// call's within the period gets its request.
+    pub(crate) unique_for_ms: Option<(u64, Span)>,
+    /// `debounce = "5s"`, in milliseconds: a partition's calls within the window become
+    /// one run.
+    pub(crate) debounce_ms: Option<(u64, Span)>,
+    /// `debounce_edge = "leading"` (true) or `"trailing"` (false, the default).
+    pub(crate) debounce_leading: Option<(bool, Span)>,
 }
 
 /// `every = ...` or `cron = ...`, with the span of its value.
@@ -169,6 +183,7 @@ impl Parse for Args {
         let mut catch_up: Option<Option<(bool, Span)>> = None;
         let mut time_zone: Option<Option<LitStr>> = None;
         let mut crate_path = None;
+        let mut modes = ModeSlots::default();
 
         while !input.is_empty() {
             if let Err(e) = parse_one(
@@ -186,6 +201,7 @@ impl Parse for Args {
                 &mut catch_up,
                 &mut time_zone,
                 &mut crate_path,
+                &mut modes,
             ) {
                 return Err(errors.with(e));
             }
@@ -296,6 +312,7 @@ impl Parse for Args {
                 ));
             }
         }
+        check_modes(&mut errors, strategy.as_ref(), &queue, &modes);
         match (errors.0, strategy) {
             (Some(errors), _) => Err(errors),
             (None, Some(strategy)) => Ok(Args {
@@ -311,9 +328,81 @@ impl Parse for Args {
                 catch_up: catch_up.flatten().is_some_and(|(on, _)| on),
                 time_zone: time_zone.flatten(),
                 crate_path: crate_path.flatten(),
+                unique_for_ms: modes.unique_for_ms.flatten(),
+                debounce_ms: modes.debounce_ms.flatten(),
+                debounce_leading: modes.debounce_leading.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
         }
+    }
+}
+
+/// The slots of `unique_for`, `debounce` and `debounce_edge` while parsing.
+#[derive(Default)]
+struct ModeSlots {
+    unique_for_ms: Option<Option<(u64, Span)>>,
+    debounce_ms: Option<Option<(u64, Span)>>,
+    debounce_leading: Option<Option<(bool, Span)>>,
+}
+
+/// What `unique_for = ..` or `debounce = ..` accepts.
+fn period_forms(name: &str) -> &'static str {
+    if name == "unique_for" {
+        "`unique_for` must be a positive whole number of seconds or a string \"<n>ms\", \
+         \"<n>s\", \"<n>m\" or \"<n>h\", at most a year (8784h); write e.g. \
+         unique_for = \"1h\""
+    } else {
+        "`debounce` must be a positive whole number of seconds or a string \"<n>ms\", \
+         \"<n>s\", \"<n>m\" or \"<n>h\", at most a year (8784h); write e.g. \
+         debounce = \"5s\""
+    }
+}
+
+/// Checks `unique_for`, `debounce` and `debounce_edge` against the strategy and queue.
+fn check_modes(
+    errors: &mut Errors,
+    strategy: Option<&Ident>,
+    queue: &Option<Option<LitStr>>,
+    modes: &ModeSlots,
+) {
+    let stored = strategy.is_none_or(|s| QUEUED_STRATEGIES.iter().any(|q| s == q));
+    for (name, slot) in [
+        ("unique_for", &modes.unique_for_ms),
+        ("debounce", &modes.debounce_ms),
+    ] {
+        if let (false, Some(Some((_, span)))) = (stored, slot) {
+            errors.push(syn::Error::new(
+                *span,
+                format!(
+                    "`{name}` merges a call with an earlier call's stored request: `{}` \
+                     stores none to merge with; use type = SaveAsync",
+                    strategy.map(ToString::to_string).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    if let (Some(Some((_, span))), Some(Some(_))) = (&modes.unique_for_ms, &modes.debounce_ms) {
+        errors.push(syn::Error::new(
+            *span,
+            "`unique_for` and `debounce` both say what a later call gets: give one",
+        ));
+    }
+    let leading = matches!(modes.debounce_leading, Some(Some((true, _))));
+    match (&modes.debounce_ms, &modes.debounce_leading) {
+        (None | Some(None), Some(Some((_, span)))) => errors.push(syn::Error::new(
+            *span,
+            "`debounce_edge` says which call of a debounce window runs: give it with \
+             `debounce = \"5s\"`",
+        )),
+        (Some(Some((_, span))), _) if !leading && matches!(queue, None | Some(None)) => errors
+            .push(syn::Error::new(
+                *span,
+                "a trailing `debounce` keeps one waiting request per partition and pushes its \
+                 start to the window's end, which only a queue's claim waits for: name the \
+                 queue, e.g. #[async_exec(type = SaveAsync, queue = \"reindex\", \
+                 partition = account, debounce = \"5s\")], or give debounce_edge = \"leading\"",
+            )),
+        _ => {}
     }
 }
 
@@ -335,9 +424,60 @@ fn parse_one(
     catch_up: &mut Option<Option<(bool, Span)>>,
     time_zone: &mut Option<Option<LitStr>>,
     crate_path: &mut Option<Option<syn::Path>>,
+    modes: &mut ModeSlots,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
-    if lookahead.peek(Token![type]) {
+    if lookahead.peek(kw::unique_for) || lookahead.peek(kw::debounce) {
+        let (name, key_span, slot) = if input.peek(kw::unique_for) {
+            let key: kw::unique_for = input.parse()?;
+            ("unique_for", key.span, &mut modes.unique_for_ms)
+        } else {
+            let key: kw::debounce = input.parse()?;
+            ("debounce", key.span, &mut modes.debounce_ms)
+        };
+        input.parse::<Token![=]>()?;
+        let span = input.span();
+        let forms = period_forms(name);
+        let value = if input.peek(LitStr) {
+            parse_timeout_str(&input.parse()?)
+        } else if input.peek(LitInt) {
+            parse_timeout_int(&input.parse()?)
+        } else {
+            return Err(input.error(forms));
+        };
+        let value = match value {
+            Ok(ms) => Some((ms, span)),
+            Err(e) => {
+                errors.push(syn::Error::new(e.span(), forms));
+                None
+            }
+        };
+        set_once(errors, slot, name, key_span, value);
+    } else if lookahead.peek(kw::debounce_edge) {
+        let key: kw::debounce_edge = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let value: LitStr = input.parse()?;
+        let value = match value.value().as_str() {
+            "leading" => Some((true, value.span())),
+            "trailing" => Some((false, value.span())),
+            _ => {
+                errors.push(syn::Error::new(
+                    value.span(),
+                    "`debounce_edge` is \"trailing\" (the default: the waiting request takes \
+                     the newest call's arguments and runs at the window's end) or \"leading\" \
+                     (the first call runs at once, the later ones of the window get it)",
+                ));
+                None
+            }
+        };
+        set_once(
+            errors,
+            &mut modes.debounce_leading,
+            "debounce_edge",
+            key.span,
+            value,
+        );
+    } else if lookahead.peek(Token![type]) {
         let key: Token![type] = input.parse()?;
         input.parse::<Token![=]>()?;
         let value: Ident = input.parse()?;

@@ -196,7 +196,7 @@ fn unknown_strategy() {
 fn unknown_and_case_sensitive_keys() {
     assert_eq!(
         messages("type = Async, foo = 1 + 2, remark = \"x\""),
-        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, partition, deadline, every, cron, catch_up, time_zone, crate"]
+        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, partition, deadline, every, cron, catch_up, time_zone, unique_for, debounce, debounce_edge, crate"]
     );
     let errs = messages("Type = Async");
     assert_eq!(errs.len(), 2, "{errs:?}");

@@ -288,6 +288,9 @@ pub(crate) struct NewRequest {
     /// The singleton it belongs to (`QueueLimits::singleton`: its queue and partition),
     /// of which at most one request is live; `None`: none.
     pub(crate) singleton: Option<String>,
+    /// The trailing debounce it belongs to (its executor and partition): a call while a
+    /// request of it waits replaces that one's arguments and start; `None`: none.
+    pub(crate) debounce: Option<String>,
     /// Its tags (`Call::tag`), written beside it; mostly none.
     pub(crate) tags: Vec<String>,
     pub(crate) last_error: Option<String>,
@@ -314,6 +317,9 @@ pub(crate) enum Inserted {
     /// A live (waiting or running) request of the same singleton exists
     /// (`QueueLimits::singleton`): nothing was written; this is that request.
     Live(RequestId),
+    /// A request of the same trailing debounce was waiting: it took this call's
+    /// arguments and start; nothing was written besides.
+    Merged(RequestId),
 }
 
 impl Inserted {
@@ -321,7 +327,7 @@ impl Inserted {
     /// `SyncSave` call that ran without a record).
     pub(crate) fn id(self) -> Option<RequestId> {
         match self {
-            Inserted::New(id) | Inserted::Live(id) => Some(id),
+            Inserted::New(id) | Inserted::Live(id) | Inserted::Merged(id) => Some(id),
             Inserted::Existing(id) => id,
         }
     }

@@ -33,6 +33,7 @@ pub(crate) fn new_request(
         queue: "",
         partition: None,
         singleton: None,
+        debounce: None,
         tags: Vec::new(),
         last_error: None,
         trace_json: None,

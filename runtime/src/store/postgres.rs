@@ -40,14 +40,13 @@ pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM statement_timestamp()) * 10
 /// The channel of the wake-ups sent when requests to run now are committed.
 const CHANNEL: &str = "async_exec";
 
-/// How the store's own transaction that writes `request` begins: a singleton's at READ
-/// COMMITTED whatever the server's default, so that an insert that met a holder
-/// committed meanwhile reads it (at REPEATABLE READ it fails with 40001 instead).
+/// How the store's own transaction that writes `request` begins: a singleton's or a
+/// debounce's at READ COMMITTED whatever the server's default, so that an insert that
+/// met a request committed meanwhile reads or merges it (at REPEATABLE READ it fails
+/// with 40001 instead).
 fn singleton_begin(request: &NewRequest) -> Option<&'static str> {
-    request
-        .singleton
-        .as_ref()
-        .map(|_| "BEGIN ISOLATION LEVEL READ COMMITTED")
+    (request.singleton.is_some() || request.debounce.is_some())
+        .then_some("BEGIN ISOLATION LEVEL READ COMMITTED")
 }
 
 /// The first delay before re-connecting a lost listener; it doubles up to [`BACKOFF_MAX`].

@@ -1,4 +1,6 @@
-//! Singletons (`QueueLimits::singleton`): at most one live (waiting or running) request
+//! Singletons (`QueueLimits::singleton`) and trailing debounces (`debounce = ".."`).
+//!
+//! Singletons: at most one live (waiting or running) request
 //! per `singleton_key`, held by a unique index over the live records (migration
 //! `20261209000002_async_exec_modes`). Each backend's insert writes the record unless the
 //! index refuses it (PostgreSQL and SQLite: `ON CONFLICT .. DO NOTHING`; MariaDB: its
@@ -20,6 +22,29 @@ use crate::base::record::{Inserted, NewRequest, RequestId};
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) const ON_CONFLICT: &str = " ON CONFLICT (application_name, singleton_key) \
      WHERE singleton_key IS NOT NULL AND status IN ('init', 'failed', 'running') DO NOTHING";
+
+/// The conflict clause of PostgreSQL's and SQLite's insert of a trailing debounce's
+/// request: a waiting request of the key takes the call's arguments and start, and
+/// counts the call in `merged` (so `RETURNING id, merged` says which happened: 0, the
+/// insert).
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+pub(crate) const ON_CONFLICT_MERGE: &str = " ON CONFLICT (application_name, debounce_key) \
+     WHERE debounce_key IS NOT NULL AND status = 'init' DO UPDATE SET \
+     param_json = excluded.param_json, run_at = excluded.run_at, \
+     update_time = excluded.update_time, merged = async_req.merged + 1";
+
+/// The conflict clause of a request's insert on PostgreSQL and SQLite: a singleton's,
+/// a trailing debounce's, or none.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+pub(crate) fn on_conflict(r: &NewRequest) -> &'static str {
+    if r.singleton.is_some() {
+        ON_CONFLICT
+    } else if r.debounce.is_some() {
+        ON_CONFLICT_MERGE
+    } else {
+        ""
+    }
+}
 
 /// Inserts tried before giving up, each after the holder it met finished.
 pub(crate) const TRIES: usize = 5;
@@ -64,12 +89,13 @@ where
     Ok(row.map(|(id,)| id))
 }
 
-/// What the call gets when the live `id` holds its singleton: that request; a key the
+/// What the call gets when it joined request `joined` (`Inserted::Live`, its singleton's
+/// live one, or `Inserted::Merged`, its debounce's waiting one): that request; a key the
 /// call claimed names it too (a retried call with the key gets it again).
 pub(crate) async fn joined<'q, DB>(
     conn: &mut DB::Connection,
     r: &'q NewRequest,
-    id: RequestId,
+    joined: Inserted,
 ) -> Result<Inserted>
 where
     DB: Backend + HasDialect,
@@ -78,9 +104,9 @@ where
     Option<i64>: Encode<'q, DB> + Type<DB>,
 {
     if r.idempotency_key.is_some() {
-        super::shared::key_assign::<DB>(conn, r, Some(id)).await?;
+        super::shared::key_assign::<DB>(conn, r, joined.id()).await?;
     }
-    Ok(Inserted::Live(id))
+    Ok(joined)
 }
 
 /// The error once [`TRIES`] inserts each met a holder that finished before it was read.

@@ -227,6 +227,7 @@ mod tests {
         data: &[],
         secrets: &[],
         schedule: None,
+        modes: crate::base::registry::Modes::NONE,
         run: |_| Box::pin(async { Ok(()) }),
     };
 
@@ -268,7 +269,7 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) | Inserted::Live(_) => {
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
                     unreachable!("no keys, no singletons")
                 }
             })
@@ -330,7 +331,7 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) | Inserted::Live(_) => {
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
                     unreachable!("no keys, no singletons")
                 }
             })

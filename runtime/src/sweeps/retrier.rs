@@ -97,6 +97,7 @@ mod tests {
         data: &[],
         secrets: &[],
         schedule: None,
+        modes: crate::base::registry::Modes::NONE,
         run: |invocation| {
             RAN.lock().unwrap().extend(invocation.context.request_id);
             Box::pin(async { Ok(()) })
@@ -126,7 +127,7 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) | Inserted::Live(_) => {
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
                     unreachable!("no keys, no singletons")
                 }
             })

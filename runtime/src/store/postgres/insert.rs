@@ -21,17 +21,14 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     // The NOTIFY rides in the same statement (one round trip) and, like the row, is
     // delivered only on commit. A singleton's request is written unless a live one holds
     // its key (nothing is returned then, and nothing notified).
-    let conflict = if r.singleton.is_some() {
-        singleton::ON_CONFLICT
-    } else {
-        ""
-    };
+    let conflict = singleton::on_conflict(r);
     let insert = format!(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at, queue_name, partition_key, singleton_key) \
+         create_time, update_time, deadline_at, queue_name, partition_key, singleton_key, \
+         debounce_key) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, \
-         $17, $18, $19){conflict} RETURNING id"
+         $17, $18, $19, $20){conflict} RETURNING id, merged"
     );
     let payload = r.notify.as_ref().map(|owner| {
         serde_json::to_string(&Wake {
@@ -42,14 +39,14 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     });
     let sql = match payload {
         Some(_) => format!(
-            "WITH inserted AS ({insert}) SELECT id FROM inserted \
-             CROSS JOIN LATERAL (SELECT pg_notify($20, $21)) AS notified"
+            "WITH inserted AS ({insert}) SELECT id, merged FROM inserted \
+             CROSS JOIN LATERAL (SELECT pg_notify($21, $22)) AS notified"
         ),
         None => insert,
     };
     let mut tries = 0;
     let id = loop {
-        let mut query = sqlx::query_as::<_, (i64,)>(&sql)
+        let mut query = sqlx::query_as::<_, (i64, i64)>(&sql)
             .bind(&*r.application_name)
             .bind(r.executor)
             .bind(r.sign)
@@ -68,16 +65,23 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
             .bind(r.deadline_at)
             .bind(r.queue)
             .bind(r.partition.as_deref().unwrap_or(""))
-            .bind(&r.singleton);
+            .bind(&r.singleton)
+            .bind(&r.debounce);
         if let Some(payload) = &payload {
             query = query.bind(CHANNEL).bind(payload);
         }
-        if let Some((id,)) = query.fetch_optional(&mut *conn).await? {
-            break id;
+        match query.fetch_optional(&mut *conn).await? {
+            Some((id, 0)) => break id,
+            Some((id, _)) => {
+                let merged = Inserted::Merged(id);
+                return singleton::joined::<sqlx::Postgres>(conn, r, merged).await;
+            }
+            None => {}
         }
         // A new statement: in READ COMMITTED it sees the holder the insert met.
         if let Some(id) = singleton::holder::<sqlx::Postgres>(&mut *conn, r).await? {
-            return singleton::joined::<sqlx::Postgres>(conn, r, id).await;
+            let live = Inserted::Live(id);
+            return singleton::joined::<sqlx::Postgres>(conn, r, live).await;
         }
         tries += 1;
         if tries == singleton::TRIES {
@@ -274,8 +278,8 @@ fn multi_row_insert(rows: &[&NewRequest]) -> Result<(String, PgArguments)> {
     Ok((sql, arguments))
 }
 
-/// Inserts many requests: those without an idempotency key, tags, a logged attempt or a
-/// singleton with one multi-row statement over arrays (one round trip), the others one by
+/// Inserts many requests: those without an idempotency key, tags, a logged attempt, a
+/// singleton or a debounce with one multi-row statement over arrays (one round trip), the others one by
 /// one; one NOTIFY for the lot. Ids come back in input order.
 pub(super) async fn insert_many(
     conn: &mut PgConnection,
@@ -287,6 +291,7 @@ pub(super) async fn insert_many(
             && requests[i].log.is_none()
             && requests[i].tags.is_empty()
             && requests[i].singleton.is_none()
+            && requests[i].debounce.is_none()
     });
     if !plain.is_empty() {
         let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();

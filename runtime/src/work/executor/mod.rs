@@ -256,6 +256,7 @@ impl Executor {
             queue: def.queue.unwrap_or(""),
             partition: None,
             singleton: None,
+            debounce: None,
             tags: Vec::new(),
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
