@@ -117,6 +117,54 @@ pub(crate) fn check(defs: &[&'static ExecutorDef], plan: &QueuePlan) -> Result<(
 mod tests {
     use super::*;
 
+    /// `def` with `modes`, in `queue`.
+    fn with_modes(
+        def: ExecutorDef,
+        modes: crate::base::registry::Modes,
+        queue: Option<&'static str>,
+    ) -> &'static ExecutorDef {
+        Box::leak(Box::new(ExecutorDef {
+            modes,
+            queue,
+            ..def
+        }))
+    }
+
+    #[test]
+    fn modes_that_cannot_hold_are_refused_at_start() {
+        use crate::base::registry::Modes;
+        use crate::QueueLimits;
+        let plain = || crate::base::registry::tests_support::def_with_secrets("shop::plain", &[]);
+        let secret =
+            crate::base::registry::tests_support::def_with_secrets("shop::card", &["card"]);
+        let unique = Modes {
+            unique_for_ms: Some(1_000),
+            ..Modes::NONE
+        };
+        let trailing = Modes {
+            debounce_ms: Some(1_000),
+            ..Modes::NONE
+        };
+        let leading = Modes {
+            debounce_leading: true,
+            ..trailing
+        };
+        let limits: std::collections::BTreeMap<String, QueueLimits> =
+            [("q".to_string(), QueueLimits::new().singleton())].into();
+        let defs = [
+            with_modes(plain(), unique, None),
+            with_modes(plain(), leading, Some("q")),
+        ];
+        let plan = QueuePlan::new(&defs, &limits).unwrap();
+        check(&defs, &plan).unwrap();
+        let defs = [with_modes(secret, unique, None)];
+        let error = check(&defs, &QueuePlan::new(&defs, &Default::default()).unwrap());
+        assert!(error.unwrap_err().to_string().contains("#[secret]"));
+        let defs = [with_modes(plain(), trailing, Some("q"))];
+        let error = check(&defs, &QueuePlan::new(&defs, &limits).unwrap());
+        assert!(error.unwrap_err().to_string().contains("a singleton"));
+    }
+
     #[test]
     fn a_digest_is_fixed_width_and_parts_do_not_run_together() {
         let one = digest(&["ab", "c"]);
