@@ -16,9 +16,12 @@ use std::time::{Duration, Instant};
 use async_exec::{async_exec, Backend, Data, Outcome, QueueLimits, Runtime, Tx};
 use common::TestDb;
 
-/// The runs: (what, partition, value), with when each started.
+/// A run: what ran, its partition, its value, when it started.
+type Run = (String, String, u64, Instant);
+
+/// The runs.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, String, u64, Instant)>>>);
+struct Seen(Arc<Mutex<Vec<Run>>>);
 
 impl Seen {
     fn push(&self, what: &str, partition: &str, value: u64) {

@@ -365,7 +365,7 @@ fn check_modes(
     queue: &Option<Option<LitStr>>,
     modes: &ModeSlots,
 ) {
-    let stored = strategy.is_none_or(|s| QUEUED_STRATEGIES.iter().any(|q| s == q));
+    let stored = strategy.map_or(true, |s| QUEUED_STRATEGIES.iter().any(|q| s == q));
     for (name, slot) in [
         ("unique_for", &modes.unique_for_ms),
         ("debounce", &modes.debounce_ms),
