@@ -66,7 +66,8 @@ async fn live(db: &TestDb, account: &str) -> i64 {
 
 /// While one waits, the next call of its partition writes nothing and gets its id; the
 /// other partitions are theirs; a batch's second call of a partition gets the first's;
-/// once the request finished (here: went `dead`), a call writes a new one.
+/// once the request finished (here: went `dead`), a call writes a new one, and a replay
+/// of the dead one is refused while the new one lives.
 async fn a_later_call_gets_the_live_request<DB: Backend>(db: TestDb) {
     let runs = Runs::default();
     let rt = builder(&db, &runs)
@@ -100,6 +101,10 @@ async fn a_later_call_gets_the_live_request<DB: Backend>(db: TestDb) {
     let third = reindex("a".into(), 3).on(&rt).await.unwrap();
     assert_eq!(third.outcome, Outcome::Queued);
     assert_ne!(third.id, first.id);
+    assert_eq!(live(&db, "a").await, 1);
+    // A replay of the dead one while the partition has a live one fails on the index.
+    let replayed = rt.retry_now(id).await;
+    assert!(replayed.is_err(), "{replayed:?}");
     assert_eq!(live(&db, "a").await, 1);
     rt.shutdown().await.unwrap();
 }
