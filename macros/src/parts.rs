@@ -216,6 +216,9 @@ pub(crate) fn def_fields(
     let queue = some_or_none(args.queue.as_ref().map(|lit| quote!(#lit)));
     let deadline_ms = some_or_none(args.deadline_ms.map(|(ms, _)| quote!(#ms)));
     let catch_up = args.catch_up;
+    let unique_for_ms = some_or_none(args.unique_for_ms.map(|(ms, _)| quote!(#ms)));
+    let debounce_ms = some_or_none(args.debounce_ms.map(|(ms, _)| quote!(#ms)));
+    let debounce_leading = args.debounce_leading.is_some_and(|(leading, _)| leading);
     let schedule = some_or_none(args.schedule.as_ref().map(|schedule| match schedule {
         attr::ScheduleArg::Every(ms, _) => {
             quote!(#c::__private::Schedule::Every { ms: #ms, catch_up: #catch_up })
@@ -252,6 +255,11 @@ pub(crate) fn def_fields(
         data: &[#(#data_needs),*],
         secrets: &[#(#secrets),*],
         schedule: #schedule,
+        modes: #c::__private::Modes {
+            unique_for_ms: #unique_for_ms,
+            debounce_ms: #debounce_ms,
+            debounce_leading: #debounce_leading,
+        },
     }
 }
 

@@ -67,7 +67,7 @@ pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, QueuePolicy, RequestQuery,
 };
-pub use base::queue::QueueLimits;
+pub use base::queue::{QueueLimits, SequenceFailure};
 pub use base::record::AnnouncedSchedule;
 pub use base::record::{AttemptLog, Progress, Request, RequestId, Status};
 pub use base::record::{ExecutorSign, InstanceInfo};
@@ -126,7 +126,7 @@ pub use sqlx::Sqlite;
 pub mod __private {
     pub use crate::base::data::DataNeed;
     pub use crate::base::outcome::{Failure, IntoOutcome};
-    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Registration};
+    pub use crate::base::registry::{BoxFuture, ExecutorDef, Invocation, Modes, Registration};
     pub use crate::base::results::{KeepJson, NoJson, ResultOf, ResultSlot};
     pub use crate::base::schedule::Schedule;
     pub use inventory;

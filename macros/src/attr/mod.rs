@@ -9,7 +9,10 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Ident, LitInt, LitStr, Token};
 
+mod modes;
 mod values;
+
+use modes::{check_modes, ModeSlots};
 
 pub(crate) use values::find_crate_path;
 use values::{
@@ -30,6 +33,9 @@ mod kw {
     syn::custom_keyword!(cron);
     syn::custom_keyword!(catch_up);
     syn::custom_keyword!(time_zone);
+    syn::custom_keyword!(unique_for);
+    syn::custom_keyword!(debounce);
+    syn::custom_keyword!(debounce_edge);
 }
 
 /// Every key, in the order error messages list them.
@@ -46,6 +52,9 @@ pub(crate) const KEYS: &[&str] = &[
     "cron",
     "catch_up",
     "time_zone",
+    "unique_for",
+    "debounce",
+    "debounce_edge",
     "crate",
 ];
 
@@ -86,6 +95,14 @@ pub(crate) struct Args {
     pub(crate) time_zone: Option<LitStr>,
     /// `crate = "path"`: the path of the facade crate.
     pub(crate) crate_path: Option<syn::Path>,
+    /// `unique_for = "1h"`, in milliseconds: a call whose arguments equal an earlier
+    /// call's within the period gets its request.
+    pub(crate) unique_for_ms: Option<(u64, Span)>,
+    /// `debounce = "5s"`, in milliseconds: a partition's calls within the window become
+    /// one run.
+    pub(crate) debounce_ms: Option<(u64, Span)>,
+    /// `debounce_edge = "leading"` (true) or `"trailing"` (false, the default).
+    pub(crate) debounce_leading: Option<(bool, Span)>,
 }
 
 /// `every = ...` or `cron = ...`, with the span of its value.
@@ -169,6 +186,7 @@ impl Parse for Args {
         let mut catch_up: Option<Option<(bool, Span)>> = None;
         let mut time_zone: Option<Option<LitStr>> = None;
         let mut crate_path = None;
+        let mut modes = ModeSlots::default();
 
         while !input.is_empty() {
             if let Err(e) = parse_one(
@@ -186,6 +204,7 @@ impl Parse for Args {
                 &mut catch_up,
                 &mut time_zone,
                 &mut crate_path,
+                &mut modes,
             ) {
                 return Err(errors.with(e));
             }
@@ -296,6 +315,7 @@ impl Parse for Args {
                 ));
             }
         }
+        check_modes(&mut errors, strategy.as_ref(), &queue, &modes);
         match (errors.0, strategy) {
             (Some(errors), _) => Err(errors),
             (None, Some(strategy)) => Ok(Args {
@@ -311,6 +331,9 @@ impl Parse for Args {
                 catch_up: catch_up.flatten().is_some_and(|(on, _)| on),
                 time_zone: time_zone.flatten(),
                 crate_path: crate_path.flatten(),
+                unique_for_ms: modes.unique_for_ms.flatten(),
+                debounce_ms: modes.debounce_ms.flatten(),
+                debounce_leading: modes.debounce_leading.flatten(),
             }),
             (None, None) => unreachable!("a missing strategy always records an error"),
         }
@@ -335,9 +358,15 @@ fn parse_one(
     catch_up: &mut Option<Option<(bool, Span)>>,
     time_zone: &mut Option<Option<LitStr>>,
     crate_path: &mut Option<Option<syn::Path>>,
+    slots: &mut ModeSlots,
 ) -> syn::Result<()> {
     let lookahead = input.lookahead1();
-    if lookahead.peek(Token![type]) {
+    if lookahead.peek(kw::unique_for)
+        || lookahead.peek(kw::debounce)
+        || lookahead.peek(kw::debounce_edge)
+    {
+        modes::parse_one(input, errors, slots)?;
+    } else if lookahead.peek(Token![type]) {
         let key: Token![type] = input.parse()?;
         input.parse::<Token![=]>()?;
         let value: Ident = input.parse()?;

@@ -196,7 +196,7 @@ fn unknown_strategy() {
 fn unknown_and_case_sensitive_keys() {
     assert_eq!(
         messages("type = Async, foo = 1 + 2, remark = \"x\""),
-        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, partition, deadline, every, cron, catch_up, time_zone, crate"]
+        ["unknown argument `foo`; expected one of: type, remark, name, max_attempts, timeout, queue, partition, deadline, every, cron, catch_up, time_zone, unique_for, debounce, debounce_edge, crate"]
     );
     let errs = messages("Type = Async");
     assert_eq!(errs.len(), 2, "{errs:?}");
@@ -249,4 +249,39 @@ fn syntax_errors_keep_earlier_errors() {
     assert!(errs[1].contains("expected `=`"), "{errs:?}");
     let errs = messages("42");
     assert!(errs[0].starts_with("expected one of"), "{errs:?}");
+}
+
+#[test]
+fn modes_are_parsed_and_checked() {
+    let args = parse(r#"type = SaveAsync, unique_for = "1h""#).unwrap();
+    assert_eq!(args.unique_for_ms.map(|(ms, _)| ms), Some(3_600_000));
+    let args = parse(r#"type = SaveAsync, queue = "index", partition = account, debounce = "5s""#)
+        .unwrap();
+    assert_eq!(args.debounce_ms.map(|(ms, _)| ms), Some(5_000));
+    assert!(args.debounce_leading.is_none());
+    let args = parse(r#"type = SaveAsync, debounce = 2, debounce_edge = "leading""#).unwrap();
+    assert_eq!(args.debounce_ms.map(|(ms, _)| ms), Some(2_000));
+    assert_eq!(
+        args.debounce_leading.map(|(leading, _)| leading),
+        Some(true)
+    );
+    // A trailing debounce needs a queue's claim to wait for its window.
+    assert!(messages(r#"type = SaveAsync, debounce = "5s""#)[0].contains("name the queue"));
+    assert!(messages(r#"type = Async, unique_for = "1h""#)[0].contains("use type = SaveAsync"));
+    assert!(
+        messages(r#"type = SaveAsync, debounce_edge = "leading""#)[0]
+            .contains("give it with `debounce")
+    );
+    assert!(
+        messages(r#"type = SaveAsync, debounce = 1, debounce_edge = "middle""#)[0]
+            .contains("\"trailing\"")
+    );
+    assert!(messages(
+        r#"type = SaveAsync, unique_for = "1h", debounce = 1, debounce_edge = "leading""#
+    )[0]
+    .contains("give one"));
+    for bad in [r#""0s""#, r#""soon""#, "0"] {
+        let errs = messages(&format!("type = SaveAsync, unique_for = {bad}"));
+        assert!(errs[0].contains("`unique_for` must be"), "{bad}: {errs:?}");
+    }
 }

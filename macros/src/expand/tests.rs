@@ -99,6 +99,11 @@ fn expands_the_documented_example() {
                 data: &[::async_exec::__private::DataNeed::of::<Mailer>()],
                 secrets: &[],
                 schedule: ::core::option::Option::None,
+                modes: ::async_exec::__private::Modes {
+                    unique_for_ms: ::core::option::Option::None,
+                    debounce_ms: ::core::option::Option::None,
+                    debounce_leading: false,
+                },
                 run: __async_exec_run,
             };
             ::async_exec::__private::inventory::submit! { ::async_exec::__private::Registration(&__ASYNC_EXEC_DEF) }

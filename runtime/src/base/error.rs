@@ -340,6 +340,20 @@ pub enum Error {
         cause: Box<Error>,
     },
 
+    /// A call in a [`singleton`](crate::QueueLimits::singleton) queue met a live request
+    /// of its partition that finished before it could be read, again and again: requests
+    /// of the partition start and finish very fast. Nothing was written; call again.
+    #[error(
+        "executor `{executor}`: the call's singleton was held by a request that finished \
+         before it could be read, {tries} times in a row; nothing was written: call again"
+    )]
+    SingletonContended {
+        /// The executor called.
+        executor: &'static str,
+        /// How many inserts were tried.
+        tries: usize,
+    },
+
     /// The executor named by a record is not linked into this binary.
     #[error("executor `{0}` is not linked into this binary")]
     UnknownExecutor(String),

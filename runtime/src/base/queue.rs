@@ -38,6 +38,45 @@ pub struct QueueLimits {
     rate: Option<u32>,
     waiting: Option<u32>,
     per_partition: Option<u32>,
+    singleton: bool,
+    sequence: Option<SequenceFailure>,
+}
+
+/// What a failed request of a [`sequence`](QueueLimits::sequence) does to the requests
+/// of its partition called after it.
+///
+/// ```no_run
+/// use async_exec::{QueueLimits, SequenceFailure};
+///
+/// // A ledger's entries of one account in order; a dead entry stops the account's
+/// // later ones until an operator replays or cancels it.
+/// let limits = QueueLimits::new().sequence_on_failure(SequenceFailure::Hold);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SequenceFailure {
+    /// They wait while it retries, and go on once it succeeded or is `dead` (out of
+    /// attempts, a final error) or cancelled.
+    #[default]
+    Wait,
+    /// They wait while it retries, and while it is `dead`: until an operator replays it
+    /// (and it succeeds) or cancels it.
+    Hold,
+    /// They go on while it waits for its retry (it runs again when due, one at a time
+    /// with them): order holds for first attempts only.
+    StepAside,
+}
+
+impl SequenceFailure {
+    /// The statuses of an earlier request of the partition that keep a later one
+    /// waiting.
+    pub(crate) fn blocking(self) -> &'static str {
+        match self {
+            SequenceFailure::Wait => "'init', 'failed', 'running'",
+            SequenceFailure::Hold => "'init', 'failed', 'running', 'dead'",
+            SequenceFailure::StepAside => "'init', 'running'",
+        }
+    }
 }
 
 impl QueueLimits {
@@ -87,6 +126,88 @@ impl QueueLimits {
         self.per_partition
     }
 
+    /// At most one request of each partition of the queue is live (waiting or running),
+    /// over every instance: a `SaveAsync` call while one is writes nothing and gets that
+    /// request's id, with [`Outcome::Live`](crate::Outcome::Live). A unique index over
+    /// the live records holds it, so two instances racing, or two callers' transactions,
+    /// never write two; once the request finishes (succeeds, goes `dead`, is cancelled)
+    /// the next call writes a new one. The requests without a partition share one.
+    ///
+    /// ```no_run
+    /// use async_exec::{async_exec, Outcome, QueueLimits, Runtime};
+    ///
+    /// /// Rebuilds one account's search index from the database: one waiting is enough.
+    /// #[async_exec(type = SaveAsync, queue = "reindex", partition = account)]
+    /// async fn reindex(account: i64) -> anyhow::Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = Runtime::builder()
+    ///     .queue("reindex", QueueLimits::new().singleton())
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// let first = reindex(7).on(&rt).await?;
+    /// let second = reindex(7).on(&rt).await?; // while the first waits or runs
+    /// if second.outcome == Outcome::Live {
+    ///     assert_eq!(second.id, first.id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn singleton(mut self) -> Self {
+        self.singleton = true;
+        self
+    }
+
+    /// The queue's requests of each partition run one at a time, in the order they were
+    /// called (by id: the order their records were written), over every instance: a
+    /// request is claimed only once no request of its partition called before it is
+    /// waiting or running. A failed request keeps the later ones waiting while it
+    /// retries, and lets them go once it is `dead`; see
+    /// [`sequence_on_failure`](Self::sequence_on_failure) for the other choices. Implies
+    /// [`per_partition(1)`](Self::per_partition).
+    ///
+    /// ```no_run
+    /// use async_exec::{async_exec, QueueLimits, Runtime};
+    ///
+    /// /// Applies one change to an account's balance: an account's changes in order.
+    /// #[async_exec(type = SaveAsync, queue = "ledger", partition = account, max_attempts = 5)]
+    /// async fn apply(account: i64, cents: i64) -> anyhow::Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// let rt = Runtime::builder()
+    ///     .queue("ledger", QueueLimits::new().concurrency(16).sequence())
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// apply(7, 500).on(&rt).await?;
+    /// apply(7, -200).on(&rt).await?; // runs after the first has succeeded
+    /// # Ok(()) }
+    /// ```
+    pub fn sequence(self) -> Self {
+        self.sequence_on_failure(SequenceFailure::default())
+    }
+
+    /// A [`sequence`](Self::sequence) in which a failed request does `on_failure` to the
+    /// requests of its partition called after it.
+    pub fn sequence_on_failure(mut self, on_failure: SequenceFailure) -> Self {
+        self.sequence = Some(on_failure);
+        self
+    }
+
+    /// The queue's [`sequence`](Self::sequence), if it is one: what a failure does.
+    pub fn sequence_mode(&self) -> Option<SequenceFailure> {
+        self.sequence
+    }
+
+    /// Whether each partition has at most one live request ([`singleton`](Self::singleton)).
+    pub fn is_singleton(&self) -> bool {
+        self.singleton
+    }
+
     /// At most `n` of the queue's requests start per second, counted over every instance
     /// (a bucket of one second's starts, refilled as time passes: a third-party API's
     /// rate limit).
@@ -129,6 +250,8 @@ impl QueueLimits {
             || self.rate.is_some()
             || self.waiting.is_some()
             || self.per_partition.is_some()
+            || self.singleton
+            || self.sequence.is_some()
     }
 }
 
@@ -170,6 +293,12 @@ pub(crate) fn check(name: &str, limits: &QueueLimits, none_is_error: bool) -> Re
         return fail(format!(
             "queue {name:?} has no limit; give QueueLimits::new().concurrency(n), \
              .per_instance(n), .per_partition(n) or .rate(n), or leave the queue out"
+        ));
+    }
+    if let (Some(_), Some(n @ 2..)) = (limits.sequence, limits.per_partition) {
+        return fail(format!(
+            "queue {name:?}: a sequence runs one request of a partition at a time, so \
+             per_partition({n}) cannot hold; leave per_partition out"
         ));
     }
     if limits.waiting == Some(0) {
@@ -360,6 +489,17 @@ impl QueuePlan {
     /// Whether `executor`'s requests are claimed only through its queue.
     pub(crate) fn is_queued(&self, executor: &str) -> bool {
         !self.queues.is_empty() && self.queues.iter().any(|q| q.executors.contains(&executor))
+    }
+
+    /// The singleton of a request of `queue` in `partition` (`""`: the shared one) when
+    /// the queue is a [`QueueLimits::singleton`]: the queue and the partition, apart.
+    pub(crate) fn singleton_key(&self, queue: &str, partition: &str) -> Option<String> {
+        let queue = self.queues.iter().find(|q| q.name == queue)?;
+        // A queue's name holds no control character ([`check`]): the separator is unique.
+        queue
+            .limits
+            .singleton
+            .then(|| format!("q\u{1f}{}\u{1f}{partition}", queue.name))
     }
 
     /// Whether some executor names `queue`.

@@ -285,6 +285,12 @@ pub(crate) struct NewRequest {
     pub(crate) queue: &'static str,
     /// Its partition of the queue (`Call::partition`); `None`: the queue's shared one.
     pub(crate) partition: Option<String>,
+    /// The singleton it belongs to (`QueueLimits::singleton`: its queue and partition),
+    /// of which at most one request is live; `None`: none.
+    pub(crate) singleton: Option<String>,
+    /// The trailing debounce it belongs to (its executor and partition): a call while a
+    /// request of it waits replaces that one's arguments and start; `None`: none.
+    pub(crate) debounce: Option<String>,
     /// Its tags (`Call::tag`), written beside it; mostly none.
     pub(crate) tags: Vec<String>,
     pub(crate) last_error: Option<String>,
@@ -308,6 +314,23 @@ pub(crate) enum Inserted {
     /// (which may have been deleted since); `None` for the key of a `SyncSave` call whose
     /// body ran at once, without a record.
     Existing(Option<RequestId>),
+    /// A live (waiting or running) request of the same singleton exists
+    /// (`QueueLimits::singleton`): nothing was written; this is that request.
+    Live(RequestId),
+    /// A request of the same trailing debounce was waiting: it took this call's
+    /// arguments and start; nothing was written besides.
+    Merged(RequestId),
+}
+
+impl Inserted {
+    /// The request the insert names: the new one, or the existing one (`None`: a key's
+    /// `SyncSave` call that ran without a record).
+    pub(crate) fn id(self) -> Option<RequestId> {
+        match self {
+            Inserted::New(id) | Inserted::Live(id) | Inserted::Merged(id) => Some(id),
+            Inserted::Existing(id) => id,
+        }
+    }
 }
 
 impl NewRequest {

@@ -51,8 +51,35 @@ pub struct ExecutorDef {
     pub secrets: &'static [&'static str],
     /// `every = ...` or `cron = ...`: the executor is called by itself on this schedule.
     pub schedule: Option<crate::base::schedule::Schedule>,
+    /// `unique_for = ..`, `debounce = ..`: how its calls merge with earlier ones.
+    pub modes: Modes,
     /// Decodes the arguments and runs the body.
     pub run: RunFn,
+}
+
+/// How an executor's calls merge with earlier ones: the attribute's `unique_for` and
+/// `debounce` (see the guide's flow chapter, "Calls that merge").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modes {
+    /// `unique_for = "1h"`, in milliseconds: a call whose arguments equal those of a call
+    /// written within this period gets that call's request.
+    pub unique_for_ms: Option<u64>,
+    /// `debounce = "5s"`, in milliseconds: the calls of one partition within the window
+    /// become one run.
+    pub debounce_ms: Option<u64>,
+    /// `debounce_edge = "leading"`: the first call of a window runs at once and the later
+    /// ones get it; else (trailing) the waiting request takes the newest call's arguments
+    /// and runs at the window's end.
+    pub debounce_leading: bool,
+}
+
+impl Modes {
+    /// No merging: every call writes its own request.
+    pub const NONE: Modes = Modes {
+        unique_for_ms: None,
+        debounce_ms: None,
+        debounce_leading: false,
+    };
 }
 
 impl fmt::Debug for ExecutorDef {
@@ -307,6 +334,7 @@ pub(crate) mod tests_support {
             data: &[],
             secrets,
             schedule: None,
+            modes: Modes::NONE,
             run: never,
         }
     }
@@ -335,6 +363,7 @@ mod tests {
             data: &[],
             secrets: &[],
             schedule: None,
+            modes: Modes::NONE,
             run: never,
         }
     }
@@ -388,6 +417,7 @@ mod data_tests {
         data: &[DataNeed::of::<Mailer>(), DataNeed::of::<Clock>()],
         secrets: &[],
         schedule: None,
+        modes: Modes::NONE,
         run: never,
     };
 

@@ -4,7 +4,8 @@
 //! `submit` (writing the record, then dispatching or running it), transactions (`tx`:
 //! `Tx` and `rt.begin()`; `scope`: `rt.transaction` scopes; `open_tx`: bare calls refused
 //! while a `Tx` is open; `nested`: calls made inside a running body; `cancel`: a cancel
-//! in a transaction, the caller's or a scope's), idempotency `keys`,
+//! in a transaction, the caller's or a scope's), idempotency `keys`, the `modes` that
+//! merge a call with earlier ones,
 //! and the `delayed` in-memory calls.
 
 pub(crate) mod builder;
@@ -12,6 +13,7 @@ pub(crate) mod cancel;
 pub(crate) mod delayed;
 pub(crate) mod hand_over;
 pub(crate) mod keys;
+pub(crate) mod modes;
 pub(crate) mod nested;
 pub(crate) mod open_tx;
 pub(crate) mod quota;

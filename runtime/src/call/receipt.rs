@@ -63,7 +63,9 @@ impl std::fmt::Debug for Submission {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Receipt {
     /// The request record, when one was written; with [`Outcome::Existing`], the request
-    /// the key names (its record may be gone: deleted on success, or by an operator).
+    /// the key names (its record may be gone: deleted on success, or by an operator);
+    /// with [`Outcome::Live`], the live request of the call's singleton; with
+    /// [`Outcome::Debounced`], the waiting request that took the call's arguments.
     pub id: Option<RequestId>,
     /// What happened.
     pub outcome: Outcome,
@@ -83,11 +85,20 @@ impl Receipt {
 pub enum Outcome {
     /// `SaveAsync`: the record is written; it runs after the commit (or its delay).
     Queued,
-    /// The idempotency key is in use and has not expired: nothing was added, and a
-    /// `SyncSave` body did not run. `id` is the request the key names (its record may have
-    /// been deleted since), or `None` when the key is that of a `SyncSave` call whose body
-    /// ran at once (no record).
+    /// The idempotency key is in use and has not expired (a call's `.key(..)`, or the key
+    /// of the executor's `unique_for` or leading `debounce`, over its period): nothing
+    /// was added, and a `SyncSave` body did not run. `id` is the request the key names
+    /// (its record may have been deleted since), or `None` when the key is that of a
+    /// `SyncSave` call whose body ran at once (no record).
     Existing,
+    /// `SaveAsync` in a [`singleton`](crate::QueueLimits::singleton) queue: a request of
+    /// the call's partition is waiting or running, so nothing was added; `id` is that
+    /// request.
+    Live,
+    /// `SaveAsync` of an executor with a trailing `debounce`: a request of the call's
+    /// partition was waiting for its window's end; it took this call's arguments and now
+    /// starts at the end of this call's window. Nothing was added; `id` is that request.
+    Debounced,
     /// `SyncSave`: the body ran at the call and succeeded.
     Ran,
     /// `SyncSave`: the body ran at the call and failed; it is persisted for retry

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::base::error::{Error, Result};
-use crate::base::record::{Inserted, NewRequest};
+use crate::base::record::NewRequest;
 use crate::base::registry::BoxFuture;
 use crate::base::strategy::Strategy;
 use crate::call::cancel::Target;
@@ -244,10 +244,7 @@ impl Scope {
                         }
                         Some(SyncWrite::Failure(request)) => {
                             let inserted = DB::insert_in(tx.raw_conn(), &request).await;
-                            receipt.id = match tx.noting(inserted).map_err(DB::explain)? {
-                                Inserted::New(id) => Some(id),
-                                Inserted::Existing(id) => id,
-                            };
+                            receipt.id = tx.noting(inserted).map_err(DB::explain)?.id();
                         }
                         None => {}
                     }

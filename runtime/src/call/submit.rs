@@ -66,6 +66,7 @@ impl Submission {
         request.now = now;
         request.tags = self.tags.clone();
         request.partition = self.partition.clone();
+        self.merge_keys(inner.claimer.queue_plan(), &mut request);
         request.deadline_at = self
             .deadline
             .map(|deadline| now.saturating_add(deadline.as_millis() as i64));
@@ -240,12 +241,14 @@ impl<DB: Backend> Writer for Tx<DB> {
 impl Inner {
     /// Seals the `#[secret]` arguments of `call`: every call passes here (alone, in a
     /// transaction, in a batch or a scope) before it runs or is written, so its record,
-    /// and a `SyncSave`/`AsyncSave` failure record, never holds them in plaintext.
+    /// and a `SyncSave`/`AsyncSave` failure record, never holds them in plaintext. A
+    /// trailing debounce's window becomes its delay here too.
     pub(crate) fn seal(&self, call: &mut Submission) -> Result<()> {
         if !call.sealed && !call.def.secrets.is_empty() {
             call.params = self.settings.secrets.seal(call.def, &call.params)?.into();
         }
         call.sealed = true;
+        call.apply_debounce_delay();
         Ok(())
     }
 
@@ -325,6 +328,8 @@ impl Inner {
                         Ok(Receipt::new(Some(id), Outcome::Queued))
                     }
                     Ok(Inserted::Existing(id)) => Ok(Receipt::new(id, Outcome::Existing)),
+                    Ok(Inserted::Live(id)) => Ok(Receipt::new(Some(id), Outcome::Live)),
+                    Ok(Inserted::Merged(id)) => Ok(Receipt::new(Some(id), Outcome::Debounced)),
                     Err(error) if self.may_degrade(&call, writer.in_transaction(), &error) => {
                         crate::log::error!(executor = call.def.name, error = %crate::log::escaped(&error),
                             "could not persist the request: running it in memory only; a crash now loses it");
@@ -370,10 +375,7 @@ impl Inner {
                             .as_ref()
                             .and_then(|l| l.error.clone())
                             .unwrap_or_default();
-                        let id = match writer.insert(self, &request).await? {
-                            Inserted::New(id) => Some(id),
-                            Inserted::Existing(id) => id,
-                        };
+                        let id = writer.insert(self, &request).await?.id();
                         Ok(Receipt::new(id, Outcome::Deferred { error }))
                     }
                 }
@@ -502,6 +504,8 @@ impl Inner {
                         Receipt::new(Some(id), Outcome::Queued)
                     }
                     Inserted::Existing(id) => Receipt::new(id, Outcome::Existing),
+                    Inserted::Live(id) => Receipt::new(Some(id), Outcome::Live),
+                    Inserted::Merged(id) => Receipt::new(Some(id), Outcome::Debounced),
                 });
             }
             writer.after_commit(self, jobs).await;

@@ -332,6 +332,7 @@ mod tests {
         data: &[],
         secrets: &[],
         schedule: None,
+        modes: crate::base::registry::Modes::NONE,
         run: |_| Box::pin(async { Ok(()) }),
     };
 

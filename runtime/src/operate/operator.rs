@@ -103,8 +103,10 @@ impl Runtime {
     /// trail as `queue-limits` by `actor`. Refused for a queue that no executor names (of
     /// this binary, or of a service that started on this database), for limits of 0
     /// or above 100,000, and for limits with
-    /// [`max_waiting`](crate::QueueLimits::max_waiting), a quota set on the builder only
-    /// (nothing is changed then).
+    /// [`max_waiting`](crate::QueueLimits::max_waiting) or
+    /// [`singleton`](crate::QueueLimits::singleton) or
+    /// [`sequence`](crate::QueueLimits::sequence), set on the builder only (nothing is
+    /// changed then).
     ///
     /// ```no_run
     /// # async fn demo(rt: async_exec::Runtime) -> async_exec::Result<()> {
@@ -128,6 +130,16 @@ impl Runtime {
                 setting: "queue",
                 reason: format!(
                     "queue {queue:?}: max_waiting ({waiting}) is a quota set on the builder \
+                     (Builder::queue); set_queue_limits sets concurrency, per_instance and \
+                     rate only: nothing was changed"
+                ),
+            });
+        }
+        if limits.is_singleton() || limits.sequence_mode().is_some() {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "queue {queue:?}: singleton and sequence are modes set on the builder \
                      (Builder::queue); set_queue_limits sets concurrency, per_instance and \
                      rate only: nothing was changed"
                 ),

@@ -164,6 +164,7 @@ impl Runtime {
         let schedules: crate::runtime::ticker::Schedules =
             crate::runtime::ticker::scheduled(&defs)?.into();
         let queues = crate::base::queue::QueuePlan::new(&defs, &settings.queues)?;
+        crate::call::modes::check(&defs, &queues)?;
         if settings.enabled {
             let workers = settings.run_workers || settings.test_mode.is_some();
             data.check(registry.defs(), |def| {

@@ -37,6 +37,9 @@ pub(crate) struct QueueCap<'a> {
     /// Running at once in each partition of the queue (`partition_key`), over every
     /// instance.
     pub(crate) per_partition: Option<i64>,
+    /// The queue is a sequence (`QueueLimits::sequence`): a record is a candidate only
+    /// once no earlier one of its partition blocks it ([`in_sequence`]).
+    pub(crate) sequence: Option<crate::base::queue::SequenceFailure>,
 }
 
 /// A queue's row as a claim reads it (under its lock): the limits set while running, and
@@ -80,6 +83,26 @@ impl From<QueueRowColumns> for QueueRow {
             tokens,
             refilled_at,
         }
+    }
+}
+
+/// The condition a waiting record of a sequence's queue meets to be a candidate of its
+/// claim (appended to the candidate read, whose table is `async_req` unaliased): no
+/// record of its partition written before it (a smaller id) is in a status that
+/// blocks it ([`SequenceFailure::blocking`](crate::base::queue::SequenceFailure)). The
+/// `queue_name <> ''` term names the predicate of the index it seeks
+/// (`async_req_sequence`); `""` outside a sequence.
+pub(crate) fn in_sequence(sequence: Option<crate::base::queue::SequenceFailure>) -> String {
+    match sequence {
+        None => String::new(),
+        Some(on_failure) => format!(
+            " AND NOT EXISTS (SELECT 1 FROM async_req e WHERE e.queue_name <> '' \
+             AND e.application_name = async_req.application_name \
+             AND e.queue_name = async_req.queue_name \
+             AND e.partition_key = async_req.partition_key \
+             AND e.status IN ({}) AND e.id < async_req.id)",
+            on_failure.blocking()
+        ),
     }
 }
 
@@ -159,7 +182,11 @@ impl QueueCap<'_> {
             concurrency: row.concurrency.or(self.concurrency),
             per_instance: row.per_instance.or(self.per_instance),
             rate: row.rate.or(self.rate),
-            per_partition: row.per_partition.or(self.per_partition),
+            // A sequence runs one of a partition at a time, whatever the row says.
+            per_partition: match self.sequence {
+                Some(_) => Some(1),
+                None => row.per_partition.or(self.per_partition),
+            },
             ..self
         }
     }
@@ -257,6 +284,7 @@ mod tests {
             per_instance,
             rate,
             per_partition: None,
+            sequence: None,
         }
     }
 

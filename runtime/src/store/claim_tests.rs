@@ -32,7 +32,7 @@ async fn a_claim_returns_every_column_as_written(store: &dyn Store) {
     for request in &written {
         match store.request_insert(request).await.unwrap() {
             Inserted::New(id) => ids.push(id),
-            Inserted::Existing(id) => panic!("a new key, yet {id:?} existed"),
+            other => panic!("a new key, no singleton, yet {other:?}"),
         }
     }
     let stale = DueKind::Stale { older_than: 0 };

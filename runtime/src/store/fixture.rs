@@ -32,6 +32,8 @@ pub(crate) fn new_request(
         deadline_at: None,
         queue: "",
         partition: None,
+        singleton: None,
+        debounce: None,
         tags: Vec::new(),
         last_error: None,
         trace_json: None,

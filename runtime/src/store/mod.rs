@@ -47,6 +47,7 @@ mod records;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 mod shared;
+mod singleton;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

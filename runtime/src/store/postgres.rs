@@ -40,6 +40,15 @@ pub(super) const DB_NOW: &str = "(EXTRACT(EPOCH FROM statement_timestamp()) * 10
 /// The channel of the wake-ups sent when requests to run now are committed.
 const CHANNEL: &str = "async_exec";
 
+/// How the store's own transaction that writes `request` begins: a singleton's or a
+/// debounce's at READ COMMITTED whatever the server's default, so that an insert that
+/// met a request committed meanwhile reads or merges it (at REPEATABLE READ it fails
+/// with 40001 instead).
+fn singleton_begin(request: &NewRequest) -> Option<&'static str> {
+    (request.singleton.is_some() || request.debounce.is_some())
+        .then_some("BEGIN ISOLATION LEVEL READ COMMITTED")
+}
+
 /// The first delay before re-connecting a lost listener; it doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 
@@ -281,14 +290,15 @@ impl Store for PostgresStore {
     }
 
     async fn request_insert(&self, request: &NewRequest) -> Result<Inserted> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
+        let mut tx = crate::store::begin::begin_whole(&self.pool, singleton_begin(request)).await?;
         let inserted = insert_request(&mut tx, request).await?;
         tx.commit().await?;
         Ok(inserted)
     }
 
     async fn request_insert_many(&self, requests: &[NewRequest]) -> Result<Vec<Inserted>> {
-        let mut tx = crate::store::begin::begin_whole(&self.pool, None).await?;
+        let begin = requests.iter().find_map(singleton_begin);
+        let mut tx = crate::store::begin::begin_whole(&self.pool, begin).await?;
         let inserted = <Postgres as BackendOps>::insert_many_in(&mut tx, requests).await?;
         tx.commit().await?;
         Ok(inserted)

@@ -45,7 +45,7 @@ async fn insert(store: &dyn Store, application: &Arc<str>, n: usize) -> Vec<Requ
         .into_iter()
         .map(|i| match i {
             Inserted::New(id) => id,
-            Inserted::Existing(id) => panic!("no key, yet {id:?} existed"),
+            other => panic!("no key, no singleton, yet {other:?}"),
         })
         .collect()
 }

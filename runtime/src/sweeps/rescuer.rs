@@ -227,6 +227,7 @@ mod tests {
         data: &[],
         secrets: &[],
         schedule: None,
+        modes: crate::base::registry::Modes::NONE,
         run: |_| Box::pin(async { Ok(()) }),
     };
 
@@ -268,7 +269,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         let (expiring, last_attempt, live, unknown) = (ids[0], ids[1], ids[2], ids[3]);
@@ -328,7 +331,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         claim(&**store, &ids, "gone", 1).await;

@@ -105,6 +105,7 @@ mod tests {
         data: &[],
         secrets: &[],
         schedule: None,
+        modes: crate::base::registry::Modes::NONE,
         run: |invocation| {
             RAN.lock().unwrap().extend(invocation.context.request_id);
             Box::pin(async { Ok(()) })
@@ -134,7 +135,9 @@ mod tests {
             .into_iter()
             .map(|inserted| match inserted {
                 Inserted::New(id) => id,
-                Inserted::Existing(_) => unreachable!("no keys"),
+                Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
+                    unreachable!("no keys, no singletons")
+                }
             })
             .collect();
         let (due, later) = (ids[0], ids[1]);

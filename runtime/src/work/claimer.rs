@@ -163,7 +163,11 @@ impl Claimer {
             concurrency: limits.concurrency_limit().map(i64::from),
             per_instance: limits.per_instance_limit().map(i64::from),
             rate: limits.rate_limit().map(i64::from),
-            per_partition: limits.per_partition_limit().map(i64::from),
+            per_partition: match limits.sequence_mode() {
+                Some(_) => Some(1),
+                None => limits.per_partition_limit().map(i64::from),
+            },
+            sequence: limits.sequence_mode(),
         };
         // Under a limit over every queue, every claim keeps it first; the executors in no
         // queue keep it alone.

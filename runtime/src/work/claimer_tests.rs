@@ -29,7 +29,9 @@ async fn what_a_claim_without_answer_took_is_handed_back(store: Arc<dyn Store>) 
         .into_iter()
         .map(|inserted| match inserted {
             Inserted::New(id) => id,
-            Inserted::Existing(_) => unreachable!("no keys"),
+            Inserted::Existing(_) | Inserted::Live(_) | Inserted::Merged(_) => {
+                unreachable!("no keys, no singletons")
+            }
         })
         .collect();
     let (taken, held) = (ids[0], ids[1]);

@@ -120,6 +120,8 @@ struct PartitionRoom {
     /// The queue's row, and the partition its last claim served last.
     queue: String,
     after: Option<String>,
+    /// The candidate read's condition of a sequence (`claim::in_sequence`), or `""`.
+    sequence: String,
 }
 
 /// The running requests of each partition of the claim's queue.
@@ -157,6 +159,7 @@ async fn partition_room(
         per_partition,
         queue: String::new(),
         after: None,
+        sequence: String::new(),
     })
 }
 
@@ -273,6 +276,7 @@ impl MySqlStore {
             let mut room = partition_room(&mut tx, p, cap.per_partition).await?;
             room.after = row.turn_after.clone();
             room.queue = cap.name.to_string();
+            room.sequence = crate::store::claim::in_sequence(cap.sequence);
             turns = Some(room);
             if limit <= 0 {
                 write_bucket(&mut tx, p, bucket, 0).await?;
@@ -299,11 +303,12 @@ impl MySqlStore {
             }
             _ => String::new(),
         };
+        let sequence = turns.as_ref().map_or("", |room| room.sequence.as_str());
         let select = |condition: &str| {
             format!(
                 "SELECT id, partition_key, priority, run_at FROM async_req \
                  WHERE application_name = ? AND queue_name = ? \
-                 AND {condition} AND executor IN ({executors}){skip}{not_full} AND {open} \
+                 AND {condition} AND executor IN ({executors}){skip}{not_full}{sequence} AND {open} \
                  ORDER BY priority DESC, run_at, id LIMIT ?"
             )
         };

@@ -111,6 +111,7 @@ pub(super) async fn claim_due(
                 queue: cap.name,
                 per_partition: cap.per_partition,
                 after: row.turn_after.as_deref(),
+                sequence: cap.sequence,
             };
             let rows = claim_taking_turns(&mut tx, p, turns, plan.slots).await?;
             if let Some(tokens) = plan.tokens_after(rows.len()) {
@@ -299,13 +300,14 @@ async fn claim_taking_turns(
     } else {
         " AND NOT ((sign || ':' || executor) = ANY($6))"
     };
+    let sequence = crate::store::claim::in_sequence(turns.sequence);
     // Each status read in index order (as the claim without partitions), then merged.
     let branch = |status: &str| {
         format!(
             "SELECT * FROM (SELECT id, partition_key, priority, run_at FROM async_req \
              WHERE application_name = $1 AND queue_name = $2 AND status = '{status}' \
              AND run_at <= {DB_NOW} AND executor = ANY($3) \
-             AND NOT (partition_key = ANY($4)){skip} AND {open} \
+             AND NOT (partition_key = ANY($4)){skip}{sequence} AND {open} \
              ORDER BY priority DESC, run_at, id LIMIT $5) AS {status}"
         )
     };
@@ -365,4 +367,6 @@ struct Turns<'a> {
     per_partition: Option<i64>,
     /// The partition the last claim served last.
     after: Option<&'a str>,
+    /// The queue is a sequence: its candidates are the first of their partitions.
+    sequence: Option<crate::base::queue::SequenceFailure>,
 }

@@ -8,7 +8,7 @@ use sqlx::{Arguments as _, PgConnection};
 use super::{keys, Wake, CHANNEL};
 use crate::base::error::Result;
 use crate::base::record::{AttemptLog, Inserted, NewRequest};
-use crate::store::KeyClaim;
+use crate::store::{singleton, KeyClaim};
 
 pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> Result<Inserted> {
     // A key is claimed first, in the same transaction: a concurrent transaction holding
@@ -19,12 +19,17 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
         }
     }
     // The NOTIFY rides in the same statement (one round trip) and, like the row, is
-    // delivered only on commit.
-    const INSERT: &str = "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
+    // delivered only on commit. A singleton's request is written unless a live one holds
+    // its key (nothing is returned then, and nothing notified).
+    let conflict = singleton::on_conflict(r);
+    let insert = format!(
+        "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at, queue_name, partition_key) \
+         create_time, update_time, deadline_at, queue_name, partition_key, singleton_key, \
+         debounce_key) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, \
-         $17, $18) RETURNING id";
+         $17, $18, $19, $20){conflict} RETURNING id, merged"
+    );
     let payload = r.notify.as_ref().map(|owner| {
         serde_json::to_string(&Wake {
             app: &r.application_name,
@@ -34,34 +39,55 @@ pub(super) async fn insert_request(conn: &mut PgConnection, r: &NewRequest) -> R
     });
     let sql = match payload {
         Some(_) => format!(
-            "WITH inserted AS ({INSERT}) SELECT id FROM inserted \
-             CROSS JOIN LATERAL (SELECT pg_notify($19, $20)) AS notified"
+            "WITH inserted AS ({insert}) SELECT id, merged FROM inserted \
+             CROSS JOIN LATERAL (SELECT pg_notify($21, $22)) AS notified"
         ),
-        None => INSERT.to_string(),
+        None => insert,
     };
-    let mut query = sqlx::query_as::<_, (i64,)>(&sql)
-        .bind(&*r.application_name)
-        .bind(r.executor)
-        .bind(r.sign)
-        .bind(r.strategy)
-        .bind(r.status.as_str())
-        .bind(r.exec_count)
-        .bind(r.max_attempts)
-        .bind(&*r.param_json)
-        .bind(r.remark)
-        .bind(&r.idempotency_key)
-        .bind(r.priority)
-        .bind(r.run_at)
-        .bind(&r.last_error)
-        .bind(&r.trace_json)
-        .bind(r.now)
-        .bind(r.deadline_at)
-        .bind(r.queue)
-        .bind(r.partition.as_deref().unwrap_or(""));
-    if let Some(payload) = payload {
-        query = query.bind(CHANNEL).bind(payload);
-    }
-    let (id,) = query.fetch_one(&mut *conn).await?;
+    let mut tries = 0;
+    let id = loop {
+        let mut query = sqlx::query_as::<_, (i64, i64)>(&sql)
+            .bind(&*r.application_name)
+            .bind(r.executor)
+            .bind(r.sign)
+            .bind(r.strategy)
+            .bind(r.status.as_str())
+            .bind(r.exec_count)
+            .bind(r.max_attempts)
+            .bind(&*r.param_json)
+            .bind(r.remark)
+            .bind(&r.idempotency_key)
+            .bind(r.priority)
+            .bind(r.run_at)
+            .bind(&r.last_error)
+            .bind(&r.trace_json)
+            .bind(r.now)
+            .bind(r.deadline_at)
+            .bind(r.queue)
+            .bind(r.partition.as_deref().unwrap_or(""))
+            .bind(&r.singleton)
+            .bind(&r.debounce);
+        if let Some(payload) = &payload {
+            query = query.bind(CHANNEL).bind(payload);
+        }
+        match query.fetch_optional(&mut *conn).await? {
+            Some((id, 0)) => break id,
+            Some((id, _)) => {
+                let merged = Inserted::Merged(id);
+                return singleton::joined::<sqlx::Postgres>(conn, r, merged).await;
+            }
+            None => {}
+        }
+        // A new statement: in READ COMMITTED it sees the holder the insert met.
+        if let Some(id) = singleton::holder::<sqlx::Postgres>(&mut *conn, r).await? {
+            let live = Inserted::Live(id);
+            return singleton::joined::<sqlx::Postgres>(conn, r, live).await;
+        }
+        tries += 1;
+        if tries == singleton::TRIES {
+            return Err(singleton::contended(r));
+        }
+    };
     if r.idempotency_key.is_some() {
         crate::store::shared::key_assign::<sqlx::Postgres>(&mut *conn, r, Some(id)).await?;
     }
@@ -252,9 +278,9 @@ fn multi_row_insert(rows: &[&NewRequest]) -> Result<(String, PgArguments)> {
     Ok((sql, arguments))
 }
 
-/// Inserts many requests: those without an idempotency key, tags or a logged attempt with
-/// one multi-row statement over arrays (one round trip), the others one by one; one
-/// NOTIFY for the lot. Ids come back in input order.
+/// Inserts many requests: those without an idempotency key, tags, a logged attempt, a
+/// singleton or a debounce with one multi-row statement over arrays (one round trip), the others one by
+/// one; one NOTIFY for the lot. Ids come back in input order.
 pub(super) async fn insert_many(
     conn: &mut PgConnection,
     requests: &[NewRequest],
@@ -264,6 +290,8 @@ pub(super) async fn insert_many(
         requests[i].idempotency_key.is_none()
             && requests[i].log.is_none()
             && requests[i].tags.is_empty()
+            && requests[i].singleton.is_none()
+            && requests[i].debounce.is_none()
     });
     if !plain.is_empty() {
         let rows: Vec<&NewRequest> = plain.iter().map(|&i| &requests[i]).collect();

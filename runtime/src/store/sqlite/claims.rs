@@ -143,7 +143,7 @@ async fn claim_queue(
     let (rows, last) = claim_taking_turns(
         &mut tx,
         p,
-        cap.per_partition,
+        (cap.per_partition, cap.sequence),
         row.turn_after.as_deref(),
         plan.slots,
     )
@@ -251,7 +251,7 @@ async fn claim_up_to(
 async fn claim_taking_turns(
     conn: &mut SqliteConnection,
     p: &ClaimDue<'_>,
-    per_partition: Option<i64>,
+    (per_partition, sequence): (Option<i64>, Option<crate::base::queue::SequenceFailure>),
     after: Option<&str>,
     slots: i64,
 ) -> Result<(Vec<SqliteRow>, Option<String>)> {
@@ -286,9 +286,10 @@ async fn claim_taking_turns(
         "SELECT id, partition_key FROM async_req WHERE application_name = ?1 \
          AND queue_name = ?2 AND status IN ('init', 'failed') AND run_at <= {DB_NOW} \
          AND executor IN (SELECT value FROM json_each(?3)) \
-         AND partition_key NOT IN (SELECT value FROM json_each(?4)){skip} AND {open} \
+         AND partition_key NOT IN (SELECT value FROM json_each(?4)){skip}{sequence} AND {open} \
          ORDER BY priority DESC, run_at, id LIMIT ?5",
         open = crate::store::claim::before_deadline(DB_NOW),
+        sequence = crate::store::claim::in_sequence(sequence),
         skip = if p.skip.is_empty() {
             ""
         } else {

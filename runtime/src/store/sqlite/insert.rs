@@ -10,7 +10,7 @@ use sqlx::{Arguments as _, Sqlite, SqliteConnection};
 use super::keys;
 use crate::base::error::Result;
 use crate::base::record::{AttemptLog, Inserted, NewRequest};
-use crate::store::KeyClaim;
+use crate::store::{singleton, KeyClaim};
 
 /// The columns a new request writes, in the order of [`values`].
 const COLUMNS: &str = "application_name, executor, sign, strategy, status, exec_count, \
@@ -149,22 +149,44 @@ pub(super) async fn insert_request(
     written
 }
 
-/// Writes the request (its key claimed), names it in its key, writes its attempt log.
+/// Writes the request (its key claimed), names it in its key, writes its attempt log; a
+/// singleton's request is written unless a live one holds its key (that one is returned).
 async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<Inserted> {
-    let mut arguments = SqliteArguments::default();
-    for value in values(r) {
-        value.bind(&mut arguments)?;
-    }
-    let done = sqlx::query_with(
+    let conflict = singleton::on_conflict(r);
+    let sql = format!(
         "INSERT INTO async_req (application_name, executor, sign, strategy, status, exec_count, \
          max_attempts, param_json, remark, idempotency_key, priority, run_at, last_error, trace_json, \
-         create_time, update_time, deadline_at, queue_name, partition_key) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        arguments,
-    )
-    .execute(&mut *conn)
-    .await?;
-    let id = done.last_insert_rowid();
+         create_time, update_time, deadline_at, queue_name, partition_key, singleton_key, \
+         debounce_key) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){conflict} \
+         RETURNING id, merged"
+    );
+    let mut tries = 0;
+    let id = loop {
+        let mut arguments = SqliteArguments::default();
+        for value in values(r) {
+            value.bind(&mut arguments)?;
+        }
+        Value::text(r.singleton.as_deref()).bind(&mut arguments)?;
+        Value::text(r.debounce.as_deref()).bind(&mut arguments)?;
+        let written: Option<(i64, i64)> = sqlx::query_as_with(&sql, arguments)
+            .fetch_optional(&mut *conn)
+            .await?;
+        match written {
+            Some((id, 0)) => break id,
+            Some((id, _)) => {
+                return singleton::joined::<Sqlite>(conn, r, Inserted::Merged(id)).await;
+            }
+            None => {}
+        }
+        if let Some(id) = singleton::holder::<Sqlite>(&mut *conn, r).await? {
+            return singleton::joined::<Sqlite>(conn, r, Inserted::Live(id)).await;
+        }
+        tries += 1;
+        if tries == singleton::TRIES {
+            return Err(singleton::contended(r));
+        }
+    };
     if r.idempotency_key.is_some() {
         crate::store::shared::key_assign::<Sqlite>(&mut *conn, r, Some(id)).await?;
     }
@@ -181,8 +203,8 @@ async fn write_request(conn: &mut SqliteConnection, r: &NewRequest) -> Result<In
     Ok(Inserted::New(id))
 }
 
-/// Inserts many requests: those without an idempotency key, tags or a logged attempt in
-/// multi-row statements, the others one by one. Ids come back in input order.
+/// Inserts many requests: those without an idempotency key, tags, a logged attempt, a
+/// singleton or a debounce in multi-row statements, the others one by one. Ids come back in input order.
 pub(super) async fn insert_many(
     conn: &mut SqliteConnection,
     requests: &[NewRequest],
@@ -192,6 +214,8 @@ pub(super) async fn insert_many(
         requests[i].idempotency_key.is_none()
             && requests[i].log.is_none()
             && requests[i].tags.is_empty()
+            && requests[i].singleton.is_none()
+            && requests[i].debounce.is_none()
     });
     for chunk in plain.chunks(INSERT_CHUNK) {
         let rows: Vec<[Value<'_>; WIDTH]> = chunk.iter().map(|&i| values(&requests[i])).collect();

@@ -255,6 +255,8 @@ impl Executor {
             deadline_at: None,
             queue: def.queue.unwrap_or(""),
             partition: None,
+            singleton: None,
+            debounce: None,
             tags: Vec::new(),
             last_error: None,
             trace_json: trace.map(TraceContext::to_json),
