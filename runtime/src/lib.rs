@@ -62,6 +62,8 @@ pub use base::data::Data;
 pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::flow::{PartitionFlow, QueueFlow};
+pub use base::partition::{PartitionSettings, Period, Rate};
+pub use operate::partitions::PartitionEntry;
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
 pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,

@@ -44,6 +44,10 @@ pub struct PartitionFlow {
     /// When the longest-waiting of them became due (unix ms, the database's clock), if
     /// any waits.
     pub oldest_due: Option<i64>,
-    /// Whether it runs as many as the per-partition limit lets it.
+    /// Whether it runs as many as its limit lets it (its own concurrency, else the
+    /// queue's per-partition limit).
     pub at_limit: bool,
+    /// Its own settings ([`Runtime::set_partition`](crate::Runtime::set_partition)), if
+    /// it has any: what is not set is the queue's.
+    pub settings: Option<crate::PartitionSettings>,
 }

@@ -129,6 +129,17 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
             per_instance,
             rate,
         } => commands::queue_limits(&rt, &queue, (concurrency, per_instance, rate)).await,
+        Command::Partition {
+            queue,
+            partition,
+            weight,
+            concurrency,
+            rate,
+            clear,
+        } => {
+            commands::partition(&rt, &queue, &partition, (weight, concurrency, rate), clear)
+                .await
+        }
         Command::Policy(policy) => commands::policy(&rt, policy).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
         Command::Schedules { next } => schedules::schedules(&rt, usize::from(next)).await,

@@ -42,6 +42,7 @@ mod limiter;
 mod login;
 mod overview;
 mod pages;
+mod partitions;
 mod policies;
 mod reads;
 mod views;

@@ -9,11 +9,13 @@
 //! One trait per kind of statement, each in its module, all gathered in [`OpsStore`]:
 //! [`requests`] (pages, counts and actions on what a query matches), [`stats`] (counts
 //! and per-minute series), [`controls`] (pauses, queue policies, quotas), [`lifecycle`]
-//! (progress, results, stops, deadlines, orphans) and [`audit`].
+//! (progress, results, stops, deadlines, orphans), [`partitions`] (partitions' own
+//! settings) and [`audit`].
 
 mod audit;
 mod controls;
 mod lifecycle;
+mod partitions;
 mod requests;
 mod stats;
 
@@ -22,6 +24,7 @@ pub(crate) use controls::{ControlOps, QuotaReserve};
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
+pub(crate) use partitions::PartitionOps;
 pub(crate) use requests::{act_batch, RequestOps};
 pub(crate) use stats::StatOps;
 
@@ -30,7 +33,7 @@ use super::sql::SqlRunner;
 /// The operators' statements, written once over a backend's [`SqlRunner`]: every
 /// backend implements `OpsStore` with nothing but its runner.
 pub(crate) trait OpsStore:
-    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps
+    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + PartitionOps
 {
 }
 

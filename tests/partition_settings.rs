@@ -1,0 +1,408 @@
+//! Issue 30, items 2 and 3: a partition's own settings, in the database and changeable
+//! while running (`rt.set_partition`): its weight in the queue's turns (a tenant of weight
+//! 3 gets about three starts for one of a tenant of weight 1 when both wait), its own
+//! limit of running requests (in place of the queue's per_partition, with or without
+//! one) and its own rate over a period, each held over two instances; what is absurd is
+//! refused, and every change is audited.
+#![allow(clippy::extra_unused_type_parameters)] // every test takes the backend, used or not
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_exec::{async_exec, batch, Backend, Data, PartitionSettings, QueueLimits, Rate, Runtime};
+use common::TestDb;
+
+/// Bodies running now and the most seen at once, by partition, and every start in order
+/// with its time.
+#[derive(Clone, Default)]
+struct History(Arc<Mutex<Seen>>);
+
+#[derive(Default)]
+struct Seen {
+    running: HashMap<String, usize>,
+    most: HashMap<String, usize>,
+    starts: Vec<(String, Instant)>,
+    ended: usize,
+}
+
+impl History {
+    async fn run(&self, partition: &str, work: Duration) {
+        {
+            let mut seen = self.0.lock().unwrap();
+            let running = seen.running.entry(partition.to_string()).or_default();
+            *running += 1;
+            let now = *running;
+            let most = seen.most.entry(partition.to_string()).or_default();
+            *most = (*most).max(now);
+            seen.starts.push((partition.to_string(), Instant::now()));
+        }
+        tokio::time::sleep(work).await;
+        let mut seen = self.0.lock().unwrap();
+        *seen.running.get_mut(partition).unwrap() -= 1;
+        seen.ended += 1;
+    }
+
+    fn most(&self, partition: &str) -> usize {
+        self.0.lock().unwrap().most.get(partition).copied().unwrap_or(0)
+    }
+
+    fn starts(&self) -> Vec<(String, Instant)> {
+        self.0.lock().unwrap().starts.clone()
+    }
+
+    fn order(&self) -> Vec<String> {
+        self.starts().into_iter().map(|(p, _)| p).collect()
+    }
+
+    async fn wait_ended(&self, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ended = self.0.lock().unwrap().ended;
+            if ended >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{ended} of {n} runs ended within {limit:?}: {:?}",
+                self.order()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A share of queue "shares" (one at a time): 10 ms.
+#[async_exec(type = SaveAsync, queue = "shares")]
+async fn share(tenant: String, history: Data<History>) {
+    history.run(&tenant, Duration::from_millis(10)).await;
+}
+
+/// A delivery of queue "hooks" (per_partition 1): 150 ms.
+#[async_exec(type = SaveAsync, queue = "hooks")]
+async fn hook(tenant: String, history: Data<History>) {
+    history.run(&tenant, Duration::from_millis(150)).await;
+}
+
+/// A sync of queue "plain" (no per-partition limit): 150 ms.
+#[async_exec(type = SaveAsync, queue = "plain")]
+async fn plain(tenant: String, history: Data<History>) {
+    history.run(&tenant, Duration::from_millis(150)).await;
+}
+
+/// A call of queue "metered" (no rate of its own): 5 ms.
+#[async_exec(type = SaveAsync, queue = "metered")]
+async fn metered(tenant: String, history: Data<History>) {
+    history.run(&tenant, Duration::from_millis(5)).await;
+}
+
+async fn instance(db: &TestDb, history: &History) -> Runtime {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    db.builder()
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(50))
+        .data(history.clone())
+        .queue("shares", QueueLimits::new().concurrency(1))
+        .queue("hooks", QueueLimits::new().concurrency(10).per_partition(1))
+        .queue("plain", QueueLimits::new().concurrency(10))
+        .queue("metered", QueueLimits::new().concurrency(20))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// One at a time in the queue, 24 waiting of "heavy" (weight 3) and 24 of "light": while
+/// both wait, heavy gets three starts for each of light's (18 of the first 24; before
+/// weights, 12: the turns went one and one).
+async fn a_heavier_partition_gets_more_starts<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = instance(&db, &history).await;
+    rt.set_partition(
+        "shares",
+        "heavy",
+        PartitionSettings::new().weight(3),
+        "test",
+    )
+    .await
+    .unwrap();
+    rt.pause_executor("partition_settings::share", "test")
+        .await
+        .unwrap();
+    for tenant in ["light", "heavy"] {
+        batch((0..24).map(|_| share(tenant.into()).partition(tenant)))
+            .on(&rt)
+            .await
+            .unwrap();
+    }
+    rt.resume_executor("partition_settings::share", "test")
+        .await
+        .unwrap();
+    history.wait_ended(48, Duration::from_secs(60)).await;
+    let order = history.order();
+    let heavy = order[..24].iter().filter(|p| *p == "heavy").count();
+    assert!(
+        (16..=20).contains(&heavy),
+        "heavy had {heavy} of the first 24 starts: {order:?}"
+    );
+    assert_eq!((history.most("heavy"), history.most("light")), (1, 1));
+    rt.shutdown().await.unwrap();
+}
+
+/// Two instances. Queue "hooks" (per_partition 1): "big" has its own 3, "small" the
+/// queue's 1. Queue "plain" (no per-partition limit): "capped" has its own 2, "free" none.
+/// Each is reached and never passed.
+async fn a_partitions_own_concurrency_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rts = [
+        instance(&db, &history).await,
+        instance(&db, &history).await,
+    ];
+    let three = PartitionSettings::new().concurrency(3);
+    rts[0]
+        .set_partition("hooks", "big", three, "test")
+        .await
+        .unwrap();
+    let two = PartitionSettings::new().concurrency(2);
+    rts[1]
+        .set_partition("plain", "capped", two, "test")
+        .await
+        .unwrap();
+    for (i, (tenant, n)) in [("big", 12), ("small", 4)].into_iter().enumerate() {
+        batch((0..n).map(|_| hook(tenant.into()).partition(tenant)))
+            .on(&rts[i])
+            .await
+            .unwrap();
+    }
+    for (i, (tenant, n)) in [("capped", 8), ("free", 6)].into_iter().enumerate() {
+        batch((0..n).map(|_| plain(tenant.into()).partition(tenant)))
+            .on(&rts[i])
+            .await
+            .unwrap();
+    }
+    history.wait_ended(30, Duration::from_secs(60)).await;
+    let seen: Vec<(&str, usize)> = ["big", "small", "capped", "free"]
+        .into_iter()
+        .map(|p| (p, history.most(p)))
+        .collect();
+    assert_eq!(
+        &seen[..3],
+        &[("big", 3), ("small", 1), ("capped", 2)],
+        "{:?}",
+        history.order()
+    );
+    assert!(seen[3].1 >= 3, "free is limited by nothing of its own: {seen:?}");
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+/// Two instances. "fast" may start 5 a second: 15 calls take at least 2 s, and by any
+/// time t after the first start no more than 5 + 5t have started. "slow" may start 3 a
+/// minute: 3 start, the other 3 wait. "free" (no rate) runs through meanwhile.
+async fn a_partitions_rate_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rts = [
+        instance(&db, &history).await,
+        instance(&db, &history).await,
+    ];
+    rts[0]
+        .set_partition(
+            "metered",
+            "fast",
+            PartitionSettings::new().rate(Rate::per_second(5)),
+            "test",
+        )
+        .await
+        .unwrap();
+    rts[1]
+        .set_partition(
+            "metered",
+            "slow",
+            PartitionSettings::new().rate(Rate::per_minute(3)),
+            "test",
+        )
+        .await
+        .unwrap();
+    for (i, (tenant, n)) in [("fast", 15), ("slow", 6), ("free", 10)]
+        .into_iter()
+        .enumerate()
+    {
+        batch((0..n).map(|_| metered(tenant.into()).partition(tenant)))
+            .on(&rts[i % 2])
+            .await
+            .unwrap();
+    }
+    // fast's 15, slow's 3, free's 10.
+    history.wait_ended(28, Duration::from_secs(20)).await;
+    let starts = history.starts();
+    let of = |p: &str| -> Vec<Instant> {
+        starts
+            .iter()
+            .filter(|(q, _)| q == p)
+            .map(|(_, t)| *t)
+            .collect()
+    };
+    let fast = of("fast");
+    assert_eq!(fast.len(), 15);
+    assert!(
+        fast[14].duration_since(fast[0]) >= Duration::from_millis(1_800),
+        "15 at 5 a second in {:?}",
+        fast[14].duration_since(fast[0])
+    );
+    for (i, t) in fast.iter().enumerate() {
+        let since = t.duration_since(fast[0]).as_secs_f64();
+        // 50 ms for the clocks of two claims.
+        let allowed = 5.0 + 5.0 * (since + 0.05);
+        assert!(
+            (i + 1) as f64 <= allowed,
+            "start {} of fast at {since:.3} s: more than 5 + 5t",
+            i + 1
+        );
+    }
+    let free = of("free");
+    assert_eq!(free.len(), 10);
+    assert!(free[9] < fast[14], "free never waits for fast");
+    // A little longer: slow stays at 3 this minute.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(of("slow").len(), 3, "{:?}", history.order());
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+/// Settings are refused for an unknown queue and absurd values, with errors that say
+/// what to do; a name of any characters is kept as given, shown in the flow with its
+/// settings, listed, and cleared; every change is in the audit trail.
+async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rt = instance(&db, &history).await;
+    let fine = PartitionSettings::new().weight(2);
+    let refused = |e: async_exec::Error| e.to_string();
+    let error = refused(
+        rt.set_partition("nope", "t", fine, "test")
+            .await
+            .expect_err("unknown queue"),
+    );
+    assert!(error.contains("no executor names queue"), "{error}");
+    for (settings, says) in [
+        (PartitionSettings::new(), "clear_partition"),
+        (PartitionSettings::new().weight(0), "weight"),
+        (PartitionSettings::new().weight(5_000), "weight"),
+        (PartitionSettings::new().concurrency(0), "concurrency"),
+        (PartitionSettings::new().concurrency(u32::MAX), "concurrency"),
+        (PartitionSettings::new().rate(Rate::per_day(0)), "rate"),
+    ] {
+        let error = refused(
+            rt.set_partition("hooks", "t", settings, "test")
+                .await
+                .expect_err(says),
+        );
+        assert!(error.contains(says), "{says}: {error}");
+    }
+    let error = refused(
+        rt.set_partition("hooks", "a\0b", fine, "test")
+            .await
+            .expect_err("NUL"),
+    );
+    assert!(error.contains("without NUL"), "{error}");
+    assert!(rt
+        .clear_partition("nope", "t", "test")
+        .await
+        .is_err());
+    // A hostile name is kept as given.
+    let odd = "<b>t\u{1b}[31m\n'\"";
+    let set = PartitionSettings::new()
+        .weight(4)
+        .concurrency(7)
+        .rate(Rate::per_hour(100));
+    rt.set_partition("hooks", odd, set, "alice").await.unwrap();
+    rt.set_partition("hooks", "t2", fine, "alice").await.unwrap();
+    let listed = rt.partition_settings("hooks", None, 10).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|p| p.partition.as_str()).collect();
+    assert_eq!(names, vec![odd, "t2"]);
+    assert_eq!(listed[0].settings, set);
+    assert_eq!(listed[0].changed_by.as_deref(), Some("alice"));
+    let page = rt.partition_settings("hooks", Some(odd), 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    // The flow shows the partition's own settings, and its own limit.
+    rt.pause_executor("partition_settings::hook", "test")
+        .await
+        .unwrap();
+    hook("x".into()).partition(odd).on(&rt).await.unwrap();
+    let flow = rt.queue_flow("hooks", 10).await.unwrap();
+    assert_eq!(flow.partitions.len(), 1);
+    assert_eq!(flow.partitions[0].partition, odd);
+    assert_eq!(flow.partitions[0].settings, Some(set));
+    // Cleared: the queue's defaults again.
+    assert!(rt.clear_partition("hooks", odd, "alice").await.unwrap());
+    assert!(!rt.clear_partition("hooks", odd, "alice").await.unwrap());
+    let flow = rt.queue_flow("hooks", 10).await.unwrap();
+    assert_eq!(flow.partitions[0].settings, None);
+    let trail = rt.audit_trail(20).await.unwrap();
+    let actions: Vec<&str> = trail
+        .iter()
+        .filter(|e| e.actor == "alice")
+        .map(|e| e.action.as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        vec!["partition-clear", "partition-clear", "partition", "partition"]
+    );
+    assert!(trail.iter().any(|e| e.target.contains("\"weight\":4")));
+    rt.shutdown().await.unwrap();
+}
+
+backend_suite!(
+    a_heavier_partition_gets_more_starts,
+    a_partitions_own_concurrency_holds_across_instances,
+    a_partitions_rate_holds_across_instances,
+    partition_settings_are_checked_shown_and_audited,
+);
+
+/// PostgreSQL whose sessions begin at REPEATABLE READ (MariaDB's sessions here begin at
+/// REPEATABLE READ already): a partition's own concurrency and rate still hold.
+#[cfg_attr(
+    not(all(feature = "postgres", async_exec_test_postgres)),
+    allow(dead_code)
+)]
+async fn repeatable_read_by_default(db: TestDb) -> TestDb {
+    let name = db
+        .url
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
+    db.exec(&format!(
+        "ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'"
+    ))
+    .await;
+    db
+}
+
+mod repeatable_read {
+    #[cfg(all(feature = "postgres", async_exec_test_postgres))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_concurrency() {
+        let db = crate::common::TestDb::new(crate::common::Kind::Postgres).await;
+        let db = super::repeatable_read_by_default(db).await;
+        super::a_partitions_own_concurrency_holds_across_instances::<async_exec::Postgres>(db)
+            .await;
+    }
+
+    #[cfg(all(feature = "postgres", async_exec_test_postgres))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_rate() {
+        let db = crate::common::TestDb::new(crate::common::Kind::Postgres).await;
+        let db = super::repeatable_read_by_default(db).await;
+        super::a_partitions_rate_holds_across_instances::<async_exec::Postgres>(db).await;
+    }
+}
