@@ -47,7 +47,13 @@ impl History {
     }
 
     fn most(&self, partition: &str) -> usize {
-        self.0.lock().unwrap().most.get(partition).copied().unwrap_or(0)
+        self.0
+            .lock()
+            .unwrap()
+            .most
+            .get(partition)
+            .copied()
+            .unwrap_or(0)
     }
 
     fn starts(&self) -> Vec<(String, Instant)> {
@@ -159,10 +165,7 @@ async fn a_heavier_partition_gets_more_starts<DB: Backend>(db: TestDb) {
 /// Each is reached and never passed.
 async fn a_partitions_own_concurrency_holds_across_instances<DB: Backend>(db: TestDb) {
     let history = History::default();
-    let rts = [
-        instance(&db, &history).await,
-        instance(&db, &history).await,
-    ];
+    let rts = [instance(&db, &history).await, instance(&db, &history).await];
     let three = PartitionSettings::new().concurrency(3);
     rts[0]
         .set_partition("hooks", "big", three, "test")
@@ -196,7 +199,10 @@ async fn a_partitions_own_concurrency_holds_across_instances<DB: Backend>(db: Te
         "{:?}",
         history.order()
     );
-    assert!(seen[3].1 >= 3, "free is limited by nothing of its own: {seen:?}");
+    assert!(
+        seen[3].1 >= 3,
+        "free is limited by nothing of its own: {seen:?}"
+    );
     for rt in rts {
         rt.shutdown().await.unwrap();
     }
@@ -207,10 +213,7 @@ async fn a_partitions_own_concurrency_holds_across_instances<DB: Backend>(db: Te
 /// minute: 3 start, the other 3 wait. "free" (no rate) runs through meanwhile.
 async fn a_partitions_rate_holds_across_instances<DB: Backend>(db: TestDb) {
     let history = History::default();
-    let rts = [
-        instance(&db, &history).await,
-        instance(&db, &history).await,
-    ];
+    let rts = [instance(&db, &history).await, instance(&db, &history).await];
     rts[0]
         .set_partition(
             "metered",
@@ -295,7 +298,10 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
         (PartitionSettings::new().weight(0), "weight"),
         (PartitionSettings::new().weight(5_000), "weight"),
         (PartitionSettings::new().concurrency(0), "concurrency"),
-        (PartitionSettings::new().concurrency(u32::MAX), "concurrency"),
+        (
+            PartitionSettings::new().concurrency(u32::MAX),
+            "concurrency",
+        ),
         (PartitionSettings::new().rate(Rate::per_day(0)), "rate"),
     ] {
         let error = refused(
@@ -311,10 +317,7 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
             .expect_err("NUL"),
     );
     assert!(error.contains("without NUL"), "{error}");
-    assert!(rt
-        .clear_partition("nope", "t", "test")
-        .await
-        .is_err());
+    assert!(rt.clear_partition("nope", "t", "test").await.is_err());
     // A hostile name is kept as given.
     let odd = "<b>t\u{1b}[31m\n'\"";
     let set = PartitionSettings::new()
@@ -322,7 +325,9 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
         .concurrency(7)
         .rate(Rate::per_hour(100));
     rt.set_partition("hooks", odd, set, "alice").await.unwrap();
-    rt.set_partition("hooks", "t2", fine, "alice").await.unwrap();
+    rt.set_partition("hooks", "t2", fine, "alice")
+        .await
+        .unwrap();
     let listed = rt.partition_settings("hooks", None, 10).await.unwrap();
     let names: Vec<&str> = listed.iter().map(|p| p.partition.as_str()).collect();
     assert_eq!(names, vec![odd, "t2"]);
@@ -352,7 +357,12 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
         .collect();
     assert_eq!(
         actions,
-        vec!["partition-clear", "partition-clear", "partition", "partition"]
+        vec![
+            "partition-clear",
+            "partition-clear",
+            "partition",
+            "partition"
+        ]
     );
     assert!(trail.iter().any(|e| e.target.contains("\"weight\":4")));
     rt.shutdown().await.unwrap();

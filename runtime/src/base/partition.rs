@@ -290,9 +290,7 @@ mod tests {
 
     #[test]
     fn settings_come_back_from_their_columns() {
-        let set = PartitionSettings::new()
-            .weight(2)
-            .rate(Rate::per_hour(7));
+        let set = PartitionSettings::new().weight(2).rate(Rate::per_hour(7));
         assert_eq!(
             PartitionSettings::from_columns(Some(2), None, Some(7), Some(3_600_000)),
             set

@@ -163,7 +163,12 @@ impl Runtime {
         if plan.has(queue) {
             return Ok(());
         }
-        let stored = self.inner.store.ops().queue_policy_list(&self.inner.app).await?;
+        let stored = self
+            .inner
+            .store
+            .ops()
+            .queue_policy_list(&self.inner.app)
+            .await?;
         if stored.iter().any(|p| p.queue == queue) {
             return Ok(());
         }

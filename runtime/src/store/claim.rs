@@ -95,9 +95,8 @@ pub(crate) fn candidate_window(slots: i64) -> i64 {
     slots.saturating_mul(32).clamp(64, PARTITION_WINDOW)
 }
 
-/// A waiting record of a queue, as a claim that takes turns between partitions reads it:
-/// id and partition, in claim order (priority, due time, id).
-pub(crate) type Candidate = (crate::base::record::RequestId, String);
+/// A waiting record of a queue, as a claim that takes turns between partitions reads it.
+pub(crate) use crate::store::partitions::Candidate;
 
 /// Where a queue's turns between partitions stand after a claim: the partition served
 /// last, and how many of its records that turn took (a partition of weight `w` takes up
@@ -472,7 +471,10 @@ mod tests {
             p.add_running(&["b".to_string()], vec![]);
             p
         };
-        assert_eq!(take_turns(&waiting, &parts, 8, None).0, vec![1, 7, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            take_turns(&waiting, &parts, 8, None).0,
+            vec![1, 7, 2, 3, 4, 5, 6]
+        );
     }
 
     #[test]

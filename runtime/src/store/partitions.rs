@@ -7,6 +7,10 @@
 
 use std::collections::HashMap;
 
+/// A waiting record of a queue, as a claim that takes turns between partitions reads it:
+/// id and partition, in claim order (priority, due time, id).
+pub(crate) type Candidate = (crate::base::record::RequestId, String);
+
 /// A partition's row in `async_partition`, as a claim reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PartitionRow {
@@ -44,8 +48,16 @@ pub(crate) fn rows_sql(dialect: crate::store::sql::Dialect, keys: &str) -> Strin
         dialect.int64("weight"),
         dialect.int64("concurrency"),
         dialect.int64("rate"),
-        if dialect == crate::store::sql::Dialect::Postgres { "$1" } else { "?" },
-        if dialect == crate::store::sql::Dialect::Postgres { "$2" } else { "?" },
+        if dialect == crate::store::sql::Dialect::Postgres {
+            "$1"
+        } else {
+            "?"
+        },
+        if dialect == crate::store::sql::Dialect::Postgres {
+            "$2"
+        } else {
+            "?"
+        },
     )
 }
 
@@ -247,11 +259,7 @@ impl Partitions {
     /// The partitions of `candidates` with no room that the read did not leave out
     /// (`left_out`): a claim reads again without them (their records fill the window of
     /// candidates, and none of them may start).
-    pub(crate) fn blocked(
-        &self,
-        candidates: &[crate::store::claim::Candidate],
-        left_out: &[String],
-    ) -> Vec<String> {
+    pub(crate) fn blocked(&self, candidates: &[Candidate], left_out: &[String]) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for (_, key) in candidates {
             if self.room(key) == 0 && !left_out.contains(key) && !out.contains(key) {
@@ -295,7 +303,7 @@ pub(crate) const MAX_READS: usize = 3;
 
 /// How many of `chosen` (ids) each partition has, by the candidates' partitions.
 pub(crate) fn taken_by_partition(
-    candidates: &[crate::store::claim::Candidate],
+    candidates: &[Candidate],
     chosen: &[crate::base::record::RequestId],
 ) -> HashMap<String, i64> {
     let mut taken = HashMap::new();
@@ -310,7 +318,7 @@ pub(crate) fn taken_by_partition(
 /// `chosen` without the records of the partitions in `refused` (their bucket was taken
 /// by another claim meanwhile).
 pub(crate) fn without(
-    candidates: &[crate::store::claim::Candidate],
+    candidates: &[Candidate],
     chosen: Vec<crate::base::record::RequestId>,
     refused: &[String],
 ) -> Vec<crate::base::record::RequestId> {
@@ -357,7 +365,10 @@ mod tests {
         assert!(!parts.counts_all());
         let asked = parts.unread(["a", "b", "a"]);
         assert_eq!(asked, vec!["a", "b"]);
-        parts.add_rows(&asked, row(("a".into(), None, Some(1), None, None, None, None)));
+        parts.add_rows(
+            &asked,
+            row(("a".into(), None, Some(1), None, None, None, None)),
+        );
         assert_eq!(parts.uncounted(), vec!["a"]);
         parts.add_running(&["a".to_string()], vec![("a".into(), 1)]);
         assert!(parts.uncounted().is_empty());
@@ -373,7 +384,15 @@ mod tests {
             let mut parts = Partitions::new(None, now);
             parts.add_rows(
                 &["t".to_string()],
-                row(("t".into(), None, None, Some(6), Some(minute), Some(0), Some(0))),
+                row((
+                    "t".into(),
+                    None,
+                    None,
+                    Some(6),
+                    Some(minute),
+                    Some(0),
+                    Some(0),
+                )),
             );
             parts
         };
@@ -385,7 +404,15 @@ mod tests {
         let mut daily = Partitions::new(None, 86_400_000);
         daily.add_rows(
             &["d".to_string()],
-            row(("d".into(), None, None, Some(1), Some(86_400_000), Some(0), Some(0))),
+            row((
+                "d".into(),
+                None,
+                None,
+                Some(1),
+                Some(86_400_000),
+                Some(0),
+                Some(0),
+            )),
         );
         assert_eq!(daily.room("d"), 1);
         // A new bucket is full; taking 2 of 6 leaves 4, compared against NULLs as -1.
@@ -410,7 +437,15 @@ mod tests {
         let mut behind = Partitions::new(None, 100);
         behind.add_rows(
             &["b".to_string()],
-            row(("b".into(), None, None, Some(6), Some(minute), Some(3_000), Some(200))),
+            row((
+                "b".into(),
+                None,
+                None,
+                Some(6),
+                Some(minute),
+                Some(3_000),
+                Some(200),
+            )),
         );
         assert_eq!(behind.room("b"), 3);
         assert_eq!(
@@ -430,7 +465,15 @@ mod tests {
         let mut parts = Partitions::new(None, 0);
         parts.add_rows(
             &["a".to_string()],
-            vec![("a".into(), None, None, Some(1), Some(1_000), Some(0), Some(0))],
+            vec![(
+                "a".into(),
+                None,
+                None,
+                Some(1),
+                Some(1_000),
+                Some(0),
+                Some(0),
+            )],
         );
         assert_eq!(parts.blocked(&candidates, &[]), vec!["a"]);
         assert!(parts.blocked(&candidates, &["a".into()]).is_empty());

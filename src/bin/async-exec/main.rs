@@ -136,10 +136,7 @@ async fn run(cli: Cli, url: &str) -> Result<Printed, Failure> {
             concurrency,
             rate,
             clear,
-        } => {
-            commands::partition(&rt, &queue, &partition, (weight, concurrency, rate), clear)
-                .await
-        }
+        } => commands::partition(&rt, &queue, &partition, (weight, concurrency, rate), clear).await,
         Command::Policy(policy) => commands::policy(&rt, policy).await,
         Command::Purge(purge) => commands::purge(&rt, purge).await,
         Command::Schedules { next } => schedules::schedules(&rt, usize::from(next)).await,

@@ -18,8 +18,8 @@ use crate::store::claim::{take_turns, Candidate, Cursor, QueueRowColumns};
 use crate::store::partitions::{
     rows_sql, running_sql, taken_by_partition, without, Partitions, MAX_READS, SPEND,
 };
-use crate::store::sql::Dialect;
 use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
+use crate::store::sql::Dialect;
 use crate::store::{ClaimDue, DueKind, QueueRow};
 
 /// The transaction a claim runs in: READ COMMITTED, whatever the server's default.

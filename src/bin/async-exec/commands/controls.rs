@@ -127,7 +127,14 @@ pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result
     );
     if !rows.is_empty() {
         human.push_str(&crate::render::table(
-            &["PARTITION", "RUNNING", "WAITING", "OLDEST DUE", "", "OWN SETTINGS"],
+            &[
+                "PARTITION",
+                "RUNNING",
+                "WAITING",
+                "OLDEST DUE",
+                "",
+                "OWN SETTINGS",
+            ],
             &rows,
         ));
     }

@@ -51,7 +51,11 @@ pub(crate) async fn partition(
                 "{} of {}: the queue's settings apply{}, from the next claim\n",
                 safe(partition),
                 safe(queue),
-                if had { " again" } else { " (it had none of its own)" }
+                if had {
+                    " again"
+                } else {
+                    " (it had none of its own)"
+                }
             ),
         ));
     }
