@@ -368,7 +368,96 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
     rt.shutdown().await.unwrap();
 }
 
+/// The JSON API beside the queue's flow: viewers read, operators change (audited with
+/// their name); absurd, negative and unknown fields are refused; a name of any characters
+/// goes in the body and comes back as given.
+#[cfg(feature = "console")]
+async fn partitions_over_the_json_api<DB: Backend>(db: TestDb) {
+    use common::console::{get, mounted, post_json, Auth, OPERATOR_TOKEN, VIEWER_TOKEN};
+    use serde_json::json;
+    let history = History::default();
+    let rt = instance(&db, &history).await;
+    let app = mounted(&rt);
+    let path = "/api/queues/hooks/partitions";
+    let odd = "t/<script>\u{7}";
+    let body = json!({ "partition": odd,
+        "settings": { "weight": 3, "rate": { "starts": 10, "period": "minute" } } });
+    let viewer = post_json(&app, path, Auth::Bearer(VIEWER_TOKEN), None, body.clone()).await;
+    assert_eq!(viewer.status, 403, "{}", viewer.body);
+    let set = post_json(&app, path, Auth::Bearer(OPERATOR_TOKEN), None, body).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.json()["settings"]["weight"], 3);
+    for (wrong, status) in [
+        (
+            json!({ "partition": "t", "settings": { "weight": 0 } }),
+            422,
+        ),
+        (
+            json!({ "partition": "t", "settings": { "weight": -1 } }),
+            422,
+        ),
+        (
+            json!({ "partition": "t", "settings": { "concurrency": 1e12 } }),
+            422,
+        ),
+        (
+            json!({ "partition": "t", "settings": { "rate": { "starts": 5, "period": "week" } } }),
+            422,
+        ),
+        (json!({ "partition": "t", "settings": { "bogus": 1 } }), 422),
+        (json!({ "partition": "", "settings": { "weight": 2 } }), 422),
+    ] {
+        let reply = post_json(
+            &app,
+            path,
+            Auth::Bearer(OPERATOR_TOKEN),
+            None,
+            wrong.clone(),
+        )
+        .await;
+        assert_eq!(reply.status, status, "{wrong}: {}", reply.body);
+    }
+    let unknown = post_json(
+        &app,
+        "/api/queues/nope/partitions",
+        Auth::Bearer(OPERATOR_TOKEN),
+        None,
+        json!({ "partition": "t", "settings": { "weight": 2 } }),
+    )
+    .await;
+    assert_eq!(unknown.status, 422, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("no executor names queue"),
+        "{}",
+        unknown.body
+    );
+    let listed = get(&app, path, Auth::Bearer(VIEWER_TOKEN)).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.json()[0]["partition"], odd);
+    assert_eq!(listed.json()[0]["changed_by"], "ops-bot");
+    assert_eq!(listed.json()[0]["settings"]["rate"]["period"], "minute");
+    let cleared = post_json(
+        &app,
+        path,
+        Auth::Bearer(OPERATOR_TOKEN),
+        None,
+        json!({ "partition": odd, "settings": null }),
+    )
+    .await;
+    assert_eq!(cleared.status, 200, "{}", cleared.body);
+    assert_eq!(cleared.json()["cleared"], true);
+    let listed = get(&app, path, Auth::Bearer(VIEWER_TOKEN)).await;
+    assert_eq!(listed.json(), json!([]));
+    let doc = get(&app, "/api/openapi.json", Auth::None).await;
+    assert!(doc.body.contains("/api/queues/{name}/partitions"));
+    rt.shutdown().await.unwrap();
+}
+
+#[cfg(not(feature = "console"))]
+async fn partitions_over_the_json_api<DB: Backend>(_db: TestDb) {}
+
 backend_suite!(
+    partitions_over_the_json_api,
     a_heavier_partition_gets_more_starts,
     a_partitions_own_concurrency_holds_across_instances,
     a_partitions_rate_holds_across_instances,
