@@ -105,6 +105,13 @@ async fn metered(tenant: String, history: Data<History>) {
     history.run(&tenant, Duration::from_millis(5)).await;
 }
 
+/// A report of queue "reports" (3 a minute): 5 ms.
+#[async_exec(type = SaveAsync, queue = "reports")]
+async fn report(n: u64, history: Data<History>) {
+    let _ = n;
+    history.run("reports", Duration::from_millis(5)).await;
+}
+
 async fn instance(db: &TestDb, history: &History) -> Runtime {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -118,6 +125,7 @@ async fn instance(db: &TestDb, history: &History) -> Runtime {
         .queue("hooks", QueueLimits::new().concurrency(10).per_partition(1))
         .queue("plain", QueueLimits::new().concurrency(10))
         .queue("metered", QueueLimits::new().concurrency(20))
+        .queue("reports", QueueLimits::new().rate_per(Rate::per_minute(3)))
         .start()
         .await
         .unwrap()
@@ -274,6 +282,39 @@ async fn a_partitions_rate_holds_across_instances<DB: Backend>(db: TestDb) {
     // A little longer: slow stays at 3 this minute.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(of("slow").len(), 3, "{:?}", history.order());
+    for rt in rts {
+        rt.shutdown().await.unwrap();
+    }
+}
+
+/// Issue 30 item 5: a queue's rate per minute (before, per second only), over two
+/// instances: 3 of 6 start, the others wait for the minute; the flow says the period; a
+/// rate per minute set while running is refused (the row's rate is per second).
+async fn a_queues_rate_per_minute_holds_across_instances<DB: Backend>(db: TestDb) {
+    let history = History::default();
+    let rts = [instance(&db, &history).await, instance(&db, &history).await];
+    for (i, rt) in rts.iter().enumerate() {
+        batch((0..3).map(|n| report(i as u64 * 10 + n)))
+            .on(rt)
+            .await
+            .unwrap();
+    }
+    history.wait_ended(3, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(history.order().len(), 3, "{:?}", history.order());
+    let flow = rts[0].queue_flow("reports", 10).await.unwrap();
+    assert_eq!((flow.rate, flow.rate_period_ms), (Some(3), 60_000));
+    assert_eq!(flow.waiting, 3);
+    let error = rts[0]
+        .set_queue_limits(
+            "reports",
+            QueueLimits::new().rate_per(Rate::per_minute(5)),
+            "test",
+        )
+        .await
+        .expect_err("per second only")
+        .to_string();
+    assert!(error.contains("per second"), "{error}");
     for rt in rts {
         rt.shutdown().await.unwrap();
     }
@@ -457,6 +498,7 @@ async fn partitions_over_the_json_api<DB: Backend>(db: TestDb) {
 async fn partitions_over_the_json_api<DB: Backend>(_db: TestDb) {}
 
 backend_suite!(
+    a_queues_rate_per_minute_holds_across_instances,
     partitions_over_the_json_api,
     a_heavier_partition_gets_more_starts,
     a_partitions_own_concurrency_holds_across_instances,

@@ -19,8 +19,11 @@ pub struct QueueFlow {
     pub per_instance: Option<i64>,
     /// Running at once in each partition, if limited.
     pub per_partition: Option<i64>,
-    /// Starts per second over every instance, if limited.
+    /// Starts per `rate_period_ms` over every instance, if limited.
     pub rate: Option<i64>,
+    /// The rate's period in ms: 1,000 (a second), or the builder's
+    /// [`rate_per`](crate::QueueLimits::rate_per) period.
+    pub rate_period_ms: i64,
     /// The queue's requests running now, over every instance.
     pub running: i64,
     /// The queue's requests waiting (`init`, `failed`), due or not.

@@ -122,6 +122,17 @@ impl Runtime {
         actor: &str,
     ) -> Result<()> {
         crate::base::queue::check(queue, &limits, false)?;
+        if limits.rate_limit().is_some() && limits.rate_period_ms() != 1_000 {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "queue {:?}: a rate set while running is per second (.rate(n)); a rate \
+                     per minute, hour or day (.rate_per) is set on the builder: nothing was \
+                     changed",
+                    crate::base::text::capped(queue, 100)
+                ),
+            });
+        }
         if let Some(waiting) = limits.max_waiting_limit() {
             // Not kept by this call: writing the others as "none" would clear them.
             return Err(Error::Config {
@@ -235,7 +246,14 @@ impl Runtime {
             .as_ref()
             .and_then(|p| p.per_instance)
             .or(of(built.per_instance_limit()));
-        let rate = set.as_ref().and_then(|p| p.rate).or(of(built.rate_limit()));
+        let set_rate = set.as_ref().and_then(|p| p.rate);
+        let rate = set_rate.or(of(built.rate_limit()));
+        // A rate set while running is per second.
+        let rate_period_ms = if set_rate.is_some() {
+            1_000
+        } else {
+            built.rate_period_ms()
+        };
         let per_partition = of(built.per_partition_limit());
         let rows = self
             .inner
@@ -281,6 +299,7 @@ impl Runtime {
             per_instance,
             per_partition,
             rate,
+            rate_period_ms,
             running,
             waiting,
             partitions,

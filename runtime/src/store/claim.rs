@@ -32,8 +32,10 @@ pub(crate) struct QueueCap<'a> {
     pub(crate) concurrency: Option<i64>,
     /// Running at once on this instance (`lease_owner = owner`).
     pub(crate) per_instance: Option<i64>,
-    /// Starts per second over every instance.
+    /// Starts per `rate_period_ms` over every instance.
     pub(crate) rate: Option<i64>,
+    /// The rate's period: 1,000 (a second) unless the builder's `rate_per` set another.
+    pub(crate) rate_period_ms: i64,
     /// Running at once in each partition of the queue (`partition_key`), over every
     /// instance.
     pub(crate) per_partition: Option<i64>,
@@ -205,8 +207,13 @@ pub(crate) struct ClaimPlan {
 }
 
 impl ClaimPlan {
-    /// The bucket after `claimed` starts, to write back (`None`: no rate).
+    /// The bucket after `claimed` starts, to write back (`None`: no rate, or nothing
+    /// started: the bucket refills from the time it was last written, so that a rate
+    /// per hour or day loses nothing to the rounding of many claims that take none).
     pub(crate) fn tokens_after(&self, claimed: usize) -> Option<i64> {
+        if claimed == 0 {
+            return None;
+        }
         self.bucket
             .map(|b| b.saturating_sub(1_000 * claimed as i64).max(0))
     }
@@ -220,6 +227,12 @@ impl QueueCap<'_> {
             concurrency: row.concurrency.or(self.concurrency),
             per_instance: row.per_instance.or(self.per_instance),
             rate: row.rate.or(self.rate),
+            // A rate set while running is per second.
+            rate_period_ms: if row.rate.is_some() {
+                1_000
+            } else {
+                self.rate_period_ms
+            },
             per_partition: row.per_partition.or(self.per_partition),
             ..self
         }
@@ -232,7 +245,7 @@ impl QueueCap<'_> {
 
     /// What a claim of at most `limit` records may take, given the running records of the
     /// queue (`all`, and this instance's: `mine`) and the row's bucket at `now` (unix ms):
-    /// the bucket holds one second of starts at most, and refills at the rate.
+    /// the bucket holds one period of starts at most, and refills at the rate.
     pub(crate) fn plan(
         &self,
         limit: i64,
@@ -243,13 +256,16 @@ impl QueueCap<'_> {
         let over_all = self.concurrency.map_or(limit, |c| c - all);
         let here = self.per_instance.map_or(limit, |c| c - mine);
         let bucket = self.rate.map(|rate| {
-            let full = rate.saturating_mul(1_000);
-            match (row.tokens, row.refilled_at) {
-                (Some(tokens), Some(at)) => tokens
-                    .saturating_add(now.saturating_sub(at).max(0).saturating_mul(rate))
-                    .min(full),
+            let full = i128::from(rate) * 1_000;
+            let period = i128::from(self.rate_period_ms.max(1));
+            let now = match (row.tokens, row.refilled_at) {
+                (Some(tokens), Some(at)) => {
+                    let since = i128::from(now.saturating_sub(at).max(0));
+                    (i128::from(tokens) + since * full / period).min(full)
+                }
                 _ => full,
-            }
+            };
+            now.clamp(0, i128::from(i64::MAX)) as i64
         });
         let started = bucket.map_or(limit, |b| b / 1_000);
         ClaimPlan {
@@ -317,6 +333,7 @@ mod tests {
             concurrency,
             per_instance,
             rate,
+            rate_period_ms: 1_000,
             per_partition: None,
         }
     }
@@ -528,5 +545,35 @@ mod tests {
             ..QueueRow::default()
         };
         assert_eq!(rate.with_policy(&set).plan(256, (0, 0), &set, 0).slots, 1);
+    }
+
+    #[test]
+    fn a_rate_per_day_refills_over_the_day() {
+        let daily = QueueCap {
+            rate_period_ms: 86_400_000,
+            ..cap(None, None, Some(2))
+        };
+        let fresh = daily.plan(256, (0, 0), &QueueRow::default(), 0);
+        assert_eq!(fresh.slots, 2, "a day's starts at first");
+        assert_eq!(
+            fresh.tokens_after(0),
+            None,
+            "nothing written when none started"
+        );
+        assert_eq!(fresh.tokens_after(2), Some(0));
+        let empty = QueueRow {
+            tokens: Some(0),
+            refilled_at: Some(0),
+            ..QueueRow::default()
+        };
+        // Half a day later one start is back, not before.
+        assert_eq!(daily.plan(256, (0, 0), &empty, 43_199_999).slots, 0);
+        assert_eq!(daily.plan(256, (0, 0), &empty, 43_200_000).slots, 1);
+        // A rate set while running is per second.
+        let set = QueueRow {
+            rate: Some(3),
+            ..QueueRow::default()
+        };
+        assert_eq!(daily.with_policy(&set).rate_period_ms, 1_000);
     }
 }
