@@ -446,6 +446,10 @@ async fn partitions_over_the_json_api<DB: Backend>(db: TestDb) {
             422,
         ),
         (json!({ "partition": "t", "settings": { "bogus": 1 } }), 422),
+        (
+            json!({ "partition": "t", "settings": { "rate": { "starts": 5, "period": "second", "burst": 9 } } }),
+            422,
+        ),
         (json!({ "partition": "", "settings": { "weight": 2 } }), 422),
     ] {
         let reply = post_json(

@@ -66,6 +66,7 @@ impl Period {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "console", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Rate {
     starts: u32,
     period: Period,
