@@ -157,11 +157,21 @@ async fn report(n: u64, history: Data<History>) {
 }
 
 async fn instance(db: &TestDb, history: &History) -> Runtime {
+    built(db, history, true).await
+}
+
+/// An instance that runs nothing: what is called waits.
+async fn idle(db: &TestDb, history: &History) -> Runtime {
+    built(db, history, false).await
+}
+
+async fn built(db: &TestDb, history: &History, workers: bool) -> Runtime {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
     db.builder()
+        .run_workers(workers)
         .concurrency(16)
         .poll_interval(Duration::from_millis(50))
         .data(history.clone())
@@ -372,7 +382,8 @@ async fn a_queues_rate_per_minute_holds_across_instances<DB: Backend>(db: TestDb
 /// settings, listed, and cleared; every change is in the audit trail.
 async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestDb) {
     let history = History::default();
-    let rt = instance(&db, &history).await;
+    // Runs nothing: what is called waits.
+    let rt = idle(&db, &history).await;
     let fine = PartitionSettings::new().weight(2);
     let refused = |e: async_exec::Error| e.to_string();
     let error = refused(
@@ -424,9 +435,6 @@ async fn partition_settings_are_checked_shown_and_audited<DB: Backend>(db: TestD
     let page = rt.partition_settings("hooks", Some(odd), 10).await.unwrap();
     assert_eq!(page.len(), 1);
     // The flow shows the partition's own settings, and its own limit.
-    rt.pause_executor("partition_settings::hook", "test")
-        .await
-        .unwrap();
     hook("x".into()).partition(odd).on(&rt).await.unwrap();
     let flow = rt.queue_flow("hooks", 10).await.unwrap();
     assert_eq!(flow.partitions.len(), 1);
@@ -548,7 +556,86 @@ async fn partitions_over_the_json_api<DB: Backend>(db: TestDb) {
 #[cfg(not(feature = "console"))]
 async fn partitions_over_the_json_api<DB: Backend>(_db: TestDb) {}
 
+/// The console's flow page of a queue: partitions with their own settings, a hostile name
+/// escaped; an operator's form sets and clears them (audited as the operator), a viewer
+/// has no form and cannot post, a rate it cannot read is refused.
+#[cfg(feature = "console")]
+async fn the_flow_page_shows_and_changes_partitions<DB: Backend>(db: TestDb) {
+    use common::console::{get, login, mounted, post_form, Auth};
+    let history = History::default();
+    let rt = idle(&db, &history).await;
+    let odd = "<img src=x onerror=alert(1)>";
+    hook("x".into()).partition(odd).on(&rt).await.unwrap();
+    let app = mounted(&rt);
+    let (cookie, csrf) = login(&app, "alice", "operator pass").await;
+    let alice = Auth::Cookie(&cookie);
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("partition", odd),
+        ("weight", "3"),
+        ("rate", "600/minute"),
+        ("do", "set"),
+    ];
+    let applied = post_form(&app, "/queues/hooks/partitions", alice, &form).await;
+    assert_eq!(applied.status, 303, "{}", applied.body);
+    let listed = rt.partition_settings("hooks", None, 10).await.unwrap();
+    assert_eq!(listed[0].partition, odd);
+    assert_eq!(listed[0].changed_by.as_deref(), Some("alice"));
+    let page = get(&app, "/queues/hooks/flow", alice).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("weight 3, 600/minute"), "{}", page.body);
+    assert!(!page.body.contains(odd), "escaped: {}", page.body);
+    assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    let bad = [
+        ("csrf", csrf.as_str()),
+        ("partition", "t"),
+        ("rate", "5/week"),
+        ("do", "set"),
+    ];
+    let refused = post_form(&app, "/queues/hooks/partitions", alice, &bad).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let zero = [
+        ("csrf", csrf.as_str()),
+        ("partition", "t"),
+        ("weight", "0"),
+        ("do", "set"),
+    ];
+    let refused = post_form(&app, "/queues/hooks/partitions", alice, &zero).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let (viewer_cookie, viewer_csrf) = login(&app, "victor", "viewer pass").await;
+    let victor = Auth::Cookie(&viewer_cookie);
+    let page = get(&app, "/queues/hooks/flow", victor).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains("<form class=\"partition\""),
+        "{}",
+        page.body
+    );
+    let attempt = [
+        ("csrf", viewer_csrf.as_str()),
+        ("partition", odd),
+        ("do", "clear"),
+    ];
+    let refused = post_form(&app, "/queues/hooks/partitions", victor, &attempt).await;
+    assert_eq!(refused.status, 403);
+    let clear = [("csrf", csrf.as_str()), ("partition", odd), ("do", "clear")];
+    let cleared = post_form(&app, "/queues/hooks/partitions", alice, &clear).await;
+    assert_eq!(cleared.status, 303, "{}", cleared.body);
+    assert!(rt
+        .partition_settings("hooks", None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let unknown = get(&app, "/queues/nope/flow", alice).await;
+    assert_eq!(unknown.status, 422, "{}", unknown.body);
+    rt.shutdown().await.unwrap();
+}
+
+#[cfg(not(feature = "console"))]
+async fn the_flow_page_shows_and_changes_partitions<DB: Backend>(_db: TestDb) {}
+
 backend_suite!(
+    the_flow_page_shows_and_changes_partitions,
     a_queues_rate_per_minute_holds_across_instances,
     partitions_over_the_json_api,
     a_heavier_partition_gets_more_starts,
