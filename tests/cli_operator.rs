@@ -485,7 +485,77 @@ async fn flow_shows_a_queue_per_partition<DB: Backend>(db: TestDb) {
     rt.shutdown().await.unwrap();
 }
 
+/// Issue 30: `partition QUEUE PARTITION` gives a tenant its own weight, concurrency and
+/// rate (audited as the OS user), `flow` shows them, `--clear` clears them; a rate the
+/// tool cannot read is a usage error, an absurd value is refused.
+async fn partition_settings_are_set_from_the_tool<DB: Backend>(db: TestDb) {
+    let rt = db.builder().run_workers(false).start().await.unwrap();
+    charge(1).partition("acme").on(&rt).await.unwrap();
+    let args = [
+        "--json",
+        "partition",
+        "payments",
+        "acme",
+        "--weight",
+        "3",
+        "--concurrency",
+        "2",
+        "--rate",
+        "600/minute",
+    ];
+    let set = tool(&db, "tests", &args).await.ok().json();
+    assert_eq!(set["settings"]["weight"], 3, "{set}");
+    let listed = rt.partition_settings("payments", None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].settings.rate_limit(),
+        Some(async_exec::Rate::per_minute(600))
+    );
+    assert_eq!(
+        listed[0].changed_by.as_deref(),
+        Some(&*format!("cli:{USER}"))
+    );
+    let human = tool(&db, "tests", &["flow", "payments"]).await.ok().stdout;
+    assert!(human.contains("weight 3, 2 at once, 600/minute"), "{human}");
+    let bad_rate = tool(
+        &db,
+        "tests",
+        &["partition", "payments", "acme", "--rate", "5/week"],
+    )
+    .await;
+    assert_eq!(bad_rate.code, 2, "{}", bad_rate.stderr);
+    let zero = tool(
+        &db,
+        "tests",
+        &["partition", "payments", "acme", "--weight", "0"],
+    )
+    .await;
+    assert_ne!(zero.code, 0);
+    assert!(
+        zero.stderr.contains("weight must be between 1 and 1000"),
+        "{}",
+        zero.stderr
+    );
+    tool(&db, "tests", &["partition", "payments", "acme", "--clear"])
+        .await
+        .ok();
+    assert!(rt
+        .partition_settings("payments", None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let trail = rt.audit_trail(10).await.unwrap();
+    let actions: Vec<&str> = trail.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        actions[..2],
+        ["partition-clear", "partition"],
+        "{actions:?}"
+    );
+    rt.shutdown().await.unwrap();
+}
+
 backend_suite!(
+    partition_settings_are_set_from_the_tool,
     flow_shows_a_queue_per_partition,
     policies_are_changed_from_the_tool,
     tags_list_and_cancel_from_the_tool,

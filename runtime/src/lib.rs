@@ -63,6 +63,7 @@ pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
 pub use base::flow::{PartitionFlow, QueueFlow};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
+pub use base::partition::{PartitionSettings, Period, Rate};
 pub use base::query::{
     Action, AuditEntry, Cursor, DepthSample, ExecutorCount, MinuteStat, Order, Page, PageSpec,
     Pause, QueuePolicy, RequestQuery,
@@ -97,6 +98,7 @@ pub use operate::listeners::{
     OutcomeEvent, OutcomeKind, ASYNC_LISTENER_CALLS, ASYNC_LISTENER_TIMEOUT, LISTENER_QUEUE,
 };
 pub use operate::operator::ExecutorInfo;
+pub use operate::partitions::PartitionEntry;
 pub use operate::policy::PolicyChange;
 pub use operate::requests::StepInfo;
 pub use operate::signal::shutdown_signal;

@@ -19,8 +19,11 @@ pub struct QueueFlow {
     pub per_instance: Option<i64>,
     /// Running at once in each partition, if limited.
     pub per_partition: Option<i64>,
-    /// Starts per second over every instance, if limited.
+    /// Starts per `rate_period_ms` over every instance, if limited.
     pub rate: Option<i64>,
+    /// The rate's period in ms: 1,000 (a second), or the builder's
+    /// [`rate_per`](crate::QueueLimits::rate_per) period.
+    pub rate_period_ms: i64,
     /// The queue's requests running now, over every instance.
     pub running: i64,
     /// The queue's requests waiting (`init`, `failed`), due or not.
@@ -44,6 +47,10 @@ pub struct PartitionFlow {
     /// When the longest-waiting of them became due (unix ms, the database's clock), if
     /// any waits.
     pub oldest_due: Option<i64>,
-    /// Whether it runs as many as the per-partition limit lets it.
+    /// Whether it runs as many as its limit lets it (its own concurrency, else the
+    /// queue's per-partition limit).
     pub at_limit: bool,
+    /// Its own settings ([`Runtime::set_partition`](crate::Runtime::set_partition)), if
+    /// it has any: what is not set is the queue's.
+    pub settings: Option<crate::PartitionSettings>,
 }

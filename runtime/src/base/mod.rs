@@ -5,8 +5,8 @@
 //! executors and their `Data<T>` (`registry`, `data`), the body's `Context`, the
 //! caller's trace (`trace`, and its OpenTelemetry context in `otel`), text and URL helpers (`text`, `redact`), the instance's
 //! name (`identity`), retry delays (`backoff`), the kinds of write failures (`fault`),
-//! supervised tasks (`supervise`), `#[secret]` arguments (`secret`) and queues' limits
-//! (`queue`).
+//! supervised tasks (`supervise`), `#[secret]` arguments (`secret`) queues' limits
+//! (`queue`) and partitions' own settings (`partition`).
 
 pub(crate) mod backoff;
 pub(crate) mod context;
@@ -18,6 +18,7 @@ pub(crate) mod identity;
 #[cfg(feature = "opentelemetry")]
 pub(crate) mod otel;
 pub(crate) mod outcome;
+pub(crate) mod partition;
 pub(crate) mod policy;
 pub mod query;
 pub(crate) mod queue;

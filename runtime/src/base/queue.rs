@@ -40,6 +40,8 @@ pub struct QueueLimits {
     per_partition: Option<u32>,
     singleton: bool,
     sequence: Option<SequenceFailure>,
+    /// The period of `rate` (ms): a second unless `rate_per` says otherwise.
+    rate_period_ms: Option<i64>,
 }
 
 /// What a failed request of a [`sequence`](QueueLimits::sequence) does to the requests
@@ -213,7 +215,36 @@ impl QueueLimits {
     /// rate limit).
     pub fn rate(mut self, per_second: u32) -> Self {
         self.rate = Some(per_second);
+        self.rate_period_ms = None;
         self
+    }
+
+    /// At most `rate` of the queue's requests start per its period (a second, a minute,
+    /// an hour, a day), counted over every instance: a bucket of one period's starts,
+    /// refilled evenly over the period. A rate set while running
+    /// ([`set_queue_limits`](crate::Runtime::set_queue_limits)) is per second.
+    ///
+    /// ```no_run
+    /// use async_exec::{QueueLimits, Rate, Runtime};
+    ///
+    /// # async fn demo() -> async_exec::Result<()> {
+    /// // The mail provider allows 10,000 a day.
+    /// let rt = Runtime::builder()
+    ///     .queue("mail", QueueLimits::new().rate_per(Rate::per_day(10_000)))
+    /// #   .database_url("sqlite::memory:")
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_per(mut self, rate: crate::Rate) -> Self {
+        self.rate = Some(rate.starts());
+        self.rate_period_ms = Some(rate.period().millis());
+        self
+    }
+
+    /// The period of the rate, in ms (1,000 unless set by [`rate_per`](Self::rate_per)).
+    pub fn rate_period_ms(&self) -> i64 {
+        self.rate_period_ms.unwrap_or(1_000)
     }
 
     /// At most `n` of the queue's requests may wait (`init`, `failed`) when a call is made:

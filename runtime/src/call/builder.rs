@@ -75,7 +75,7 @@ pub const MAX_TAGS: usize = 10;
 pub(crate) const MAX_TAG_CHARS: usize = 255;
 
 /// The longest partition, in characters (the column holds 255).
-pub(crate) const MAX_PARTITION_CHARS: usize = 255;
+pub(crate) use crate::base::partition::MAX_PARTITION_CHARS;
 
 /// The longest idempotency key, in bytes (the column of MySQL/MariaDB holds 1,020).
 pub(crate) const MAX_KEY_BYTES: usize = 1020;

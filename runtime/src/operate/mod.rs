@@ -1,6 +1,6 @@
 //! Operations: what an operator reads and does. Requests from code (`requests`: get,
 //! list, counts, retry, delete, purge; `cancel`, now or in the caller's transaction; which ones: `base/query.rs`), pauses, the
-//! audit trail and statistics (`operator`), the `console`, `health` (from each part's
+//! audit trail and statistics (`operator`), partitions' own settings (`partitions`), the `console`, `health` (from each part's
 //! `pulse`), `metrics` and the queue `gauges`, the outcome `listeners`, the HTTP routes
 //! for load balancers and Prometheus (`http`, feature `http`), the applications that have
 //! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
@@ -17,6 +17,7 @@ pub mod http;
 pub(crate) mod listeners;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+pub(crate) mod partitions;
 pub(crate) mod policy;
 pub(crate) mod pulse;
 pub(crate) mod requests;

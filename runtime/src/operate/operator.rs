@@ -124,6 +124,17 @@ impl Runtime {
         actor: &str,
     ) -> Result<()> {
         crate::base::queue::check(queue, &limits, false)?;
+        if limits.rate_limit().is_some() && limits.rate_period_ms() != 1_000 {
+            return Err(Error::Config {
+                setting: "queue",
+                reason: format!(
+                    "queue {:?}: a rate set while running is per second (.rate(n)); a rate \
+                     per minute, hour or day (.rate_per) is set on the builder: nothing was \
+                     changed",
+                    crate::base::text::capped(queue, 100)
+                ),
+            });
+        }
         if let Some(waiting) = limits.max_waiting_limit() {
             // Not kept by this call: writing the others as "none" would clear them.
             return Err(Error::Config {
@@ -145,29 +156,8 @@ impl Runtime {
                 ),
             });
         }
-        let plan = self.inner.claimer.queue_plan();
+        self.known_queue(queue).await?;
         let ops = self.inner.store.ops();
-        // A tool without the service's executors (the CLI) knows the queues that some
-        // instance's executors name (each has a row, made at start).
-        if !plan.has(queue) {
-            let stored = ops.queue_policy_list(&self.inner.app).await?;
-            if !stored.iter().any(|p| p.queue == queue) {
-                let claimed: Vec<&str> = stored.iter().map(|p| p.queue.as_str()).collect();
-                return Err(Error::Config {
-                    setting: "queue",
-                    reason: format!(
-                        "no executor names queue {queue:?}; the queues the executors name: \
-                         {}; the queues the services' executors name: {}",
-                        plan.names(),
-                        if claimed.is_empty() {
-                            "none".to_string()
-                        } else {
-                            claimed.join(", ")
-                        }
-                    ),
-                });
-            }
-        }
         let now = self.inner.now_ms();
         let values = (
             limits.concurrency_limit().map(i64::from),
@@ -185,6 +175,41 @@ impl Runtime {
         .to_string();
         self.audit(&self.inner.app, actor, "queue-limits", target, 0)
             .await
+    }
+
+    /// Refuses, with [`Error::Config`], a queue that no executor names (of this binary,
+    /// or of a service that started on this database).
+    pub(crate) async fn known_queue(&self, queue: &str) -> Result<()> {
+        let plan = self.inner.claimer.queue_plan();
+        // A tool without the service's executors (the CLI) knows the queues that some
+        // instance's executors name (each has a row, made at start).
+        if plan.has(queue) {
+            return Ok(());
+        }
+        let stored = self
+            .inner
+            .store
+            .ops()
+            .queue_policy_list(&self.inner.app)
+            .await?;
+        if stored.iter().any(|p| p.queue == queue) {
+            return Ok(());
+        }
+        let claimed: Vec<&str> = stored.iter().map(|p| p.queue.as_str()).collect();
+        Err(Error::Config {
+            setting: "queue",
+            reason: format!(
+                "no executor names queue {:?}; the queues the executors name: {}; the queues \
+                 the services' executors name: {}",
+                crate::base::text::capped(queue, 100),
+                plan.names(),
+                if claimed.is_empty() {
+                    "none".to_string()
+                } else {
+                    claimed.join(", ")
+                }
+            ),
+        })
     }
 
     /// The application's queues (named by the executors of a service that started on
@@ -233,7 +258,14 @@ impl Runtime {
             .as_ref()
             .and_then(|p| p.per_instance)
             .or(of(built.per_instance_limit()));
-        let rate = set.as_ref().and_then(|p| p.rate).or(of(built.rate_limit()));
+        let set_rate = set.as_ref().and_then(|p| p.rate);
+        let rate = set_rate.or(of(built.rate_limit()));
+        // A rate set while running is per second.
+        let rate_period_ms = if set_rate.is_some() {
+            1_000
+        } else {
+            built.rate_period_ms()
+        };
         let per_partition = of(built.per_partition_limit());
         let rows = self
             .inner
@@ -241,17 +273,31 @@ impl Runtime {
             .ops()
             .queue_partitions(&self.inner.app, queue, partitions.clamp(1, 1_000) as i64)
             .await?;
+        // The own settings of the partitions shown (their rows only).
+        let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+        let own = self
+            .inner
+            .store
+            .ops()
+            .partition_of(&self.inner.app, queue, &keys)
+            .await?;
         let partitions: Vec<crate::PartitionFlow> = rows
             .into_iter()
-            .map(
-                |(partition, running, waiting, oldest_due)| crate::PartitionFlow {
+            .map(|(partition, running, waiting, oldest_due)| {
+                let settings = own.iter().find(|o| o.0 == partition).map(|o| o.1);
+                let limit = settings
+                    .and_then(|s| s.concurrency_limit())
+                    .map(i64::from)
+                    .or(per_partition);
+                crate::PartitionFlow {
                     partition,
                     running,
                     waiting,
                     oldest_due,
-                    at_limit: per_partition.is_some_and(|limit| running >= limit),
-                },
-            )
+                    at_limit: limit.is_some_and(|limit| running >= limit),
+                    settings,
+                }
+            })
             .collect();
         let (running, waiting) = self
             .inner
@@ -265,6 +311,7 @@ impl Runtime {
             per_instance,
             per_partition,
             rate,
+            rate_period_ms,
             running,
             waiting,
             partitions,

@@ -32,8 +32,10 @@ pub(crate) struct QueueCap<'a> {
     pub(crate) concurrency: Option<i64>,
     /// Running at once on this instance (`lease_owner = owner`).
     pub(crate) per_instance: Option<i64>,
-    /// Starts per second over every instance.
+    /// Starts per `rate_period_ms` over every instance.
     pub(crate) rate: Option<i64>,
+    /// The rate's period: 1,000 (a second) unless the builder's `rate_per` set another.
+    pub(crate) rate_period_ms: i64,
     /// Running at once in each partition of the queue (`partition_key`), over every
     /// instance.
     pub(crate) per_partition: Option<i64>,
@@ -118,43 +120,104 @@ pub(crate) fn candidate_window(slots: i64) -> i64 {
     slots.saturating_mul(32).clamp(64, PARTITION_WINDOW)
 }
 
-/// A waiting record of a queue, as a claim that takes turns between partitions reads it:
-/// id and partition, in claim order (priority, due time, id).
-pub(crate) type Candidate = (crate::base::record::RequestId, String);
+/// A waiting record of a queue, as a claim that takes turns between partitions reads it.
+pub(crate) use crate::store::partitions::Candidate;
 
-/// Which of `candidates` (in claim order) a claim takes: at most `slots`, at most
-/// `per_partition - running` of each partition (`running`: the partitions' running
-/// counts; a partition not in it runs none), taking turns: the first of each partition,
-/// then the second of each, and so on; in each turn the partitions after `after` (the
-/// one the claim before served last, by name) first, then the others, so that claims of
-/// one record each go round the partitions. Returns the ids, and the partition served
-/// last (`None` when none was).
+/// Where a queue's turns between partitions stand after a claim: the partition served
+/// last, and how many of its records that turn took (a partition of weight `w` takes up
+/// to `w` a turn, over claims of one record each too). Kept in `async_queue.turn_after`
+/// as `"\u{1f}{taken}\u{1f}{partition}"`; a value not of that form (written before
+/// weights) is a partition whose turn is over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub(crate) partition: String,
+    pub(crate) taken: i64,
+}
+
+impl Cursor {
+    /// The cursor a queue's row keeps, if any.
+    pub(crate) fn decode(stored: Option<&str>) -> Option<Cursor> {
+        let stored = stored?;
+        let encoded = stored.strip_prefix('\u{1f}').and_then(|rest| {
+            let (taken, partition) = rest.split_once('\u{1f}')?;
+            Some(Cursor {
+                partition: partition.to_string(),
+                taken: taken.parse().ok()?,
+            })
+        });
+        Some(encoded.unwrap_or_else(|| Cursor {
+            partition: stored.to_string(),
+            taken: i64::MAX,
+        }))
+    }
+
+    /// The text a queue's row keeps.
+    pub(crate) fn encode(&self) -> String {
+        format!("\u{1f}{}\u{1f}{}", self.taken, self.partition)
+    }
+}
+
+/// Which of `candidates` (in claim order) a claim takes: at most `slots`, at most each
+/// partition's room (`parts`: under its limit of running requests and its rate's
+/// bucket), taking turns: up to its weight (1 unless set) of each partition's first
+/// records, then as many of its next, and so on; in each turn the partitions after the
+/// `after` cursor's (the one the claim before served last, by name) first, then the
+/// others, and the cursor's own first if its turn was not over, so that claims of one
+/// record each go round the partitions by their weights. Returns the ids, and the cursor
+/// after it (`None` when it served none).
 pub(crate) fn take_turns(
     candidates: &[Candidate],
-    running: &std::collections::HashMap<String, i64>,
-    per_partition: Option<i64>,
+    parts: &crate::store::partitions::Partitions,
     slots: i64,
-    after: Option<&str>,
-) -> (Vec<crate::base::record::RequestId>, Option<String>) {
-    let mut seen: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    after: Option<&Cursor>,
+) -> (Vec<crate::base::record::RequestId>, Option<Cursor>) {
+    // Per partition: records seen, its room, its weight.
+    let mut seen: std::collections::HashMap<&str, (i64, i64, i64)> =
+        std::collections::HashMap::new();
     // (turn, whether the partition comes round again only after the cursor, partition,
     // position in claim order, id)
     let mut ranked: Vec<(i64, bool, &str, usize, crate::base::record::RequestId)> = Vec::new();
     for (position, (id, partition)) in candidates.iter().enumerate() {
-        let turn = seen.entry(partition.as_str()).or_insert(0);
-        let room = per_partition.map_or(i64::MAX, |limit| {
-            limit - running.get(partition).copied().unwrap_or(0)
-        });
-        if *turn < room {
-            let later = after.is_some_and(|after| partition.as_str() <= after);
-            ranked.push((*turn, later, partition.as_str(), position, *id));
+        let (k, room, weight) = seen
+            .entry(partition.as_str())
+            .or_insert_with(|| (0, parts.room(partition), parts.weight(partition)));
+        if *k < *room {
+            let (turn, later) = match after {
+                // The cursor's partition goes on with its turn first, then waits for
+                // the others.
+                Some(c) if c.partition == *partition && c.taken < *weight => {
+                    let left = *weight - c.taken.max(0);
+                    if *k < left {
+                        (0, false)
+                    } else {
+                        ((*k - left) / *weight, true)
+                    }
+                }
+                Some(c) => (*k / *weight, partition.as_str() <= c.partition.as_str()),
+                None => (*k / *weight, false),
+            };
+            ranked.push((turn, later, partition.as_str(), position, *id));
         }
-        *turn += 1;
+        *k += 1;
     }
     ranked.sort_unstable();
     ranked.truncate(slots.max(0) as usize);
-    let last = ranked.last().map(|r| r.2.to_string());
-    (ranked.into_iter().map(|r| r.4).collect(), last)
+    let cursor = ranked.last().map(|&(turn, later, partition, _, _)| {
+        let mut taken = ranked
+            .iter()
+            .filter(|r| (r.0, r.1, r.2) == (turn, later, partition))
+            .count() as i64;
+        if let Some(c) = after {
+            if c.partition == partition && (turn, later) == (0, false) {
+                taken += c.taken.max(0);
+            }
+        }
+        Cursor {
+            partition: partition.to_string(),
+            taken,
+        }
+    });
+    (ranked.into_iter().map(|r| r.4).collect(), cursor)
 }
 
 /// What a queue's claim may take, and the bucket to write back.
@@ -167,8 +230,13 @@ pub(crate) struct ClaimPlan {
 }
 
 impl ClaimPlan {
-    /// The bucket after `claimed` starts, to write back (`None`: no rate).
+    /// The bucket after `claimed` starts, to write back (`None`: no rate, or nothing
+    /// started: the bucket refills from the time it was last written, so that a rate
+    /// per hour or day loses nothing to the rounding of many claims that take none).
     pub(crate) fn tokens_after(&self, claimed: usize) -> Option<i64> {
+        if claimed == 0 {
+            return None;
+        }
         self.bucket
             .map(|b| b.saturating_sub(1_000 * claimed as i64).max(0))
     }
@@ -182,6 +250,12 @@ impl QueueCap<'_> {
             concurrency: row.concurrency.or(self.concurrency),
             per_instance: row.per_instance.or(self.per_instance),
             rate: row.rate.or(self.rate),
+            // A rate set while running is per second.
+            rate_period_ms: if row.rate.is_some() {
+                1_000
+            } else {
+                self.rate_period_ms
+            },
             // A sequence runs one of a partition at a time, whatever the row says.
             per_partition: match self.sequence {
                 Some(_) => Some(1),
@@ -198,7 +272,7 @@ impl QueueCap<'_> {
 
     /// What a claim of at most `limit` records may take, given the running records of the
     /// queue (`all`, and this instance's: `mine`) and the row's bucket at `now` (unix ms):
-    /// the bucket holds one second of starts at most, and refills at the rate.
+    /// the bucket holds one period of starts at most, and refills at the rate.
     pub(crate) fn plan(
         &self,
         limit: i64,
@@ -209,13 +283,16 @@ impl QueueCap<'_> {
         let over_all = self.concurrency.map_or(limit, |c| c - all);
         let here = self.per_instance.map_or(limit, |c| c - mine);
         let bucket = self.rate.map(|rate| {
-            let full = rate.saturating_mul(1_000);
-            match (row.tokens, row.refilled_at) {
-                (Some(tokens), Some(at)) => tokens
-                    .saturating_add(now.saturating_sub(at).max(0).saturating_mul(rate))
-                    .min(full),
+            let full = i128::from(rate) * 1_000;
+            let period = i128::from(self.rate_period_ms.max(1));
+            let now = match (row.tokens, row.refilled_at) {
+                (Some(tokens), Some(at)) => {
+                    let since = i128::from(now.saturating_sub(at).max(0));
+                    (i128::from(tokens) + since * full / period).min(full)
+                }
                 _ => full,
-            }
+            };
+            now.clamp(0, i128::from(i64::MAX)) as i64
         });
         let started = bucket.map_or(limit, |b| b / 1_000);
         ClaimPlan {
@@ -283,6 +360,7 @@ mod tests {
             concurrency,
             per_instance,
             rate,
+            rate_period_ms: 1_000,
             per_partition: None,
             sequence: None,
         }
@@ -296,25 +374,51 @@ mod tests {
             .collect()
     }
 
+    use crate::store::partitions::Partitions;
+
+    fn counted(per_partition: Option<i64>, running: &[(&str, i64)]) -> Partitions {
+        Partitions::new(per_partition, 0)
+            .with_running(running.iter().map(|(k, n)| (k.to_string(), *n)).collect())
+    }
+
+    /// The partitions' weights (rows read for them), the others 1.
+    fn weighted(weights: &[(&str, i64)]) -> Partitions {
+        let mut parts = Partitions::new(None, 0);
+        let keys: Vec<String> = weights.iter().map(|(k, _)| k.to_string()).collect();
+        parts.add_rows(
+            &keys,
+            weights
+                .iter()
+                .map(|(k, w)| (k.to_string(), Some(*w), None, None, None, None, None))
+                .collect(),
+        );
+        parts
+    }
+
     #[test]
     fn a_claim_takes_turns_between_partitions() {
-        let none = std::collections::HashMap::new();
+        let none = counted(None, &[]);
         // Ids 1-4 of "a" (a backlog) ahead of 5 of "b" and 6 of "c".
         let waiting = candidates(&["a", "a", "a", "a", "b", "c"]);
-        let ids = |c: &[Candidate], slots, after| take_turns(c, &none, None, slots, after).0;
+        let ids = |c: &[Candidate], slots, after: Option<&str>| {
+            take_turns(c, &none, slots, Cursor::decode(after).as_ref()).0
+        };
         assert_eq!(ids(&waiting, 3, None), vec![1, 5, 6]);
         assert_eq!(ids(&waiting, 5, None), vec![1, 5, 6, 2, 3]);
         // No partitions: claim order.
         let shared = candidates(&["", "", ""]);
         assert_eq!(ids(&shared, 2, None), vec![1, 2]);
         // One at a time: each claim goes on from the partition the last one served.
+        let served = |p: &str| {
+            Some(Cursor {
+                partition: p.to_string(),
+                taken: 1,
+            })
+        };
+        assert_eq!(take_turns(&waiting, &none, 1, None), (vec![1], served("a")));
         assert_eq!(
-            take_turns(&waiting, &none, None, 1, None),
-            (vec![1], Some("a".to_string()))
-        );
-        assert_eq!(
-            take_turns(&waiting, &none, None, 1, Some("a")),
-            (vec![5], Some("b".to_string()))
+            take_turns(&waiting, &none, 1, served("a").as_ref()),
+            (vec![5], served("b"))
         );
         assert_eq!(ids(&waiting, 1, Some("b")), vec![6]);
         assert_eq!(ids(&waiting, 1, Some("c")), vec![1], "round again");
@@ -326,25 +430,95 @@ mod tests {
     }
 
     #[test]
+    fn a_cursor_is_kept_as_text() {
+        let cursor = Cursor {
+            partition: "t:1\u{1f}x".to_string(),
+            taken: 2,
+        };
+        assert_eq!(Cursor::decode(Some(&cursor.encode())), Some(cursor));
+        // Written before weights: a partition whose turn is over.
+        assert_eq!(
+            Cursor::decode(Some("a")),
+            Some(Cursor {
+                partition: "a".into(),
+                taken: i64::MAX
+            })
+        );
+        assert_eq!(Cursor::decode(None), None);
+    }
+
+    #[test]
     fn a_partition_takes_no_more_than_its_room() {
         let waiting = candidates(&["a", "a", "a", "b", "b", "c"]);
-        let running: std::collections::HashMap<String, i64> =
-            [("a".to_string(), 1), ("c".to_string(), 2)].into();
+        let running = counted(Some(2), &[("a", 1), ("c", 2)]);
         // Limit 2: "a" has room for 1, "b" for 2, "c" for none.
+        assert_eq!(take_turns(&waiting, &running, 10, None).0, vec![1, 4, 5]);
         assert_eq!(
-            take_turns(&waiting, &running, Some(2), 10, None).0,
-            vec![1, 4, 5]
-        );
-        assert_eq!(
-            take_turns(&waiting, &running, Some(2), 0, None),
+            take_turns(&waiting, &running, 0, None),
             (Vec::<i64>::new(), None)
         );
         // Over its limit already (lowered while running): nothing, never negative.
-        let over: std::collections::HashMap<String, i64> = [("a".to_string(), 5)].into();
+        let over = counted(Some(2), &[("a", 5)]);
         // "b" has room for two, "c" for one: the first turn of each, then b's second.
+        assert_eq!(take_turns(&waiting, &over, 10, None).0, vec![4, 6, 5]);
+    }
+
+    #[test]
+    fn a_heavier_partition_takes_more_records_a_turn() {
+        // Both with a backlog, "a" first in claim order.
+        let waiting = candidates(&["a", "a", "a", "a", "a", "a", "b", "b", "b", "b", "b", "b"]);
+        let parts = weighted(&[("b", 3)]);
+        // Turn 1: a's 1, b's 7, 8, 9; turn 2: a's 2, b's 10, 11, 12; ...
         assert_eq!(
-            take_turns(&waiting, &over, Some(2), 10, None).0,
-            vec![4, 6, 5]
+            take_turns(&waiting, &parts, 4, None).0,
+            vec![1, 7, 8, 9],
+            "weight 3: three of b for one of a"
+        );
+        assert_eq!(
+            take_turns(&waiting, &parts, 8, None).0,
+            vec![1, 7, 8, 9, 2, 10, 11, 12]
+        );
+        // Claims of one record each go round by the weights: b three times, then a once.
+        let mut after: Option<Cursor> = None;
+        let mut served = String::new();
+        for _ in 0..8 {
+            let (ids, cursor) = take_turns(&waiting, &parts, 1, after.as_ref());
+            served.push_str(if ids[0] >= 7 { "b" } else { "a" });
+            after = cursor;
+        }
+        assert_eq!(served, "abbbabbb");
+        // Claims of two: the cursor carries what a turn took.
+        let mut after: Option<Cursor> = None;
+        let mut served = String::new();
+        for _ in 0..4 {
+            let (ids, cursor) = take_turns(&waiting, &parts, 2, after.as_ref());
+            for id in ids {
+                served.push_str(if id >= 7 { "b" } else { "a" });
+            }
+            after = cursor;
+        }
+        assert_eq!(served, "abbbabbb");
+        // Over many claims of 4, b gets three quarters: each claim is 1 of a, 3 of b.
+        let share = |weights: &[(&str, i64)], slots: i64| {
+            let parts = weighted(weights);
+            let ids = take_turns(&waiting, &parts, slots, None).0;
+            ids.iter().filter(|&&id| id >= 7).count()
+        };
+        assert_eq!(share(&[("b", 3)], 4), 3);
+        assert_eq!(share(&[("a", 2)], 3), 1, "a of weight 2, b of 1");
+        // The weight never lifts a limit: "b" of weight 3 with room for 1.
+        let parts = {
+            let mut p = Partitions::new(None, 0);
+            p.add_rows(
+                &["b".to_string()],
+                vec![("b".to_string(), Some(3), Some(1), None, None, None, None)],
+            );
+            p.add_running(&["b".to_string()], vec![]);
+            p
+        };
+        assert_eq!(
+            take_turns(&waiting, &parts, 8, None).0,
+            vec![1, 7, 2, 3, 4, 5, 6]
         );
     }
 
@@ -399,5 +573,35 @@ mod tests {
             ..QueueRow::default()
         };
         assert_eq!(rate.with_policy(&set).plan(256, (0, 0), &set, 0).slots, 1);
+    }
+
+    #[test]
+    fn a_rate_per_day_refills_over_the_day() {
+        let daily = QueueCap {
+            rate_period_ms: 86_400_000,
+            ..cap(None, None, Some(2))
+        };
+        let fresh = daily.plan(256, (0, 0), &QueueRow::default(), 0);
+        assert_eq!(fresh.slots, 2, "a day's starts at first");
+        assert_eq!(
+            fresh.tokens_after(0),
+            None,
+            "nothing written when none started"
+        );
+        assert_eq!(fresh.tokens_after(2), Some(0));
+        let empty = QueueRow {
+            tokens: Some(0),
+            refilled_at: Some(0),
+            ..QueueRow::default()
+        };
+        // Half a day later one start is back, not before.
+        assert_eq!(daily.plan(256, (0, 0), &empty, 43_199_999).slots, 0);
+        assert_eq!(daily.plan(256, (0, 0), &empty, 43_200_000).slots, 1);
+        // A rate set while running is per second.
+        let set = QueueRow {
+            rate: Some(3),
+            ..QueueRow::default()
+        };
+        assert_eq!(daily.with_policy(&set).rate_period_ms, 1_000);
     }
 }

@@ -40,6 +40,7 @@ mod migrations;
 pub mod mysql;
 pub(crate) mod ops;
 mod page;
+mod partitions;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod reach;

@@ -163,6 +163,7 @@ impl Claimer {
             concurrency: limits.concurrency_limit().map(i64::from),
             per_instance: limits.per_instance_limit().map(i64::from),
             rate: limits.rate_limit().map(i64::from),
+            rate_period_ms: limits.rate_period_ms(),
             per_partition: match limits.sequence_mode() {
                 Some(_) => Some(1),
                 None => limits.per_partition_limit().map(i64::from),

@@ -636,7 +636,8 @@ impl Producer {
         let Some(rate) = queue.limits.rate_limit() else {
             return;
         };
-        let refill = Duration::from_millis((1_000 / u64::from(rate.max(1))).max(10));
+        let period = queue.limits.rate_period_ms().max(1) as u64;
+        let refill = Duration::from_millis((period / u64::from(rate.max(1))).max(10));
         let waiting = self.waiting.clone();
         let signals = self.inbox.signals.clone();
         let shutdown = self.shutdown.clone();

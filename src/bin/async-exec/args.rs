@@ -112,6 +112,29 @@ pub(crate) enum Command {
         #[arg(long)]
         rate: Option<u32>,
     },
+    /// Give a partition (a tenant) of a queue settings of its own on every instance, from
+    /// the queue's next claim: options not given are the queue's. --clear: the queue's
+    /// apply to it again.
+    Partition {
+        /// The queue, as the executors' `queue = "..."` names it.
+        queue: String,
+        /// The partition, as calls give it (`.partition(..)`, the attribute's
+        /// `partition = ..`, else the owner).
+        partition: String,
+        /// Its records per turn of the queue's claims (1 to 1,000; others have 1).
+        #[arg(long)]
+        weight: Option<u32>,
+        /// Its requests running at once over every instance, in place of the queue's
+        /// per_partition.
+        #[arg(long)]
+        concurrency: Option<u32>,
+        /// Its starts over every instance: N/second, N/minute, N/hour or N/day.
+        #[arg(long, value_parser = crate::commands::parse_rate)]
+        rate: Option<async_exec::Rate>,
+        /// Clear its settings instead.
+        #[arg(long, conflicts_with_all = ["weight", "concurrency", "rate"])]
+        clear: bool,
+    },
     /// Change the policy of a queue (or of an executor in no queue, by its name) on every
     /// instance within about a second; options not given keep what is set.
     Policy(PolicyArgs),

@@ -36,12 +36,14 @@ mod device;
 mod filter;
 mod fleet;
 mod flow;
+mod flow_page;
 mod gate;
 mod guard;
 mod limiter;
 mod login;
 mod overview;
 mod pages;
+mod partitions;
 mod policies;
 mod reads;
 mod views;
@@ -124,6 +126,8 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/executors/resume", post(actions::resume))
         .route("/instances", get(fleet::instances))
         .route("/policies", get(policies::policies).post(policies::apply))
+        .route("/queues/{name}/flow", get(flow_page::flow_page))
+        .route("/queues/{name}/partitions", post(flow_page::apply))
         .route("/audit", get(fleet::audit))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))

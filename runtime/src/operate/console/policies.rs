@@ -56,7 +56,10 @@ pub(crate) async fn policies(
             tbody {
                 @for p in &rows {
                     tr data-policy=(p.queue) data-paused=(p.paused) {
-                        td { a href={ (base) "/requests?executor=" (urlencode(&p.queue)) } { (p.queue) } }
+                        td {
+                            a href={ (base) "/requests?executor=" (urlencode(&p.queue)) } { (p.queue) }
+                            " " a.flow href={ (base) "/queues/" (urlencode(&p.queue)) "/flow" } { "flow" }
+                        }
                         td { @if p.paused { span.badge.dead { "paused" } } @else { "running" } }
                         @let (running, waiting) = load.get(&p.queue).copied().unwrap_or_default();
                         td.num.running { (running) }

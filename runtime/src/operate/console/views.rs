@@ -170,6 +170,9 @@ impl NoticeParams {
                 "Asked to stop: its body is told within about a second; it ends cancelled unless it succeeds"
                     .into(),
             ),
+            "partition" => Some(
+                "Partition changed: every instance's next claim of the queue applies it".into(),
+            ),
             "policy" => Some(
                 "Policy changed: every instance applies it within about a second".into(),
             ),

@@ -8,7 +8,11 @@ use sqlx::{MySqlConnection, Row};
 use super::{bind_list, claimed_from_row, marks, MySqlStore, CLAIMED_COLUMNS, DB_NOW, MAX_IN};
 use crate::base::error::Result;
 use crate::base::record::{Claimed, ClaimedId, RequestId};
-use crate::store::claim::{take_turns, Candidate, ClaimPlan, QueueRowColumns};
+use crate::store::claim::{take_turns, Candidate, ClaimPlan, Cursor, QueueRowColumns};
+use crate::store::partitions::{
+    rows_sql, running_sql, taken_by_partition, without, Partitions, MAX_READS, SPEND,
+};
+use crate::store::sql::Dialect;
 use crate::store::{ClaimDue, ClaimIds, DueKind, QueueRow};
 
 /// `SET ...` of a claim: `running`, leased (from the database's clock), its attempt
@@ -111,12 +115,11 @@ async fn write_bucket(
 }
 
 /// What a claim taking turns between a queue's partitions knows before it reads the
-/// candidates: each partition's running count, and those at their limit (left out of
-/// the read).
+/// candidates: each partition's running count and settings (`Partitions`), and those
+/// with no room (left out of the read).
 struct PartitionRoom {
-    running: std::collections::HashMap<String, i64>,
+    parts: Partitions,
     full: Vec<String>,
-    per_partition: Option<i64>,
     /// The queue's row, and the partition its last claim served last.
     queue: String,
     after: Option<String>,
@@ -124,17 +127,17 @@ struct PartitionRoom {
     sequence: String,
 }
 
-/// The running requests of each partition of the claim's queue.
+/// The running requests of each partition of the claim's queue (with a per-partition
+/// limit), and the rows of those at it (their own limit may be higher).
 async fn partition_room(
     conn: &mut MySqlConnection,
     p: &ClaimDue<'_>,
     per_partition: Option<i64>,
 ) -> Result<PartitionRoom> {
+    let mut parts = Partitions::new(per_partition, p.now);
     // Only a per-partition limit needs each partition's running count.
-    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
-        Default::default()
-    } else {
-        sqlx::query_as(
+    if parts.counts_all() {
+        let running = sqlx::query_as(
             "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ? \
              AND queue_name = ? AND status = 'running' GROUP BY partition_key",
         )
@@ -143,24 +146,108 @@ async fn partition_room(
         .fetch_all(&mut *conn)
         .await?
         .into_iter()
-        .collect()
-    };
-    let full = match per_partition {
-        Some(limit) => running
-            .iter()
-            .filter(|&(_, &n)| n >= limit)
-            .map(|(k, _)| k.clone())
-            .collect(),
-        None => Vec::new(),
-    };
+        .collect();
+        parts = parts.with_running(running);
+        let at = parts.at_queue_limit();
+        read_partitions(conn, p, &mut parts, at).await?;
+    }
     Ok(PartitionRoom {
-        running,
-        full,
-        per_partition,
+        full: parts.full(),
+        parts,
         queue: String::new(),
         after: None,
         sequence: String::new(),
     })
+}
+
+/// Reads the rows of `keys` (partitions of the claim's queue) into `parts`.
+async fn read_partitions(
+    conn: &mut MySqlConnection,
+    p: &ClaimDue<'_>,
+    parts: &mut Partitions,
+    keys: Vec<String>,
+) -> Result<()> {
+    for chunk in keys.chunks(MAX_IN) {
+        let sql = rows_sql(Dialect::MySql, &format!("IN ({})", marks(chunk.len())));
+        let query = sqlx::query(&sql).bind(p.application).bind(p.queue);
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let rows = bind_list(query, &chunk)
+            .try_map(|row: MySqlRow| {
+                Ok((
+                    text_of(&row, 0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
+                    row.try_get(5)?,
+                    row.try_get(6)?,
+                ))
+            })
+            .fetch_all(&mut *conn)
+            .await?;
+        let asked: Vec<String> = chunk.iter().map(|k| k.to_string()).collect();
+        parts.add_rows(&asked, rows);
+    }
+    Ok(())
+}
+
+/// Counts the running requests of `keys` (partitions of the claim's queue) into `parts`.
+async fn count_partitions(
+    conn: &mut MySqlConnection,
+    p: &ClaimDue<'_>,
+    parts: &mut Partitions,
+    keys: Vec<String>,
+) -> Result<()> {
+    for chunk in keys.chunks(MAX_IN) {
+        let sql = running_sql(Dialect::MySql, &format!("IN ({})", marks(chunk.len())));
+        let query = sqlx::query(&sql).bind(p.application).bind(p.queue);
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let counts = bind_list(query, &chunk)
+            .try_map(|row: MySqlRow| Ok((text_of(&row, 0)?, row.try_get(1)?)))
+            .fetch_all(&mut *conn)
+            .await?;
+        let asked: Vec<String> = chunk.iter().map(|k| k.to_string()).collect();
+        parts.add_running(&asked, counts);
+    }
+    Ok(())
+}
+
+/// A column of this binary-collated text, which a `UNION` or a `GROUP BY` may read as
+/// VARBINARY.
+fn text_of(row: &MySqlRow, i: usize) -> std::result::Result<String, sqlx::Error> {
+    match row.try_get::<String, _>(i) {
+        Ok(text) => Ok(text),
+        Err(_) => Ok(String::from_utf8_lossy(&row.try_get::<Vec<u8>, _>(i)?).into_owned()),
+    }
+}
+
+/// Takes the starts of `chosen` from their partitions' buckets, each by one conditional
+/// `UPDATE`; returns `chosen` without the records of a partition whose bucket another
+/// claim took from meanwhile.
+async fn spend_buckets(
+    conn: &mut MySqlConnection,
+    p: &ClaimDue<'_>,
+    parts: &Partitions,
+    candidates: &[Candidate],
+    chosen: Vec<RequestId>,
+) -> Result<Vec<RequestId>> {
+    let mut refused = Vec::new();
+    for (key, spend) in parts.spends(&taken_by_partition(candidates, &chosen)) {
+        let done = sqlx::query(SPEND.text(Dialect::MySql))
+            .bind(spend.now.0)
+            .bind(spend.now.1)
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(&key)
+            .bind(spend.was.0)
+            .bind(spend.was.1)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 0 {
+            refused.push(key);
+        }
+    }
+    Ok(without(candidates, chosen, &refused))
 }
 
 impl MySqlStore {
@@ -297,90 +384,102 @@ impl MySqlStore {
         };
         let executors = marks(p.executors.len());
         let open = crate::store::claim::before_deadline(DB_NOW);
-        let not_full = match &turns {
-            Some(room) if !room.full.is_empty() => {
-                format!(" AND partition_key NOT IN ({})", marks(room.full.len()))
-            }
-            _ => String::new(),
-        };
-        let sequence = turns.as_ref().map_or("", |room| room.sequence.as_str());
-        let select = |condition: &str| {
-            format!(
-                "SELECT id, partition_key, priority, run_at FROM async_req \
-                 WHERE application_name = ? AND queue_name = ? \
-                 AND {condition} AND executor IN ({executors}){skip}{not_full}{sequence} AND {open} \
-                 ORDER BY priority DESC, run_at, id LIMIT ?"
-            )
-        };
-        // With turns between partitions, a window of candidates to choose from.
-        let read = if turns.is_some() {
-            crate::store::claim::candidate_window(limit)
-        } else {
-            limit
-        };
-        // A queue's claim reads each status in index order, then takes the first of both.
-        let (sql, branches) = match p.kind {
-            DueKind::Ready => (
+        // Read again, at most MAX_READS times, without the partitions found with no room.
+        let mut reads = 0;
+        let found = loop {
+            let not_full = match &turns {
+                Some(room) if !room.full.is_empty() => {
+                    format!(" AND partition_key NOT IN ({})", marks(room.full.len()))
+                }
+                _ => String::new(),
+            };
+            let sequence = turns.as_ref().map_or("", |room| room.sequence.as_str());
+            let select = |condition: &str| {
                 format!(
-                    "({}) UNION ALL ({}) ORDER BY priority DESC, run_at, id LIMIT ?",
-                    select(&format!(
-                        "status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
-                    )),
-                    select(&format!(
-                        "status = 'failed' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
-                    )),
+                    "SELECT id, partition_key, priority, run_at FROM async_req \
+                     WHERE application_name = ? AND queue_name = ? \
+                     AND {condition} AND executor IN ({executors}){skip}{not_full}{sequence} AND {open} \
+                     ORDER BY priority DESC, run_at, id LIMIT ?"
+                )
+            };
+            // With turns between partitions, a window of candidates to choose from.
+            let read = if turns.is_some() {
+                crate::store::claim::candidate_window(limit)
+            } else {
+                limit
+            };
+            // A queue's claim reads each status in index order, then takes the first of both.
+            let (sql, branches) = match p.kind {
+                DueKind::Ready => (
+                    format!(
+                        "({}) UNION ALL ({}) ORDER BY priority DESC, run_at, id LIMIT ?",
+                        select(&format!(
+                            "status = 'init' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
+                        )),
+                        select(&format!(
+                            "status = 'failed' AND run_at <= {DB_NOW} - ? AND run_at <= {DB_NOW} - ?"
+                        )),
+                    ),
+                    2,
                 ),
-                2,
-            ),
-            _ => (select(&condition), 1),
+                _ => (select(&condition), 1),
+            };
+            let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
+            let full: Vec<&str> = turns
+                .as_ref()
+                .map(|room| room.full.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            let mut query = sqlx::query(&sql);
+            for _ in 0..branches {
+                query = query
+                    .bind(p.application)
+                    .bind(p.queue)
+                    .bind(past_due)
+                    .bind(past_due);
+                query = bind_list(query, p.executors);
+                if !skip.is_empty() {
+                    query = bind_list(query, &skip);
+                }
+                if !full.is_empty() {
+                    query = bind_list(query, &full);
+                }
+                query = query.bind(read);
+            }
+            if branches == 2 {
+                query = query.bind(read);
+            }
+            let found: Vec<Candidate> = query
+                // A `UNION` of this binary-collated column reads as VARBINARY.
+                .try_map(|row: MySqlRow| Ok((row.try_get(0)?, text_of(&row, 1)?)))
+                .fetch_all(&mut *tx)
+                .await?;
+            let Some(room) = turns.as_mut() else {
+                break found;
+            };
+            // The settings of the candidates' partitions (and, of those with a
+            // concurrency of their own, the running count).
+            let unread = room.parts.unread(found.iter().map(|(_, k)| k.as_str()));
+            read_partitions(&mut tx, p, &mut room.parts, unread).await?;
+            let uncounted = room.parts.uncounted();
+            count_partitions(&mut tx, p, &mut room.parts, uncounted).await?;
+            reads += 1;
+            let blocked = room.parts.blocked(&found, &room.full);
+            if blocked.is_empty() || reads == MAX_READS {
+                break found;
+            }
+            room.full.extend(blocked);
         };
-        let skip: Vec<&str> = p.skip.iter().map(String::as_str).collect();
-        let full: Vec<&str> = turns
-            .as_ref()
-            .map(|room| room.full.iter().map(String::as_str).collect())
-            .unwrap_or_default();
-        let mut query = sqlx::query(&sql);
-        for _ in 0..branches {
-            query = query
-                .bind(p.application)
-                .bind(p.queue)
-                .bind(past_due)
-                .bind(past_due);
-            query = bind_list(query, p.executors);
-            if !skip.is_empty() {
-                query = bind_list(query, &skip);
+        let (candidates, served_last): (Vec<RequestId>, Option<String>) = match &mut turns {
+            Some(room) => {
+                let after = Cursor::decode(room.after.as_deref());
+                let (chosen, cursor) = take_turns(&found, &room.parts, limit, after.as_ref());
+                let chosen = spend_buckets(&mut tx, p, &room.parts, &found, chosen).await?;
+                (chosen, cursor.map(|c| c.encode()))
             }
-            if !full.is_empty() {
-                query = bind_list(query, &full);
-            }
-            query = query.bind(read);
-        }
-        if branches == 2 {
-            query = query.bind(read);
-        }
-        let found: Vec<Candidate> = query
-            // A `UNION` of this binary-collated column reads as VARBINARY.
-            .try_map(|row: MySqlRow| {
-                let partition = match row.try_get::<String, _>(1) {
-                    Ok(text) => text,
-                    Err(_) => String::from_utf8_lossy(&row.try_get::<Vec<u8>, _>(1)?).into_owned(),
-                };
-                Ok((row.try_get(0)?, partition))
-            })
-            .fetch_all(&mut *tx)
-            .await?;
-        let (candidates, served_last): (Vec<RequestId>, Option<String>) = match &turns {
-            Some(room) => take_turns(
-                &found,
-                &room.running,
-                room.per_partition,
-                limit,
-                room.after.as_deref(),
-            ),
             None => (found.into_iter().map(|(id, _)| id).collect(), None),
         };
         if let (Some(room), Some(last)) = (&turns, &served_last) {
-            if room.after.as_ref() != Some(last) && !last.is_empty() {
+            if room.after.as_ref() != Some(last) {
                 sqlx::query(
                     "UPDATE async_queue SET turn_after = ? WHERE application_name = ? AND name = ?",
                 )

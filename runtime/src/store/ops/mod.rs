@@ -9,13 +9,14 @@
 //! One trait per kind of statement, each in its module, all gathered in [`OpsStore`]:
 //! [`requests`] (pages, counts and actions on what a query matches), [`stats`] (counts
 //! and per-minute series), [`controls`] (pauses, queue policies, quotas), [`lifecycle`]
-//! (progress, results, stops, deadlines, orphans), [`audit`] and [`due`] (which queues
-//! have due records).
+//! (progress, results, stops, deadlines, orphans), [`partitions`] (partitions' own
+//! settings), [`audit`] and [`due`] (which queues have due records).
 
 mod audit;
 mod controls;
 mod due;
 mod lifecycle;
+mod partitions;
 mod requests;
 mod stats;
 
@@ -25,6 +26,7 @@ pub(crate) use due::DueOps;
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
+pub(crate) use partitions::PartitionOps;
 pub(crate) use requests::{act_batch, RequestOps};
 pub(crate) use stats::StatOps;
 
@@ -33,7 +35,7 @@ use super::sql::SqlRunner;
 /// The operators' statements, written once over a backend's [`SqlRunner`]: every
 /// backend implements `OpsStore` with nothing but its runner.
 pub(crate) trait OpsStore:
-    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + DueOps
+    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + DueOps + PartitionOps
 {
 }
 

@@ -13,8 +13,13 @@ use sqlx::{PgConnection, PgPool};
 use super::DB_NOW;
 use crate::base::error::Result;
 use crate::base::record::Claimed;
-use crate::store::claim::{take_turns, Candidate, QueueRowColumns};
+use crate::base::record::RequestId;
+use crate::store::claim::{take_turns, Candidate, Cursor, QueueRowColumns};
+use crate::store::partitions::{
+    rows_sql, running_sql, taken_by_partition, without, Partitions, MAX_READS, SPEND,
+};
 use crate::store::rows::{claimed_from_row, CLAIMED_COLUMNS};
+use crate::store::sql::Dialect;
 use crate::store::{ClaimDue, DueKind, QueueRow};
 
 /// The transaction a claim runs in: READ COMMITTED, whatever the server's default.
@@ -257,9 +262,10 @@ fn bind_claim<'q>(
 }
 
 /// Claims, of the queue's due records, at most `slots`, taking turns between partitions
-/// within the per-partition limit (`crate::store::claim::take_turns`): the running
+/// by their weights within their limits (`crate::store::claim::take_turns`): the running
 /// count of each partition, then the first waiting records of the partitions with room
-/// (a plain read), then those chosen, by id, locked (`SKIP LOCKED`) and checked again.
+/// (a plain read), the rows of their partitions (`async_partition`), the starts taken
+/// from their buckets, then those chosen, by id, locked (`SKIP LOCKED`) and checked again.
 /// Under the queue's row lock: no other claim of the queue runs meanwhile.
 async fn claim_taking_turns(
     conn: &mut PgConnection,
@@ -267,15 +273,14 @@ async fn claim_taking_turns(
     turns: Turns<'_>,
     slots: i64,
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
-    let per_partition = turns.per_partition;
     if slots <= 0 {
         return Ok(Vec::new());
     }
-    // Only a per-partition limit needs each partition's running count.
-    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
-        Default::default()
-    } else {
-        sqlx::query_as(
+    let mut parts = Partitions::new(turns.per_partition, p.now);
+    // Only a per-partition limit needs each partition's running count; those at it may
+    // have a higher one of their own.
+    if parts.counts_all() {
+        let running = sqlx::query_as(
             "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = $1 \
              AND queue_name = $2 AND status = 'running' GROUP BY partition_key",
         )
@@ -284,16 +289,12 @@ async fn claim_taking_turns(
         .fetch_all(&mut *conn)
         .await?
         .into_iter()
-        .collect()
-    };
-    let full: Vec<&str> = match per_partition {
-        Some(limit) => running
-            .iter()
-            .filter(|&(_, &n)| n >= limit)
-            .map(|(k, _)| k.as_str())
-            .collect(),
-        None => Vec::new(),
-    };
+        .collect();
+        parts = parts.with_running(running);
+        let at = parts.at_queue_limit();
+        read_partitions(conn, p, &mut parts, at).await?;
+    }
+    let mut full = parts.full();
     let open = crate::store::claim::before_deadline(DB_NOW);
     let skip = if p.skip.is_empty() {
         ""
@@ -317,17 +318,44 @@ async fn claim_taking_turns(
         branch("init"),
         branch("failed")
     );
-    let mut query = sqlx::query_as(&sql)
-        .bind(p.application)
-        .bind(p.queue)
-        .bind(p.executors)
-        .bind(&full)
-        .bind(crate::store::claim::candidate_window(slots));
-    if !p.skip.is_empty() {
-        query = query.bind(p.skip);
-    }
-    let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
-    let (chosen, last) = take_turns(&candidates, &running, per_partition, slots, turns.after);
+    // Read again, at most MAX_READS times, without the partitions found with no room.
+    let mut reads = 0;
+    let candidates = loop {
+        let mut query = sqlx::query_as(&sql)
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(p.executors)
+            .bind(&full)
+            .bind(crate::store::claim::candidate_window(slots));
+        if !p.skip.is_empty() {
+            query = query.bind(p.skip);
+        }
+        let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
+        // The settings of the candidates' partitions (and, of those with a concurrency of
+        // their own, the running count).
+        let unread = parts.unread(candidates.iter().map(|(_, k)| k.as_str()));
+        read_partitions(conn, p, &mut parts, unread).await?;
+        let uncounted = parts.uncounted();
+        if !uncounted.is_empty() {
+            let counts = sqlx::query_as(&running_sql(Dialect::Postgres, "= ANY($3)"))
+                .bind(p.application)
+                .bind(p.queue)
+                .bind(&uncounted)
+                .fetch_all(&mut *conn)
+                .await?;
+            parts.add_running(&uncounted, counts);
+        }
+        reads += 1;
+        let blocked = parts.blocked(&candidates, &full);
+        if blocked.is_empty() || reads == MAX_READS {
+            break candidates;
+        }
+        full.extend(blocked);
+    };
+    let after = Cursor::decode(turns.after);
+    let (chosen, cursor) = take_turns(&candidates, &parts, slots, after.as_ref());
+    let last = cursor.map(|c| c.encode());
+    let chosen = spend_buckets(conn, p, &parts, &candidates, chosen).await?;
     if chosen.is_empty() {
         return Ok(Vec::new());
     }
@@ -345,8 +373,8 @@ async fn claim_taking_turns(
         .bind(&chosen)
         .fetch_all(&mut *conn)
         .await?;
-    // Kept until a claim serves another partition.
-    if last.is_some() && last.as_deref() != turns.after && last.as_deref() != Some("") {
+    // Kept until a claim moves it.
+    if last.is_some() && last.as_deref() != turns.after {
         sqlx::query(
             "UPDATE async_queue SET turn_after = $1 WHERE application_name = $2 AND name = $3",
         )
@@ -357,6 +385,55 @@ async fn claim_taking_turns(
         .await?;
     }
     Ok(rows)
+}
+
+/// Reads the rows of `keys` (partitions of the claim's queue) into `parts`.
+async fn read_partitions(
+    conn: &mut PgConnection,
+    p: &ClaimDue<'_>,
+    parts: &mut Partitions,
+    keys: Vec<String>,
+) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let rows = sqlx::query_as(&rows_sql(Dialect::Postgres, "= ANY($3)"))
+        .bind(p.application)
+        .bind(p.queue)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
+    parts.add_rows(&keys, rows);
+    Ok(())
+}
+
+/// Takes the starts of `chosen` from their partitions' buckets, each by one conditional
+/// `UPDATE`; returns `chosen` without the records of a partition whose bucket another
+/// claim took from meanwhile.
+async fn spend_buckets(
+    conn: &mut PgConnection,
+    p: &ClaimDue<'_>,
+    parts: &Partitions,
+    candidates: &[Candidate],
+    chosen: Vec<RequestId>,
+) -> Result<Vec<RequestId>> {
+    let mut refused = Vec::new();
+    for (key, spend) in parts.spends(&taken_by_partition(candidates, &chosen)) {
+        let done = sqlx::query(SPEND.text(Dialect::Postgres))
+            .bind(spend.now.0)
+            .bind(spend.now.1)
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(&key)
+            .bind(spend.was.0)
+            .bind(spend.was.1)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 0 {
+            refused.push(key);
+        }
+    }
+    Ok(without(candidates, chosen, &refused))
 }
 
 /// How a queue's claim takes turns between its partitions.

@@ -148,9 +148,8 @@ async fn claim_queue(
         plan.slots,
     )
     .await?;
-    // Kept until a claim serves another partition (a claim that takes none keeps it).
-    if last.is_some() && last.as_deref() != row.turn_after.as_deref() && last.as_deref() != Some("")
-    {
+    // Kept until a claim moves it (a claim that takes none keeps it).
+    if last.is_some() && last.as_deref() != row.turn_after.as_deref() {
         sqlx::query(
             "INSERT INTO async_queue (application_name, name, turn_after) VALUES (?1, ?2, ?3) \
              ON CONFLICT (application_name, name) DO UPDATE SET turn_after = excluded.turn_after",
@@ -243,11 +242,12 @@ async fn claim_up_to(
 }
 
 /// Claims, of the queue's due records, at most `slots`, taking turns between partitions
-/// within the per-partition limit (`crate::store::claim::take_turns`): the running
+/// by their weights within their limits (`crate::store::claim::take_turns`): the running
 /// count of each partition, then the first waiting records of the partitions with room,
-/// then those chosen, by id. In the claim's IMMEDIATE transaction (nothing changes
+/// the rows of their partitions (`async_partition`), the starts taken from their
+/// buckets, then those chosen, by id. In the claim's IMMEDIATE transaction (nothing changes
 /// between the reads and the claim).
-/// Returns the rows claimed and the partition served last.
+/// Returns the rows claimed and the turns' cursor after it (encoded).
 async fn claim_taking_turns(
     conn: &mut SqliteConnection,
     p: &ClaimDue<'_>,
@@ -256,14 +256,16 @@ async fn claim_taking_turns(
     slots: i64,
 ) -> Result<(Vec<SqliteRow>, Option<String>)> {
     use crate::store::claim::{take_turns, Candidate};
+    use crate::store::partitions::{running_sql, Partitions};
+    use crate::store::sql::Dialect;
     if slots <= 0 {
         return Ok((Vec::new(), None));
     }
-    // Only a per-partition limit needs each partition's running count.
-    let running: std::collections::HashMap<String, i64> = if per_partition.is_none() {
-        Default::default()
-    } else {
-        sqlx::query_as(
+    let mut parts = Partitions::new(per_partition, p.now);
+    // Only a per-partition limit needs each partition's running count; those at it may
+    // have a higher one of their own.
+    if parts.counts_all() {
+        let running = sqlx::query_as(
             "SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ?1 \
              AND queue_name = ?2 AND status = 'running' GROUP BY partition_key",
         )
@@ -272,16 +274,12 @@ async fn claim_taking_turns(
         .fetch_all(&mut *conn)
         .await?
         .into_iter()
-        .collect()
-    };
-    let full: Vec<&str> = match per_partition {
-        Some(limit) => running
-            .iter()
-            .filter(|&(_, &n)| n >= limit)
-            .map(|(k, _)| k.as_str())
-            .collect(),
-        None => Vec::new(),
-    };
+        .collect();
+        parts = parts.with_running(running);
+        let at = parts.at_queue_limit();
+        read_partitions(conn, p, &mut parts, at).await?;
+    }
+    let mut full = parts.full();
     let sql = format!(
         "SELECT id, partition_key FROM async_req WHERE application_name = ?1 \
          AND queue_name = ?2 AND status IN ('init', 'failed') AND run_at <= {DB_NOW} \
@@ -296,17 +294,47 @@ async fn claim_taking_turns(
             " AND (sign || ':' || executor) NOT IN (SELECT value FROM json_each(?6))"
         },
     );
-    let mut query = sqlx::query_as(&sql)
-        .bind(p.application)
-        .bind(p.queue)
-        .bind(json_list(p.executors))
-        .bind(json_list(&full))
-        .bind(crate::store::claim::candidate_window(slots));
-    if !p.skip.is_empty() {
-        query = query.bind(json_list(p.skip));
-    }
-    let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
-    let (chosen, last) = take_turns(&candidates, &running, per_partition, slots, after);
+    // Read again, at most MAX_READS times, without the partitions found with no room.
+    let mut reads = 0;
+    let candidates = loop {
+        let mut query = sqlx::query_as(&sql)
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(json_list(p.executors))
+            .bind(json_list(&full))
+            .bind(crate::store::claim::candidate_window(slots));
+        if !p.skip.is_empty() {
+            query = query.bind(json_list(p.skip));
+        }
+        let candidates: Vec<Candidate> = query.fetch_all(&mut *conn).await?;
+        // The settings of the candidates' partitions (and, of those with a concurrency of
+        // their own, the running count).
+        let unread = parts.unread(candidates.iter().map(|(_, k)| k.as_str()));
+        read_partitions(conn, p, &mut parts, unread).await?;
+        let uncounted = parts.uncounted();
+        if !uncounted.is_empty() {
+            let counts = sqlx::query_as(&running_sql(
+                Dialect::Sqlite,
+                "IN (SELECT value FROM json_each(?))",
+            ))
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(json_list(&uncounted))
+            .fetch_all(&mut *conn)
+            .await?;
+            parts.add_running(&uncounted, counts);
+        }
+        reads += 1;
+        let blocked = parts.blocked(&candidates, &full);
+        if blocked.is_empty() || reads == crate::store::partitions::MAX_READS {
+            break candidates;
+        }
+        full.extend(blocked);
+    };
+    let after = crate::store::claim::Cursor::decode(after);
+    let (chosen, cursor) = take_turns(&candidates, &parts, slots, after.as_ref());
+    let last = cursor.map(|c| c.encode());
+    let chosen = spend_buckets(conn, p, &parts, &candidates, chosen).await?;
     if chosen.is_empty() {
         return Ok((Vec::new(), None));
     }
@@ -324,6 +352,60 @@ async fn claim_taking_turns(
         .fetch_all(&mut *conn)
         .await?;
     Ok((rows, last))
+}
+
+/// Reads the rows of `keys` (partitions of the claim's queue) into `parts`.
+async fn read_partitions(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    parts: &mut crate::store::partitions::Partitions,
+    keys: Vec<String>,
+) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let sql = crate::store::partitions::rows_sql(
+        crate::store::sql::Dialect::Sqlite,
+        "IN (SELECT value FROM json_each(?))",
+    );
+    let rows = sqlx::query_as(&sql)
+        .bind(p.application)
+        .bind(p.queue)
+        .bind(json_list(&keys))
+        .fetch_all(&mut *conn)
+        .await?;
+    parts.add_rows(&keys, rows);
+    Ok(())
+}
+
+/// Takes the starts of `chosen` from their partitions' buckets, each by one conditional
+/// `UPDATE`; returns `chosen` without the records of a partition whose bucket another
+/// claim took from meanwhile (none here: the claim holds SQLite's write lock).
+async fn spend_buckets(
+    conn: &mut SqliteConnection,
+    p: &ClaimDue<'_>,
+    parts: &crate::store::partitions::Partitions,
+    candidates: &[crate::store::claim::Candidate],
+    chosen: Vec<RequestId>,
+) -> Result<Vec<RequestId>> {
+    use crate::store::partitions::{taken_by_partition, without, SPEND};
+    let mut refused = Vec::new();
+    for (key, spend) in parts.spends(&taken_by_partition(candidates, &chosen)) {
+        let done = sqlx::query(SPEND.text(crate::store::sql::Dialect::Sqlite))
+            .bind(spend.now.0)
+            .bind(spend.now.1)
+            .bind(p.application)
+            .bind(p.queue)
+            .bind(&key)
+            .bind(spend.was.0)
+            .bind(spend.was.1)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 0 {
+            refused.push(key);
+        }
+    }
+    Ok(without(candidates, chosen, &refused))
 }
 
 /// Which records of `held` (as JSON pairs `[id, attempt]`, bound at `?N`) a statement

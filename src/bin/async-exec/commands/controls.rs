@@ -112,6 +112,7 @@ pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result
                 p.waiting.to_string(),
                 p.oldest_due.map_or(String::new(), crate::time::format_ms),
                 if p.at_limit { "at limit" } else { "" }.to_string(),
+                own_settings(p.settings.as_ref()),
             ]
         })
         .collect();
@@ -126,11 +127,36 @@ pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result
     );
     if !rows.is_empty() {
         human.push_str(&crate::render::table(
-            &["PARTITION", "RUNNING", "WAITING", "OLDEST DUE", ""],
+            &[
+                "PARTITION",
+                "RUNNING",
+                "WAITING",
+                "OLDEST DUE",
+                "",
+                "OWN SETTINGS",
+            ],
             &rows,
         ));
     }
     Ok(Printed::ok(json!({ "flow": flow }), human))
+}
+
+/// A partition's own settings, as `flow` shows them (`weight 3, 10 at once, 600/minute`).
+fn own_settings(settings: Option<&async_exec::PartitionSettings>) -> String {
+    let Some(s) = settings else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if let Some(w) = s.weight_value() {
+        parts.push(format!("weight {w}"));
+    }
+    if let Some(n) = s.concurrency_limit() {
+        parts.push(format!("{n} at once"));
+    }
+    if let Some(r) = s.rate_limit() {
+        parts.push(format!("{}/{:?}", r.starts(), r.period()).to_lowercase());
+    }
+    parts.join(", ")
 }
 
 /// `policy NAME [...]`, audited as `cli:<os user>`.

@@ -1,12 +1,15 @@
 //! The subcommands: each returns what to print, as JSON and for people. By what they do:
-//! [`reads`], [`actions`] on requests, [`controls`].
+//! [`reads`], [`actions`] on requests, [`controls`], [`partitions`] (a tenant's own
+//! settings).
 
 mod actions;
 mod controls;
+mod partitions;
 mod reads;
 
 pub(crate) use actions::{act, cancel_tagged, purge, Action};
 pub(crate) use controls::{flow, pause, policy, queue_limits, queues};
+pub(crate) use partitions::{parse_rate, partition};
 pub(crate) use reads::{applications_only, list, show, stats};
 
 use async_exec::{RequestId, Runtime};
