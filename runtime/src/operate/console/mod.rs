@@ -43,6 +43,7 @@ mod login;
 mod overview;
 mod pages;
 mod policies;
+mod queues;
 mod reads;
 mod views;
 
@@ -124,6 +125,8 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/executors/resume", post(actions::resume))
         .route("/instances", get(fleet::instances))
         .route("/policies", get(policies::policies).post(policies::apply))
+        .route("/queues", get(queues::queues))
+        .route("/queues/{name}", get(queues::queue))
         .route("/audit", get(fleet::audit))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))

@@ -9,16 +9,19 @@
 //! One trait per kind of statement, each in its module, all gathered in [`OpsStore`]:
 //! [`requests`] (pages, counts and actions on what a query matches), [`stats`] (counts
 //! and per-minute series), [`controls`] (pauses, queue policies, quotas), [`lifecycle`]
-//! (progress, results, stops, deadlines, orphans) and [`audit`].
+//! (progress, results, stops, deadlines, orphans), [`flow`] (the flow view and its
+//! saturation history) and [`audit`].
 
 mod audit;
 mod controls;
+mod flow;
 mod lifecycle;
 mod requests;
 mod stats;
 
 pub(crate) use audit::AuditOps;
 pub(crate) use controls::{ControlOps, QuotaReserve};
+pub(crate) use flow::{FlowOps, QueueNow, QueueStatDelta, SampleRow};
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
@@ -30,7 +33,7 @@ use super::sql::SqlRunner;
 /// The operators' statements, written once over a backend's [`SqlRunner`]: every
 /// backend implements `OpsStore` with nothing but its runner.
 pub(crate) trait OpsStore:
-    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps
+    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + FlowOps
 {
 }
 

@@ -166,22 +166,6 @@ pub(crate) trait StatOps: SqlRunner {
             .collect()
     }
 
-    /// The requests of `queue` running and waiting now, over every partition.
-    async fn queue_counts(&self, application: &str, queue: &str) -> Result<(i64, i64)> {
-        let mut s = self.sql(
-            "SELECT COUNT(CASE WHEN status = 'running' THEN 1 END), \
-             COUNT(CASE WHEN status <> 'running' THEN 1 END) FROM async_req \
-             WHERE application_name = ",
-        );
-        s.bind_text(application)
-            .push(" AND queue_name = ")
-            .bind_text(queue)
-            .push(" AND status IN ('init', 'failed', 'running')");
-        let counts = self.fetch_ints(&s).await?;
-        let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0);
-        Ok((count(0), count(1)))
-    }
-
     /// Samples the queue depth of `application` into `async_depth` for `minute`.
     async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
         // `COUNT` of a `CASE`: a `BIGINT` on every backend (PostgreSQL sums no booleans).
@@ -264,7 +248,7 @@ pub(crate) trait StatOps: SqlRunner {
 
     /// Removes statistics of minutes before `before_minute` (unix ms).
     async fn stat_prune(&self, before_minute: i64) -> Result<()> {
-        for table in ["async_stat", "async_depth"] {
+        for table in ["async_stat", "async_depth", "async_queue_stat"] {
             let mut s = self.sql(&format!("DELETE FROM {table} WHERE minute < "));
             s.bind_int(before_minute);
             self.execute(&s).await?;
