@@ -75,6 +75,22 @@ async fn a_queue_at_its_limit_with_a_backlog_reads_limit_working<DB: Backend>(db
     assert!(flow.lag_ms.is_some_and(|lag| lag >= 0), "{flow:#?}");
     assert!(flow.started >= 2, "the starts are counted: {flow:#?}");
     assert!(flow.reason.contains("2 of 2"), "{}", flow.reason);
+    // Another instance, which runs nothing, reads the starts from `async_queue_stat`
+    // (written every 2 s by the instance that started them).
+    let observer = db
+        .builder()
+        .run_workers(false)
+        .install_global(false)
+        .start()
+        .await
+        .unwrap();
+    let seen = eventually(Duration::from_secs(5), "starts written", || async {
+        let flow = observer.queue_flow("flow_busy", 10).await.unwrap();
+        (flow.started >= 2).then_some(flow)
+    })
+    .await;
+    assert!(seen.finished <= seen.started, "{seen:#?}");
+    observer.shutdown().await.unwrap();
     let listed = rt.queues_flow().await.unwrap();
     let busy = listed.iter().find(|q| q.queue == "flow_busy").unwrap();
     assert_eq!(busy.verdict, Verdict::LimitWorking, "{listed:#?}");

@@ -162,7 +162,7 @@ impl Runtime {
             let limits = self.limits_of(&queue, &policies);
             let current = live.remove(&queue).unwrap_or_default();
             let (started, _) = starts.of(&queue);
-            let below = limits.concurrency.is_none_or(|c| current.running < c);
+            let below = !limits.concurrency.is_some_and(|c| current.running >= c);
             let partitions = if limits.per_partition.is_some() && current.due > 0 && below {
                 ops.queue_partitions(app, &queue, PARTITIONS_JUDGED)
                     .await?
