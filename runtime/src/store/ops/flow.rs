@@ -44,42 +44,67 @@ const SAMPLE_CHUNK: usize = 200;
 pub(crate) trait FlowOps: SqlRunner {
     /// The live records (`init`, `failed`, `running`) of `queue` (of every queue in one
     /// when `None`, records in no queue left out), by queue: running, waiting, due by
-    /// `now` and the earliest due time of those due.
+    /// `now` and the earliest due time of those due. Two statements, each on one
+    /// partial index: the waiting through the claim index (`async_req_due`), the running
+    /// through `async_req_running` (one over both statuses read the whole table on
+    /// PostgreSQL).
     async fn queue_now(
         &self,
         application: &str,
         queue: Option<&str>,
         now: i64,
     ) -> Result<Vec<QueueNow>> {
-        let mut s = self.sql(
-            "SELECT queue_name, COUNT(CASE WHEN status = 'running' THEN 1 END), \
-             COUNT(CASE WHEN status <> 'running' THEN 1 END), \
-             COUNT(CASE WHEN status <> 'running' AND run_at <= ",
-        );
-        s.bind_int(now)
-            .push(" THEN 1 END), MIN(CASE WHEN status <> 'running' AND run_at <= ")
-            .bind_int(now)
-            .push(" THEN run_at END) FROM async_req WHERE application_name = ")
-            .bind_text(application);
-        match queue {
-            Some(queue) => s.push(" AND queue_name = ").bind_text(queue),
-            None => s.push(" AND queue_name <> ''"),
+        let which = |s: &mut Sql| {
+            s.push(" WHERE application_name = ").bind_text(application);
+            match queue {
+                Some(queue) => s.push(" AND queue_name = ").bind_text(queue),
+                None => s.push(" AND queue_name <> ''"),
+            };
         };
-        s.push(" AND status IN ('init', 'failed', 'running') GROUP BY queue_name");
-        let rows = self
-            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int, Col::Int])
+        let mut s = self.sql("SELECT queue_name, COUNT(*), COUNT(CASE WHEN run_at <= ");
+        s.bind_int(now)
+            .push(" THEN 1 END), MIN(CASE WHEN run_at <= ")
+            .bind_int(now)
+            .push(" THEN run_at END) FROM async_req");
+        which(&mut s);
+        s.push(" AND status IN ('init', 'failed') GROUP BY queue_name");
+        let waiting = self
+            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
             .await?;
-        rows.into_iter()
-            .map(|mut row| {
-                Ok(QueueNow {
-                    queue: row.text()?,
-                    running: row.int()?,
-                    waiting: row.int()?,
-                    due: row.int()?,
-                    oldest_due: row.opt_int()?,
-                })
-            })
-            .collect()
+        let mut s = self.sql("SELECT queue_name, COUNT(*) FROM async_req");
+        which(&mut s);
+        s.push(" AND status = 'running' GROUP BY queue_name");
+        let running = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
+        let mut queues: Vec<QueueNow> = Vec::with_capacity(waiting.len());
+        for mut row in waiting {
+            queues.push(QueueNow {
+                queue: row.text()?,
+                running: 0,
+                waiting: row.int()?,
+                due: row.int()?,
+                oldest_due: row.opt_int()?,
+            });
+        }
+        let mut at: rustc_hash::FxHashMap<String, usize> = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.queue.clone(), i))
+            .collect();
+        for mut row in running {
+            let (queue, n) = (row.text()?, row.int()?);
+            match at.get(&queue) {
+                Some(&i) => queues[i].running = n,
+                None => {
+                    at.insert(queue.clone(), queues.len());
+                    queues.push(QueueNow {
+                        queue,
+                        running: n,
+                        ..QueueNow::default()
+                    });
+                }
+            }
+        }
+        Ok(queues)
     }
 
     /// Adds starts and finishes to `async_queue_stat`.
