@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::base::error::Result;
 use crate::base::flow::{FlowSample, Verdict};
-use crate::store::sql::{Cells, Col, Sql, SqlRunner, Txn};
+use crate::store::sql::{Cells, Col, Dialect, Sql, SqlRunner, Txn};
 
 /// A queue's live records now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,26 +54,11 @@ pub(crate) trait FlowOps: SqlRunner {
         queue: Option<&str>,
         now: i64,
     ) -> Result<Vec<QueueNow>> {
-        let which = |s: &mut Sql| {
-            s.push(" WHERE application_name = ").bind_text(application);
-            match queue {
-                Some(queue) => s.push(" AND queue_name = ").bind_text(queue),
-                None => s.push(" AND queue_name <> ''"),
-            };
-        };
-        let mut s = self.sql("SELECT queue_name, COUNT(*), COUNT(CASE WHEN run_at <= ");
-        s.bind_int(now)
-            .push(" THEN 1 END), MIN(CASE WHEN run_at <= ")
-            .bind_int(now)
-            .push(" THEN run_at END) FROM async_req");
-        which(&mut s);
-        s.push(" AND status IN ('init', 'failed') GROUP BY queue_name");
+        let s = queue_waiting(self.dialect(), application, queue, now);
         let waiting = self
             .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
             .await?;
-        let mut s = self.sql("SELECT queue_name, COUNT(*) FROM async_req");
-        which(&mut s);
-        s.push(" AND status = 'running' GROUP BY queue_name");
+        let s = queue_running(self.dialect(), application, queue);
         let running = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
         let mut queues: Vec<QueueNow> = Vec::with_capacity(waiting.len());
         for mut row in waiting {
@@ -105,6 +90,46 @@ pub(crate) trait FlowOps: SqlRunner {
             }
         }
         Ok(queues)
+    }
+
+    /// The partitions of `queue` with requests running or waiting, the most waiting
+    /// first, at most `limit`: (partition, running, waiting, the earliest due time of
+    /// those waiting). Two statements, each on one partial index, as
+    /// [`FlowOps::queue_now`]; never the finished history. With `limit` partitions
+    /// waiting, a partition that only runs is left out (it would rank after them).
+    async fn queue_partitions(
+        &self,
+        application: &str,
+        queue: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, i64, i64, Option<i64>)>> {
+        let s = partitions_waiting(self.dialect(), application, queue, limit);
+        let waiting = self
+            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int])
+            .await?;
+        let s = partitions_running(self.dialect(), application, queue);
+        let running = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
+        let full = waiting.len() as i64 >= limit;
+        let mut rows: Vec<(String, i64, i64, Option<i64>)> = Vec::with_capacity(waiting.len());
+        for mut row in waiting {
+            rows.push((row.text()?, 0, row.int()?, row.opt_int()?));
+        }
+        let at: rustc_hash::FxHashMap<String, usize> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.0.clone(), i))
+            .collect();
+        for mut row in running {
+            let (partition, n) = (row.text()?, row.int()?);
+            match at.get(&partition) {
+                Some(&i) => rows[i].1 = n,
+                None if !full => rows.push((partition, n, 0, None)),
+                None => {}
+            }
+        }
+        rows.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+        rows.truncate(limit.max(0) as usize);
+        Ok(rows)
     }
 
     /// Adds starts and finishes to `async_queue_stat`.
@@ -269,6 +294,61 @@ pub(crate) trait FlowOps: SqlRunner {
         s.bind_text(application).push(" AND at < ").bind_int(before);
         self.execute(&s).await
     }
+}
+
+/// `WHERE` the records of `queue` (of every queue when `None`; none in no queue).
+fn of_queue(s: &mut Sql, application: &str, queue: Option<&str>) {
+    s.push(" WHERE application_name = ").bind_text(application);
+    match queue {
+        Some(queue) => s.push(" AND queue_name = ").bind_text(queue),
+        None => s.push(" AND queue_name <> ''"),
+    };
+}
+
+/// The waiting records by queue: waiting, due by `now`, the earliest due time of those
+/// due. Through the claim index (`async_req_due`): `status IN ('init', 'failed')` is its
+/// predicate.
+pub(crate) fn queue_waiting(d: Dialect, application: &str, queue: Option<&str>, now: i64) -> Sql {
+    let mut s = Sql::new(d, "SELECT queue_name, COUNT(*), COUNT(CASE WHEN run_at <= ");
+    s.bind_int(now)
+        .push(" THEN 1 END), MIN(CASE WHEN run_at <= ")
+        .bind_int(now)
+        .push(" THEN run_at END) FROM async_req");
+    of_queue(&mut s, application, queue);
+    s.push(" AND status IN ('init', 'failed') GROUP BY queue_name");
+    s
+}
+
+/// The running records by queue, through `async_req_running`.
+pub(crate) fn queue_running(d: Dialect, application: &str, queue: Option<&str>) -> Sql {
+    let mut s = Sql::new(d, "SELECT queue_name, COUNT(*) FROM async_req");
+    of_queue(&mut s, application, queue);
+    s.push(" AND status = 'running' GROUP BY queue_name");
+    s
+}
+
+/// The waiting records of `queue` by partition, the most first, at most `limit`: waiting
+/// and the earliest due time. Through the claim index.
+pub(crate) fn partitions_waiting(d: Dialect, application: &str, queue: &str, limit: i64) -> Sql {
+    let mut s = Sql::new(
+        d,
+        "SELECT partition_key, COUNT(*) AS waiting, MIN(run_at) FROM async_req",
+    );
+    of_queue(&mut s, application, Some(queue));
+    s.push(
+        " AND status IN ('init', 'failed') GROUP BY partition_key \
+         ORDER BY waiting DESC, partition_key LIMIT ",
+    )
+    .bind_int(limit);
+    s
+}
+
+/// The running records of `queue` by partition, through `async_req_running`.
+pub(crate) fn partitions_running(d: Dialect, application: &str, queue: &str) -> Sql {
+    let mut s = Sql::new(d, "SELECT partition_key, COUNT(*) FROM async_req");
+    of_queue(&mut s, application, Some(queue));
+    s.push(" AND status = 'running' GROUP BY partition_key");
+    s
 }
 
 /// Binds `n`, or writes `NULL`.

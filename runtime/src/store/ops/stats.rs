@@ -134,60 +134,6 @@ pub(crate) trait StatOps: SqlRunner {
             .collect()
     }
 
-    /// The partitions of `queue` with requests running or waiting, the most waiting
-    /// first, at most `limit`: (partition, running, waiting, the earliest due time of
-    /// those waiting). Two statements, each on one partial index (on PostgreSQL one
-    /// statement over `status IN ('init', 'failed', 'running')` matched neither and read
-    /// the whole table: 480 ms with a million finished rows): the waiting through the
-    /// claim index, the running through the running index; never the finished history.
-    /// With `limit` partitions waiting, a partition that only runs is left out (it would
-    /// rank after them).
-    async fn queue_partitions(
-        &self,
-        application: &str,
-        queue: &str,
-        limit: i64,
-    ) -> Result<Vec<(String, i64, i64, Option<i64>)>> {
-        let mut s = self.sql(
-            "SELECT partition_key, COUNT(*) AS waiting, MIN(run_at) FROM async_req \
-             WHERE application_name = ",
-        );
-        s.bind_text(application)
-            .push(" AND queue_name = ")
-            .bind_text(queue)
-            .push(
-                " AND status IN ('init', 'failed') GROUP BY partition_key \
-                 ORDER BY waiting DESC, partition_key LIMIT ",
-            )
-            .bind_int(limit);
-        let waiting = self
-            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int])
-            .await?;
-        let mut s =
-            self.sql("SELECT partition_key, COUNT(*) FROM async_req WHERE application_name = ");
-        s.bind_text(application)
-            .push(" AND queue_name = ")
-            .bind_text(queue)
-            .push(" AND status = 'running' GROUP BY partition_key");
-        let running = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
-        let full = waiting.len() as i64 >= limit;
-        let mut rows: Vec<(String, i64, i64, Option<i64>)> = Vec::with_capacity(waiting.len());
-        for mut row in waiting {
-            rows.push((row.text()?, 0, row.int()?, row.opt_int()?));
-        }
-        for mut row in running {
-            let (partition, n) = (row.text()?, row.int()?);
-            match rows.iter_mut().find(|r| r.0 == partition) {
-                Some(found) => found.1 = n,
-                None if !full => rows.push((partition, n, 0, None)),
-                None => {}
-            }
-        }
-        rows.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
-        rows.truncate(limit.max(0) as usize);
-        Ok(rows)
-    }
-
     /// Samples the queue depth of `application` into `async_depth` for `minute`.
     async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
         // `COUNT` of a `CASE`: a `BIGINT` on every backend (PostgreSQL sums no booleans).
