@@ -76,7 +76,7 @@ impl Runtime {
         let ops = self.inner.store.ops();
         let app = &self.inner.app;
         let current = ops
-            .queue_now(app, Some(queue), now)
+            .queue_now(app, &[queue], now)
             .await?
             .into_iter()
             .next()
@@ -128,7 +128,7 @@ impl Runtime {
     }
 
     /// Every queue of the application (those with a policy row, made when a service
-    /// naming it starts, this instance's, and those with live records), by name, each
+    /// naming it starts, and this instance's), by name, each
     /// with what it holds now and its [`Verdict`]. One grouped read of the live records,
     /// one of the starts; a queue with a per-partition limit, due requests and room
     /// below its queue limit reads its partitions too.
@@ -145,20 +145,17 @@ impl Runtime {
         let policies = self.queue_policies().await?;
         let ops = self.inner.store.ops();
         let app = &self.inner.app;
+        let known = self.known_queues(&policies);
+        let names: Vec<&str> = known.iter().map(String::as_str).collect();
         let mut live: FxHashMap<String, QueueNow> = ops
-            .queue_now(app, None, now)
+            .queue_now(app, &names, now)
             .await?
             .into_iter()
             .map(|q| (q.queue.clone(), q))
             .collect();
         let starts = self.starts(now).await?;
-        let names: BTreeSet<String> = self
-            .known_queues(&policies)
-            .into_iter()
-            .chain(live.keys().cloned())
-            .collect();
-        let mut summaries = Vec::with_capacity(names.len());
-        for queue in names {
+        let mut summaries = Vec::with_capacity(known.len());
+        for queue in known {
             let limits = self.limits_of(&queue, &policies);
             let current = live.remove(&queue).unwrap_or_default();
             let (started, _) = starts.of(&queue);

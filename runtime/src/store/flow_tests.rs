@@ -62,10 +62,10 @@ async fn postgres_the_flow_view_reads_live_records_only() {
         .unwrap();
     let d = Dialect::Postgres;
     let statements: Vec<Sql> = vec![
-        queue_waiting(d, application, Some("big"), now),
-        queue_waiting(d, application, None, now),
-        queue_running(d, application, Some("big")),
-        queue_running(d, application, None),
+        queue_waiting(d, application, &["big"], now),
+        queue_waiting(d, application, &["big", "other", "third"], now),
+        queue_running(d, application, &["big"]),
+        queue_running(d, application, &["big", "other", "third"]),
         partitions_waiting(d, application, "big", 100),
         partitions_running(d, application, "big"),
     ];
@@ -113,7 +113,7 @@ async fn postgres_the_flow_view_reads_live_records_only() {
     // And the answers are right.
     let now_rows = store
         .ops()
-        .queue_now(application, Some("big"), now)
+        .queue_now(application, &["big"], now)
         .await
         .unwrap();
     assert_eq!(now_rows.len(), 1);

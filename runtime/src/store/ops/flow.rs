@@ -36,30 +36,36 @@ pub(crate) struct SampleRow {
     pub(crate) sample: FlowSample,
 }
 
+/// Queues one statement counts (one bind each).
+const QUEUE_CHUNK: usize = 500;
+
 /// Sample rows written per statement (ten binds each: far below every backend's bound).
 const SAMPLE_CHUNK: usize = 200;
 
 /// The flow view's statements. Every backend has them through its [`SqlRunner`].
 #[async_trait]
 pub(crate) trait FlowOps: SqlRunner {
-    /// The live records (`init`, `failed`, `running`) of `queue` (of every queue in one
-    /// when `None`, records in no queue left out), by queue: running, waiting, due by
-    /// `now` and the earliest due time of those due. Two statements, each on one
-    /// partial index: the waiting through the claim index (`async_req_due`), the running
-    /// through `async_req_running` (one over both statuses read the whole table on
-    /// PostgreSQL).
+    /// The live records (`init`, `failed`, `running`) of `queues`, by queue (those with
+    /// any): running, waiting, due by `now` and the earliest due time of those due. Two
+    /// statements per 500 queues, each on one partial index: the waiting through the
+    /// claim index (`async_req_due`), the running through `async_req_running` (one over
+    /// both statuses read the whole table on PostgreSQL).
     async fn queue_now(
         &self,
         application: &str,
-        queue: Option<&str>,
+        queues: &[&str],
         now: i64,
     ) -> Result<Vec<QueueNow>> {
-        let s = queue_waiting(self.dialect(), application, queue, now);
-        let waiting = self
-            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
-            .await?;
-        let s = queue_running(self.dialect(), application, queue);
-        let running = self.fetch_rows(&s, &[Col::Text, Col::Int]).await?;
+        let (mut waiting, mut running) = (Vec::new(), Vec::new());
+        for chunk in queues.chunks(QUEUE_CHUNK) {
+            let s = queue_waiting(self.dialect(), application, chunk, now);
+            waiting.extend(
+                self.fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
+                    .await?,
+            );
+            let s = queue_running(self.dialect(), application, chunk);
+            running.extend(self.fetch_rows(&s, &[Col::Text, Col::Int]).await?);
+        }
         let mut queues: Vec<QueueNow> = Vec::with_capacity(waiting.len());
         for mut row in waiting {
             queues.push(QueueNow {
@@ -296,33 +302,41 @@ pub(crate) trait FlowOps: SqlRunner {
     }
 }
 
-/// `WHERE` the records of `queue` (of every queue when `None`; none in no queue).
-fn of_queue(s: &mut Sql, application: &str, queue: Option<&str>) {
-    s.push(" WHERE application_name = ").bind_text(application);
-    match queue {
-        Some(queue) => s.push(" AND queue_name = ").bind_text(queue),
-        None => s.push(" AND queue_name <> ''"),
-    };
+/// `WHERE` the records of `application` in `queues`.
+fn of_queues(s: &mut Sql, application: &str, queues: &[&str]) {
+    s.push(" WHERE application_name = ")
+        .bind_text(application)
+        .push(" AND queue_name IN (");
+    for (i, queue) in queues.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.bind_text(queue);
+    }
+    s.push(")");
 }
 
-/// The waiting records by queue: waiting, due by `now`, the earliest due time of those
-/// due. Through the claim index (`async_req_due`): `status IN ('init', 'failed')` is its
-/// predicate.
-pub(crate) fn queue_waiting(d: Dialect, application: &str, queue: Option<&str>, now: i64) -> Sql {
+/// The waiting records of `queues` by queue: waiting, due by `now`, the earliest due
+/// time of those due. Through the claim index (`async_req_due`; `status IN ('init',
+/// 'failed')` is its predicate on PostgreSQL and SQLite, and on MySQL/MariaDB, whose
+/// index holds every record, the queues' ranges: a `queue_name <> ''` there read every
+/// record of the application).
+pub(crate) fn queue_waiting(d: Dialect, application: &str, queues: &[&str], now: i64) -> Sql {
     let mut s = Sql::new(d, "SELECT queue_name, COUNT(*), COUNT(CASE WHEN run_at <= ");
     s.bind_int(now)
         .push(" THEN 1 END), MIN(CASE WHEN run_at <= ")
         .bind_int(now)
         .push(" THEN run_at END) FROM async_req");
-    of_queue(&mut s, application, queue);
+    of_queues(&mut s, application, queues);
     s.push(" AND status IN ('init', 'failed') GROUP BY queue_name");
     s
 }
 
-/// The running records by queue, through `async_req_running`.
-pub(crate) fn queue_running(d: Dialect, application: &str, queue: Option<&str>) -> Sql {
+/// The running records of `queues` by queue, through `async_req_running` (the claim
+/// index's ranges on MySQL/MariaDB).
+pub(crate) fn queue_running(d: Dialect, application: &str, queues: &[&str]) -> Sql {
     let mut s = Sql::new(d, "SELECT queue_name, COUNT(*) FROM async_req");
-    of_queue(&mut s, application, queue);
+    of_queues(&mut s, application, queues);
     s.push(" AND status = 'running' GROUP BY queue_name");
     s
 }
@@ -334,7 +348,7 @@ pub(crate) fn partitions_waiting(d: Dialect, application: &str, queue: &str, lim
         d,
         "SELECT partition_key, COUNT(*) AS waiting, MIN(run_at) FROM async_req",
     );
-    of_queue(&mut s, application, Some(queue));
+    of_queues(&mut s, application, &[queue]);
     s.push(
         " AND status IN ('init', 'failed') GROUP BY partition_key \
          ORDER BY waiting DESC, partition_key LIMIT ",
@@ -346,7 +360,7 @@ pub(crate) fn partitions_waiting(d: Dialect, application: &str, queue: &str, lim
 /// The running records of `queue` by partition, through `async_req_running`.
 pub(crate) fn partitions_running(d: Dialect, application: &str, queue: &str) -> Sql {
     let mut s = Sql::new(d, "SELECT partition_key, COUNT(*) FROM async_req");
-    of_queue(&mut s, application, Some(queue));
+    of_queues(&mut s, application, &[queue]);
     s.push(" AND status = 'running' GROUP BY partition_key");
     s
 }
