@@ -119,7 +119,7 @@ pub struct FlowSample {
     pub due: i64,
     /// How long the longest-waiting due request had waited (ms), if any was due.
     pub lag_ms: Option<i64>,
-    /// Attempts started in the minute before.
+    /// Attempts started over the minute or two before (as [`QueueFlow::started`]).
     pub started: i64,
     /// The running limit in force then, if any.
     pub concurrency: Option<i64>,
