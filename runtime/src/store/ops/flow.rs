@@ -46,53 +46,39 @@ const SAMPLE_CHUNK: usize = 200;
 #[async_trait]
 pub(crate) trait FlowOps: SqlRunner {
     /// The live records (`init`, `failed`, `running`) of `queues`, by queue (those with
-    /// any): running, waiting, due by `now` and the earliest due time of those due. Two
-    /// statements per 500 queues, each on one partial index: the waiting through the
-    /// claim index (`async_req_due`), the running through `async_req_running` (one over
-    /// both statuses read the whole table on PostgreSQL).
+    /// any): running, waiting, due by `now` and the earliest due time of those due. One
+    /// statement per 500 queues ([`queue_live`]).
     async fn queue_now(
         &self,
         application: &str,
         queues: &[&str],
         now: i64,
     ) -> Result<Vec<QueueNow>> {
-        let (mut waiting, mut running) = (Vec::new(), Vec::new());
+        let mut rows = Vec::new();
         for chunk in queues.chunks(QUEUE_CHUNK) {
-            let s = queue_waiting(self.dialect(), application, chunk, now);
-            waiting.extend(
-                self.fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
+            let s = queue_live(self.dialect(), application, chunk, now);
+            rows.extend(
+                self.fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int, Col::Int])
                     .await?,
             );
-            let s = queue_running(self.dialect(), application, chunk);
-            running.extend(self.fetch_rows(&s, &[Col::Text, Col::Int]).await?);
         }
-        let mut queues: Vec<QueueNow> = Vec::with_capacity(waiting.len());
-        for mut row in waiting {
-            queues.push(QueueNow {
-                queue: row.text()?,
-                running: 0,
-                waiting: row.int()?,
-                due: row.int()?,
-                oldest_due: row.opt_int()?,
+        let mut queues: Vec<QueueNow> = Vec::new();
+        let mut at: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
+        for mut row in rows {
+            let queue = row.text()?;
+            let i = *at.entry(queue.clone()).or_insert_with(|| {
+                queues.push(QueueNow {
+                    queue,
+                    ..QueueNow::default()
+                });
+                queues.len() - 1
             });
-        }
-        let mut at: rustc_hash::FxHashMap<String, usize> = queues
-            .iter()
-            .enumerate()
-            .map(|(i, q)| (q.queue.clone(), i))
-            .collect();
-        for mut row in running {
-            let (queue, n) = (row.text()?, row.int()?);
-            match at.get(&queue) {
-                Some(&i) => queues[i].running = n,
-                None => {
-                    at.insert(queue.clone(), queues.len());
-                    queues.push(QueueNow {
-                        queue,
-                        running: n,
-                        ..QueueNow::default()
-                    });
-                }
+            let q = &mut queues[i];
+            q.running += row.int()?;
+            q.waiting += row.int()?;
+            q.due += row.int()?;
+            if let Some(due) = row.opt_int()? {
+                q.oldest_due = Some(q.oldest_due.map_or(due, |o| o.min(due)));
             }
         }
         Ok(queues)
@@ -316,26 +302,34 @@ fn of_queues(s: &mut Sql, application: &str, queues: &[&str]) {
     s.push(")");
 }
 
-/// The waiting records of `queues` by queue: waiting, due by `now`, the earliest due
-/// time of those due. Through the claim index (`async_req_due`; `status IN ('init',
-/// 'failed')` is its predicate on PostgreSQL and SQLite, and on MySQL/MariaDB, whose
-/// index holds every record, the queues' ranges: a `queue_name <> ''` there read every
-/// record of the application).
-pub(crate) fn queue_waiting(d: Dialect, application: &str, queues: &[&str], now: i64) -> Sql {
-    let mut s = Sql::new(d, "SELECT queue_name, COUNT(*), COUNT(CASE WHEN run_at <= ");
+/// The live records of `queues` in one statement (one snapshot: two statements counted
+/// a record claimed between them as waiting and running), a row per queue and kind:
+/// `queue_name, running, waiting, due, oldest due`. Its waiting half reads the claim
+/// index (`async_req_due`; `status IN ('init', 'failed')` is its predicate on PostgreSQL
+/// and SQLite, and on MySQL/MariaDB, whose index holds every record, the queues' ranges:
+/// a `queue_name <> ''` there read every record of the application), its running half
+/// `async_req_running` (the claim index's ranges on MySQL/MariaDB). One `status IN
+/// ('init', 'failed', 'running')` matched neither partial index and read the whole table
+/// on PostgreSQL.
+pub(crate) fn queue_live(d: Dialect, application: &str, queues: &[&str], now: i64) -> Sql {
+    let mut s = Sql::new(
+        d,
+        &format!(
+            "SELECT queue_name, {}, COUNT(*), COUNT(CASE WHEN run_at <= ",
+            d.int64("0")
+        ),
+    );
     s.bind_int(now)
         .push(" THEN 1 END), MIN(CASE WHEN run_at <= ")
         .bind_int(now)
         .push(" THEN run_at END) FROM async_req");
     of_queues(&mut s, application, queues);
-    s.push(" AND status IN ('init', 'failed') GROUP BY queue_name");
-    s
-}
-
-/// The running records of `queues` by queue, through `async_req_running` (the claim
-/// index's ranges on MySQL/MariaDB).
-pub(crate) fn queue_running(d: Dialect, application: &str, queues: &[&str]) -> Sql {
-    let mut s = Sql::new(d, "SELECT queue_name, COUNT(*) FROM async_req");
+    s.push(&format!(
+        " AND status IN ('init', 'failed') GROUP BY queue_name UNION ALL \
+         SELECT queue_name, COUNT(*), {zero}, {zero}, {null} FROM async_req",
+        zero = d.int64("0"),
+        null = d.int64("NULL"),
+    ));
     of_queues(&mut s, application, queues);
     s.push(" AND status = 'running' GROUP BY queue_name");
     s

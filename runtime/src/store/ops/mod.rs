@@ -22,7 +22,7 @@ mod stats;
 pub(crate) use audit::AuditOps;
 pub(crate) use controls::{ControlOps, QuotaReserve};
 #[cfg(test)]
-pub(crate) use flow::{partitions_running, partitions_waiting, queue_running, queue_waiting};
+pub(crate) use flow::{partitions_running, partitions_waiting, queue_live};
 pub(crate) use flow::{FlowOps, QueueNow, QueueStatDelta, SampleRow};
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
