@@ -470,9 +470,20 @@ async fn flow_shows_a_queue_per_partition<DB: Backend>(db: TestDb) {
     assert_eq!(flow["flow"]["waiting"], 3, "{flow}");
     assert_eq!(flow["flow"]["partitions"][0]["partition"], "acme", "{flow}");
     assert_eq!(flow["flow"]["partitions"][0]["waiting"], 2, "{flow}");
+    // Issue 30 item 7: due, lag and the verdict (no instance runs workers: nothing starts).
+    assert_eq!(flow["flow"]["due"], 3, "{flow}");
+    assert!(flow["flow"]["lag_ms"].is_i64(), "{flow}");
+    let verdict = flow["flow"]["verdict"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        ["backlogged", "stuck"].contains(&verdict.as_str()),
+        "{flow}"
+    );
     let human = tool(&db, "tests", &["flow", "payments"]).await.ok().stdout;
     assert!(
-        human.contains("globex") && human.contains("3 waiting"),
+        human.contains("globex") && human.contains("3 waiting") && human.contains("3 due"),
         "{human}"
     );
     let refused = tool(&db, "tests", &["flow", "paymnets"]).await;

@@ -25,7 +25,7 @@ async fn waiting(db: &TestDb, application: &str, run_at: i64) {
     .await;
 }
 
-const PARTS: [&str; 11] = [
+const PARTS: [&str; 12] = [
     "completer",
     "clock",
     "presence",
@@ -35,6 +35,7 @@ const PARTS: [&str; 11] = [
     "retention",
     "heartbeat",
     "queue sampler",
+    "flow history",
     "stops",
     "control",
 ];

@@ -61,7 +61,7 @@ pub use base::data::Data;
 #[doc(hidden)]
 pub use base::data::DataNeed;
 pub use base::error::{Error, Result};
-pub use base::flow::{PartitionFlow, QueueFlow};
+pub use base::flow::{FlowSample, PartitionFlow, QueueFlow, QueueSummary, Verdict};
 pub use base::outcome::{Failure, FailureKind, Final, IntoOutcome, Snooze};
 pub use base::partition::{PartitionSettings, Period, Rate};
 pub use base::query::{

@@ -33,3 +33,4 @@ pub(crate) mod strategy;
 pub(crate) mod supervise;
 pub(crate) mod text;
 pub(crate) mod trace;
+pub(crate) mod verdict;

@@ -144,6 +144,14 @@ pub struct Settings {
     /// of the application with the finished records. `None` keeps them. At least 1 ms,
     /// at most a year.
     pub audit_retention: Option<Duration>,
+    /// How often each queue's flow (running, waiting, due, lag, starts, the limit in
+    /// force, the verdict) is sampled into the saturation history (default 60 s): one
+    /// instance that runs workers takes each period ([`Runtime::sample_flow`](crate::Runtime::sample_flow)).
+    /// At least 1 ms, at most a year.
+    pub flow_sample_interval: Duration,
+    /// How long the saturation history is kept (default a day); older samples are
+    /// deleted as new ones are written. At least 1 ms, at most a year.
+    pub flow_history: Duration,
     /// How old the oldest due waiting request of the application may be before
     /// [`Runtime::health`](crate::Runtime::health) reports the runtime `degraded`
     /// (default 5 minutes). At least 1 ms, at most a year.
@@ -209,6 +217,8 @@ impl Default for Settings {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             audit_retention: Some(Duration::from_secs(90 * 24 * 3600)),
             health_backlog_threshold: Duration::from_secs(300),
+            flow_sample_interval: Duration::from_secs(60),
+            flow_history: Duration::from_secs(24 * 3600),
             simulated_clock_offset_ms: 0,
             queues: Default::default(),
             max_waiting: None,
@@ -266,6 +276,8 @@ impl std::fmt::Debug for Settings {
             .field("retention", &self.retention)
             .field("audit_retention", &self.audit_retention)
             .field("health_backlog_threshold", &self.health_backlog_threshold)
+            .field("flow_sample_interval", &self.flow_sample_interval)
+            .field("flow_history", &self.flow_history)
             .field("simulated_clock_offset_ms", &self.simulated_clock_offset_ms)
             .field("queues", &self.queues)
             .field("secrets", &self.secrets)
@@ -367,6 +379,8 @@ impl Settings {
                 Some(self.health_backlog_threshold),
             ),
             ("queue_sample_interval", Some(self.queue_sample_interval)),
+            ("flow_sample_interval", Some(self.flow_sample_interval)),
+            ("flow_history", Some(self.flow_history)),
         ];
         for (setting, value) in positive {
             match value {

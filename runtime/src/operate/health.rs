@@ -95,7 +95,8 @@ pub struct StoreHealth {
 }
 
 /// One background part (completer, clock, presence, control, producer, retrier,
-/// compensator, retention, heartbeat, queue sampler). Parts that restart after a panic stay alive.
+/// compensator, retention, heartbeat, queue sampler, flow history). Parts that restart after a
+/// panic stay alive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PartHealth {

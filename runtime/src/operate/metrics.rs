@@ -199,6 +199,8 @@ pub(crate) enum Sweep {
     Stops,
     /// The count of the quotas of waiting requests (failed rounds only).
     Quotas,
+    /// The saturation history's sample of the queues (failed rounds only).
+    FlowHistory,
 }
 
 impl Sweep {
@@ -214,6 +216,7 @@ impl Sweep {
             Sweep::Retention => "retention",
             Sweep::Stops => "stops",
             Sweep::Quotas => "quotas",
+            Sweep::FlowHistory => "flow_history",
         }
     }
 }

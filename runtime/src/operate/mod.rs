@@ -1,7 +1,8 @@
 //! Operations: what an operator reads and does. Requests from code (`requests`: get,
 //! list, counts, retry, delete, purge; `cancel`, now or in the caller's transaction; which ones: `base/query.rs`), pauses, the
-//! audit trail and statistics (`operator`), partitions' own settings (`partitions`), the `console`, `health` (from each part's
-//! `pulse`), `metrics` and the queue `gauges`, the outcome `listeners`, the HTTP routes
+//! audit trail and statistics (`operator`), partitions' own settings (`partitions`), the
+//! `console`, `health` (from each part's `pulse`), `metrics` and the queue `gauges`, the
+//! flow view and its saturation history (`flow_view`), the outcome `listeners`, the HTTP routes
 //! for load balancers and Prometheus (`http`, feature `http`), the applications that have
 //! records and tools' own audit entries (`applications`), and `shutdown_signal` (`signal`).
 
@@ -10,6 +11,7 @@ pub(crate) mod applications;
 pub(crate) mod cancel;
 #[cfg(feature = "console")]
 pub mod console;
+pub(crate) mod flow_view;
 pub(crate) mod gauges;
 pub(crate) mod health;
 #[cfg(feature = "http")]

@@ -27,13 +27,14 @@
 //! | presence | `sweeps/instances.rs` | store, names, executors' signs, skip list, intervals | announces this instance; keeps the skip list |
 //! | clock | `sweeps/clock.rs` | its reading of the database's time | re-reads it every minute |
 //! | queue sampler | `operate/gauges.rs` | store, names, registry, clock, the gauges it set | every `queue_sample_interval`: the queue depth gauges |
+//! | flow history | `operate/flow_view.rs` | the runtime, weakly | twice every `flow_sample_interval`: the period's saturation sample, by the one instance that takes it |
 //!
 //! Each part's task is spawned wrapped in a pulse (`operate/pulse.rs`) that records when it was
 //! last active and whether it still runs, for `Runtime::health`.
 //!
 //! Every instance runs the completer, the clock and the presence; an instance that runs
 //! workers runs the producer, the sweeps (the retrier; the rescuer then the compensator),
-//! the queue sampler and the heartbeat too (`start_workers` adds them later to a
+//! the queue sampler, the flow history and the heartbeat too (`start_workers` adds them later to a
 //! submit-only one). The
 //! producer and the sweeps stop at shutdown's token; the completer, the heartbeat, the
 //! presence and the clock at the completer's, after the workers have finished.
@@ -200,6 +201,30 @@ impl Runtime {
                 move || {
                     let sampler = sampler.clone();
                     async move { sampler.sample().await }
+                },
+            ),
+        )));
+        // The saturation history: each instance tries twice a period; the one whose
+        // `UPDATE` of the period's row moves it on samples every queue. Holds the runtime
+        // weakly, as the ticker does.
+        let every = (s.flow_sample_interval / 2).max(std::time::Duration::from_millis(1));
+        let weak = Arc::downgrade(&self.inner);
+        let pulse = inner.pulses.part("flow history", Some(every));
+        tasks.push(tokio::spawn(Pulses::watch(
+            pulse.clone(),
+            crate::sweeps::sweep::every(
+                inner.shutdown.clone(),
+                Sweep::FlowHistory,
+                every,
+                pulse,
+                move || {
+                    let weak = weak.clone();
+                    async move {
+                        match weak.upgrade() {
+                            Some(inner) => Runtime { inner }.sample_flow().await.map(drop),
+                            None => Ok(()),
+                        }
+                    }
                 },
             ),
         )));

@@ -153,6 +153,12 @@ impl Builder {
         /// Age of the oldest due waiting request above which health reports `degraded`
         /// (default 5 minutes); see [`Settings::health_backlog_threshold`].
         health_backlog_threshold: Duration;
+        /// How often queues are sampled into the saturation history (default 60 s); see
+        /// [`Settings::flow_sample_interval`].
+        flow_sample_interval: Duration;
+        /// How long the saturation history is kept (default a day); see
+        /// [`Settings::flow_history`].
+        flow_history: Duration;
         /// How an execution's span relates to the OpenTelemetry span its call was made in
         /// (feature `opentelemetry`; default [`TracePropagation::Child`](crate::TracePropagation)).
         trace_propagation: crate::TracePropagation;

@@ -177,7 +177,7 @@ async fn postgres_the_deadline_sweep_reads_waiting_requests_only() {
 /// The scans of a PostgreSQL JSON plan: (node type, index, rows it read: returned plus
 /// removed by a filter or a recheck, over its loops).
 #[cfg(feature = "postgres")]
-fn pg_scans(node: &serde_json::Value, out: &mut Vec<(String, String, i64)>) {
+pub(super) fn pg_scans(node: &serde_json::Value, out: &mut Vec<(String, String, i64)>) {
     let kind = node["Node Type"].as_str().unwrap_or_default().to_string();
     if kind.contains("Scan") && !kind.contains("Subquery") {
         let n = |k: &str| node[k].as_i64().unwrap_or(0);

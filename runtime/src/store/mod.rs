@@ -510,4 +510,6 @@ mod deadline_tests;
 #[cfg(test)]
 mod due_tests;
 #[cfg(test)]
+mod flow_tests;
+#[cfg(test)]
 mod tests;

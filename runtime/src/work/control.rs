@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::base::policy::Overrides;
 use crate::base::query::{MinuteStat, QueuePolicy, StatDelta};
 use crate::store::bounded::bounded_op;
-use crate::store::ops::minute_of;
+use crate::store::ops::{minute_of, QueueStatDelta};
 use crate::store::{CompletionResult, Store};
 use crate::sweeps::clock::Clock;
 
@@ -55,6 +55,11 @@ pub(crate) struct Control {
     /// `(executor, minute)` to succeeded, failed (dead), retried. Counted on every job:
     /// a fast hash (the keys are the binary's executor names and times).
     counts: Mutex<FxHashMap<(&'static str, i64), [i64; 3]>>,
+    /// Each executor's queue, for executors in one.
+    queue_of: FxHashMap<&'static str, &'static str>,
+    /// `(queue, minute)` to started, finished: attempts of the queue's executors, added
+    /// to `async_queue_stat` with the other counts (the flow view's rate).
+    queue_counts: Mutex<FxHashMap<(&'static str, i64), [i64; 2]>>,
 }
 
 impl Control {
@@ -62,8 +67,16 @@ impl Control {
     pub(crate) fn for_executors<'a>(
         defs: impl Iterator<Item = &'a crate::base::registry::ExecutorDef>,
     ) -> Self {
+        let defs: Vec<_> = defs.collect();
         Control {
-            policy_names: defs.map(|d| (d.name, d.queue.unwrap_or(d.name))).collect(),
+            policy_names: defs
+                .iter()
+                .map(|d| (d.name, d.queue.unwrap_or(d.name)))
+                .collect(),
+            queue_of: defs
+                .iter()
+                .filter_map(|d| d.queue.map(|q| (d.name, q)))
+                .collect(),
             ..Control::default()
         }
     }
@@ -129,6 +142,7 @@ impl Control {
 
     /// Counts the outcome of one attempt of `executor`, finished at `now` (unix ms).
     pub(crate) fn count(&self, executor: &'static str, result: &CompletionResult, now: i64) {
+        self.count_in_queue(executor, 1, now);
         let slot = match result {
             CompletionResult::Delete | CompletionResult::Succeeded => 0,
             // A cancelled run ended without success: counted with the dead.
@@ -138,6 +152,61 @@ impl Control {
         };
         let mut counts = self.counts.lock().expect("stat lock");
         counts.entry((executor, minute_of(now))).or_default()[slot] += 1;
+    }
+
+    /// Counts an attempt of `executor` that starts now (unix ms), for its queue's rate.
+    pub(crate) fn count_start(&self, executor: &'static str, now: i64) {
+        self.count_in_queue(executor, 0, now);
+    }
+
+    /// Adds one to `slot` (0: started, 1: finished) of `executor`'s queue, if it has one.
+    fn count_in_queue(&self, executor: &'static str, slot: usize, now: i64) {
+        let Some(&queue) = self.queue_of.get(executor) else {
+            return;
+        };
+        let mut counts = self.queue_counts.lock().expect("stat lock");
+        counts.entry((queue, minute_of(now))).or_default()[slot] += 1;
+    }
+
+    /// The starts and finishes not written yet of minutes from `since_minute` on, by
+    /// queue.
+    pub(crate) fn queue_pending_since(
+        &self,
+        since_minute: i64,
+    ) -> FxHashMap<&'static str, [i64; 2]> {
+        let counts = self.queue_counts.lock().expect("stat lock");
+        let mut by_queue: FxHashMap<&'static str, [i64; 2]> = FxHashMap::default();
+        for (&(queue, minute), &[started, finished]) in counts.iter() {
+            if minute >= since_minute {
+                let sum = by_queue.entry(queue).or_default();
+                sum[0] += started;
+                sum[1] += finished;
+            }
+        }
+        by_queue
+    }
+
+    fn take_queue_counts(&self) -> Vec<QueueStatDelta> {
+        let counts = std::mem::take(&mut *self.queue_counts.lock().expect("stat lock"));
+        counts
+            .into_iter()
+            .map(|((queue, minute), [started, finished])| QueueStatDelta {
+                queue,
+                minute,
+                started,
+                finished,
+            })
+            .collect()
+    }
+
+    /// Puts queue counts that could not be written back.
+    fn restore_queue_counts(&self, deltas: Vec<QueueStatDelta>) {
+        let mut counts = self.queue_counts.lock().expect("stat lock");
+        for d in deltas {
+            let slot = counts.entry((d.queue, d.minute)).or_default();
+            slot[0] += d.started;
+            slot[1] += d.finished;
+        }
     }
 
     /// The counts not written yet of minutes from `since_minute` on, summed over the
@@ -261,6 +330,14 @@ impl ControlPart {
 
     /// Adds the counted outcomes to `async_stat`.
     async fn flush_counts(&self) {
+        let queued = self.control.take_queue_counts();
+        if !queued.is_empty() {
+            let add = self.store.ops().queue_stat_add(&self.application, &queued);
+            if let Err(error) = bounded_op(&*self.store, "queue_stat_add", add).await {
+                crate::log::warn!(error = %crate::log::escaped(&error), "could not add to async_queue_stat; trying again with the next counts");
+                self.control.restore_queue_counts(queued);
+            }
+        }
         let deltas = self.control.take_counts();
         if deltas.is_empty() {
             return;

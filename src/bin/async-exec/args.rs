@@ -88,8 +88,9 @@ pub(crate) enum Command {
     },
     /// The queues the services' executors name, with the limits set while running.
     Queues,
-    /// A queue now: what runs and waits in it, per partition (a tenant), the most
-    /// waiting first, with the limits set while running.
+    /// A queue now: its verdict (limit working, stuck, ...), what runs, waits and starts
+    /// in it, its lag, per partition (a tenant), the most waiting first, with the limits
+    /// set while running, and its saturation history of the last hour.
     Flow {
         /// The queue, as the executors' `queue = "..."` names it.
         queue: String,

@@ -40,10 +40,13 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/instances", get(list_instances))
         .route("/api/audit", get(list_audit))
         .route("/api/policies", get(list_policies).post(change_policy))
+        .route("/api/queues", get(super::flow::list_queues))
         .route("/api/queues/{name}/flow", get(super::flow::queue_flow))
         .route(
             "/api/queues/{name}/partitions",
             get(super::partitions::list_partitions).post(super::partitions::change_partition),
+            "/api/queues/{name}/history",
+            get(super::flow::queue_history),
         )
         .route("/api/actions/count", get(changes::count_action))
         .route("/api/actions", post(changes::run_action))
@@ -381,8 +384,8 @@ impl utoipa::Modify for SecuritySchemes {
     paths(login, session, overview, list_requests, get_request, list_executors, list_instances,
         list_audit, changes::count_action, changes::run_action, changes::pause_executor,
         changes::resume_executor, list_policies, change_policy,
-        super::flow::queue_flow, super::partitions::list_partitions,
-        super::partitions::change_partition),
+        super::flow::list_queues, super::flow::queue_flow, super::flow::queue_history,
+        super::partitions::list_partitions, super::partitions::change_partition),
     modifiers(&SecuritySchemes)
 )]
 struct ApiDoc;

@@ -1,9 +1,11 @@
 //! Charts as inline SVG, drawn on the server: stacked bars of finished requests
-//! (succeeded, failed) per time bucket, and a line of the queue depth.
+//! (succeeded, failed) per time bucket, a line of the queue depth, and a queue's
+//! saturation history (running against its limit, due waiting, the verdict of each sample).
 
 use maud::{html, Markup};
 
 use super::views::time;
+use crate::base::flow::FlowSample;
 use crate::base::query::{DepthSample, MinuteStat};
 
 const WIDTH: f64 = 720.0;
@@ -157,6 +159,58 @@ pub(crate) fn depth_line(
                     }
                     circle class="running" cx=(format!("{:.1}", x(last.minute))) cy=(format!("{:.1}", y(last.running))) r="3" {
                         title { "now: " (last.running) " running" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A queue's saturation history: running (and its limit, dashed, when it has one) and
+/// due waiting over time, each sample's verdict a mark under the axis (its name in the
+/// mark's title and class).
+pub(crate) fn flow_line(id: &str, samples: &[FlowSample], since: i64, now: i64) -> Markup {
+    let max = samples
+        .iter()
+        .map(|s| s.due.max(s.running).max(s.concurrency.unwrap_or(0)))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let span = (now - since).max(1) as f64;
+    let x = |t: i64| PAD + (t - since).clamp(0, now - since) as f64 / span * (WIDTH - 2.0 * PAD);
+    let y = |v: i64| HEIGHT - PAD - v as f64 / max as f64 * (HEIGHT - 2.0 * PAD);
+    let points = |f: &dyn Fn(&FlowSample) -> Option<i64>| {
+        samples
+            .iter()
+            .filter_map(|s| f(s).map(|v| format!("{:.1},{:.1}", x(s.at), y(v))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let empty = samples.is_empty().then_some(
+        "no samples in this span (a queue is sampled while it holds or starts anything)",
+    );
+    let saturated = samples
+        .iter()
+        .filter(|s| s.verdict == crate::Verdict::LimitWorking)
+        .count();
+    let stuck = samples
+        .iter()
+        .filter(|s| s.verdict == crate::Verdict::Stuck)
+        .count();
+    html! {
+        figure.chart id=(id) data-samples=(samples.len()) data-saturated=(saturated) data-stuck=(stuck) {
+            figcaption {
+                "Saturation — " span.running { "running" } ", its limit (dashed), " span.waiting { "due waiting" }
+                "; " (saturated) " of " (samples.len()) " samples at a limit (limit working), " (stuck) " stuck"
+            }
+            svg viewBox={ "0 0 " (WIDTH) " " (HEIGHT) } role="img" aria-label="Saturation history" {
+                (frame(max, if max == 1 { "request" } else { "requests" }, since, now, empty))
+                polyline class="limit" points=(points(&|s| s.concurrency)) {}
+                polyline class="waiting" points=(points(&|s| Some(s.due))) {}
+                polyline class="running" points=(points(&|s| Some(s.running))) {}
+                @for s in samples {
+                    rect class={ "verdict " (s.verdict.as_str()) } x=(format!("{:.1}", x(s.at) - 1.5)) y=(HEIGHT - PAD + 2.0) width="3" height="5" {
+                        title { (time(s.at)) ": " (s.verdict.as_str()) ", " (s.running) " running, " (s.due) " due, " (s.started) " started" }
                     }
                 }
             }

@@ -45,6 +45,7 @@ mod overview;
 mod pages;
 mod partitions;
 mod policies;
+mod queues;
 mod reads;
 mod views;
 
@@ -128,6 +129,8 @@ pub fn router(rt: &Runtime, config: ConsoleConfig) -> Result<Router> {
         .route("/policies", get(policies::policies).post(policies::apply))
         .route("/queues/{name}/flow", get(flow_page::flow_page))
         .route("/queues/{name}/partitions", post(flow_page::apply))
+        .route("/queues", get(queues::queues))
+        .route("/queues/{name}", get(queues::queue))
         .route("/audit", get(fleet::audit))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))

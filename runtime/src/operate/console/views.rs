@@ -30,6 +30,7 @@ pub(crate) fn layout(base: &str, who: Option<&Who>, title: &str, body: Markup) -
                         a id="nav-requests" href={ (base) "/requests" } { "Requests" }
                         a id="nav-executors" href={ (base) "/executors" } { "Executors" }
                         a id="nav-instances" href={ (base) "/instances" } { "Instances" }
+                        a id="nav-queues" href={ (base) "/queues" } { "Queues" }
                         a id="nav-policies" href={ (base) "/policies" } { "Policies" }
                         a id="nav-audit" href={ (base) "/audit" } { "Audit" }
                         span.who id="who" data-role=(who.role.as_str()) {

@@ -10,11 +10,13 @@
 //! [`requests`] (pages, counts and actions on what a query matches), [`stats`] (counts
 //! and per-minute series), [`controls`] (pauses, queue policies, quotas), [`lifecycle`]
 //! (progress, results, stops, deadlines, orphans), [`partitions`] (partitions' own
-//! settings), [`audit`] and [`due`] (which queues have due records).
+//! settings), [`flow`] (the flow view and its saturation history), [`audit`] and
+//! [`due`] (which queues have due records).
 
 mod audit;
 mod controls;
 mod due;
+mod flow;
 mod lifecycle;
 mod partitions;
 mod requests;
@@ -23,6 +25,9 @@ mod stats;
 pub(crate) use audit::AuditOps;
 pub(crate) use controls::{ControlOps, QuotaReserve};
 pub(crate) use due::DueOps;
+#[cfg(test)]
+pub(crate) use flow::{partitions_running, partitions_waiting, queue_live};
+pub(crate) use flow::{FlowOps, QueueNow, QueueStatDelta, SampleRow};
 #[cfg(test)]
 pub(crate) use lifecycle::{deadline_expire_ids, deadline_expired};
 pub(crate) use lifecycle::{orphan_purge, LifecycleOps};
@@ -35,7 +40,7 @@ use super::sql::SqlRunner;
 /// The operators' statements, written once over a backend's [`SqlRunner`]: every
 /// backend implements `OpsStore` with nothing but its runner.
 pub(crate) trait OpsStore:
-    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + DueOps + PartitionOps
+    RequestOps + StatOps + ControlOps + LifecycleOps + AuditOps + DueOps + PartitionOps + FlowOps
 {
 }
 

@@ -134,54 +134,6 @@ pub(crate) trait StatOps: SqlRunner {
             .collect()
     }
 
-    /// The partitions of `queue` with requests running or waiting, the most waiting
-    /// first, at most `limit`: (partition, running, waiting, the earliest due time of
-    /// those waiting). Reads the queue's live records through the claim index and the
-    /// running index, never the finished history.
-    async fn queue_partitions(
-        &self,
-        application: &str,
-        queue: &str,
-        limit: i64,
-    ) -> Result<Vec<(String, i64, i64, Option<i64>)>> {
-        let mut s = self.sql(
-            "SELECT partition_key, COUNT(CASE WHEN status = 'running' THEN 1 END) AS running, \
-             COUNT(CASE WHEN status <> 'running' THEN 1 END) AS waiting, \
-             MIN(CASE WHEN status <> 'running' THEN run_at END) FROM async_req \
-             WHERE application_name = ",
-        );
-        s.bind_text(application)
-            .push(" AND queue_name = ")
-            .bind_text(queue)
-            .push(
-                " AND status IN ('init', 'failed', 'running') GROUP BY partition_key \
-                 ORDER BY waiting DESC, running DESC, partition_key LIMIT ",
-            )
-            .bind_int(limit);
-        let rows = self
-            .fetch_rows(&s, &[Col::Text, Col::Int, Col::Int, Col::Int])
-            .await?;
-        rows.into_iter()
-            .map(|mut row| Ok((row.text()?, row.int()?, row.int()?, row.opt_int()?)))
-            .collect()
-    }
-
-    /// The requests of `queue` running and waiting now, over every partition.
-    async fn queue_counts(&self, application: &str, queue: &str) -> Result<(i64, i64)> {
-        let mut s = self.sql(
-            "SELECT COUNT(CASE WHEN status = 'running' THEN 1 END), \
-             COUNT(CASE WHEN status <> 'running' THEN 1 END) FROM async_req \
-             WHERE application_name = ",
-        );
-        s.bind_text(application)
-            .push(" AND queue_name = ")
-            .bind_text(queue)
-            .push(" AND status IN ('init', 'failed', 'running')");
-        let counts = self.fetch_ints(&s).await?;
-        let count = |i: usize| counts.get(i).copied().flatten().unwrap_or(0);
-        Ok((count(0), count(1)))
-    }
-
     /// Samples the queue depth of `application` into `async_depth` for `minute`.
     async fn depth_sample(&self, application: &str, minute: i64) -> Result<()> {
         // `COUNT` of a `CASE`: a `BIGINT` on every backend (PostgreSQL sums no booleans).
@@ -264,7 +216,7 @@ pub(crate) trait StatOps: SqlRunner {
 
     /// Removes statistics of minutes before `before_minute` (unix ms).
     async fn stat_prune(&self, before_minute: i64) -> Result<()> {
-        for table in ["async_stat", "async_depth"] {
+        for table in ["async_stat", "async_depth", "async_queue_stat"] {
             let mut s = self.sql(&format!("DELETE FROM {table} WHERE minute < "));
             s.bind_int(before_minute);
             self.execute(&s).await?;

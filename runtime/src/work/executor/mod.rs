@@ -293,6 +293,8 @@ impl Executor {
                     return;
                 }
             }
+            // A start of its queue, for the flow view's rate.
+            self.control.count_start(job.def.name, now);
         }
         let executor = self.clone();
         let handle = self.pool.tasks.spawn(async move {

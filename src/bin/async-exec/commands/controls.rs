@@ -86,7 +86,8 @@ pub(crate) async fn queues(rt: &Runtime) -> Result<Printed, Failure> {
     Ok(Printed::ok(json!({ "queues": policies }), human))
 }
 
-/// `flow QUEUE`: what runs and waits in a queue, per partition, the most waiting first.
+/// `flow QUEUE`: the queue's verdict, what runs, waits and starts in it, its lag, per
+/// partition (the most waiting first), and its saturation history of the last hour.
 /// The limits shown are those set while running (the services' code's are not known
 /// here).
 pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result<Printed, Failure> {
@@ -116,15 +117,46 @@ pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result
             ]
         })
         .collect();
+    let lag =
+        |ms: Option<i64>| ms.map_or("-".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
     let mut human = format!(
-        "{}: {} running, {} waiting; concurrency {}, per instance {}, rate {}\n",
+        "{}: {} ({})\n{} running, {} waiting ({} due, lag {}); {} started, {} finished in the last {} s\n\
+         concurrency {}, per instance {}, per partition {}, rate {}{}\n",
         safe(queue),
+        flow.verdict.as_str(),
+        safe(&flow.reason),
         flow.running,
         flow.waiting,
+        flow.due,
+        lag(flow.lag_ms),
+        flow.started,
+        flow.finished,
+        flow.rate_window_ms / 1000,
         limit(flow.concurrency),
         limit(flow.per_instance),
-        limit(flow.rate)
+        limit(flow.per_partition),
+        limit(flow.rate),
+        if flow.paused { "; paused" } else { "" },
     );
+    let history = rt
+        .flow_history(queue, std::time::Duration::from_secs(3600))
+        .await?;
+    if !history.is_empty() {
+        human.push_str(&format!(
+            "last hour, {} samples (L limit working, S stuck, B backlogged, F flowing, . idle):\n{}\n",
+            history.len(),
+            history
+                .iter()
+                .map(|s| match s.verdict {
+                    async_exec::Verdict::LimitWorking => 'L',
+                    async_exec::Verdict::Stuck => 'S',
+                    async_exec::Verdict::Backlogged => 'B',
+                    async_exec::Verdict::Flowing => 'F',
+                    _ => '.',
+                })
+                .collect::<String>()
+        ));
+    }
     if !rows.is_empty() {
         human.push_str(&crate::render::table(
             &[
@@ -138,7 +170,10 @@ pub(crate) async fn flow(rt: &Runtime, queue: &str, partitions: usize) -> Result
             &rows,
         ));
     }
-    Ok(Printed::ok(json!({ "flow": flow }), human))
+    Ok(Printed::ok(
+        json!({ "flow": flow, "history": history }),
+        human,
+    ))
 }
 
 /// A partition's own settings, as `flow` shows them (`weight 3, 10 at once, 600/minute`).
