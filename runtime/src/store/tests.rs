@@ -295,7 +295,6 @@ async fn the_records_a_claim_took_are_found_by_its_time(store: &dyn Store) {
 /// The probe of due queues names exactly the queues with `init` or `failed` records due
 /// now: not a queue whose records wait for later, run, or belong to another application.
 async fn the_probe_names_the_queues_with_due_records(store: &dyn Store) {
-    use crate::store::ops::DueOps;
     store.migrate().await.unwrap();
     let application: Arc<str> = Arc::from(format!("probe-{}", now_ms()).as_str());
     let other: Arc<str> = Arc::from(format!("probe-other-{}", now_ms()).as_str());

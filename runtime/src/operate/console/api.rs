@@ -45,6 +45,8 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route(
             "/api/queues/{name}/partitions",
             get(super::partitions::list_partitions).post(super::partitions::change_partition),
+        )
+        .route(
             "/api/queues/{name}/history",
             get(super::flow::queue_history),
         )
