@@ -201,7 +201,10 @@ impl Claimer {
         let due = self
             .store
             .ops()
-            .queues_with_due(&self.application, &names, self.clock.now_ms())
+            // Never earlier than the database's clock, which the claim asks: a record
+            // due by it is not left to the next poll (a probe early by the last
+            // reading's round trip costs at most a claim that finds nothing).
+            .queues_with_due(&self.application, &names, self.clock.latest_ms())
             .await?;
         let due: std::collections::HashSet<String> = due.into_iter().collect();
         Ok(queues

@@ -48,8 +48,9 @@ struct Signals {
     queued: AtomicUsize,
     /// The executors of queues whose requests were committed since the producer last
     /// looked: it claims their queues between the starts of a backlog in no queue, whose
-    /// claim keeps it from the channel meanwhile.
-    queues_committed: std::sync::Mutex<Vec<&'static str>>,
+    /// claim keeps it from the channel meanwhile. A set: no more names than executors
+    /// while no producer takes them (a submit-only instance's calls).
+    queues_committed: std::sync::Mutex<std::collections::HashSet<&'static str>>,
 }
 
 /// The receiving side, kept until the producer starts (a submit-only instance keeps it
@@ -153,7 +154,7 @@ impl Dispatcher {
                 .queues_committed
                 .lock()
                 .expect("committed queues' lock")
-                .push(job.def.name);
+                .insert(job.def.name);
         }
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
@@ -713,3 +714,7 @@ pub(crate) fn stored_job(
         ..job
     }
 }
+
+#[cfg(test)]
+#[path = "dispatcher_tests.rs"]
+mod tests;
