@@ -623,7 +623,8 @@ impl Producer {
             // queue with a backlog does not keep the others waiting while workers free.
             self.mark_committed_queues();
             let mut next = self.waiting.take(queues.len(), first);
-            next.retain(|at| !again.contains(at));
+            let took: std::collections::HashSet<usize> = again.iter().copied().collect();
+            next.retain(|at| !took.contains(at));
             next.extend(again);
             wanted = next;
         }
