@@ -17,6 +17,7 @@ static QUEUED: ExecutorDef = ExecutorDef {
     data: &[],
     secrets: &[],
     schedule: None,
+    modes: crate::base::registry::Modes::NONE,
     run: |_| Box::pin(async { Ok(()) }),
 };
 
