@@ -1,6 +1,6 @@
 //! Operators see flow: each queue's limits in force, what runs, waits and starts in it,
 //! how long its oldest due request has waited, per partition, and the verdict ("limit
-//! working" or "stuck", [`Verdict`]); and the saturation history, sampled every
+//! working" or "stuck", [`Verdict`](crate::Verdict)); and the saturation history, sampled every
 //! [`Settings::flow_sample_interval`](crate::Settings::flow_sample_interval) by one
 //! instance at a time (the one whose `UPDATE` of `async_flow_slot` moved the period on)
 //! and kept for [`Settings::flow_history`](crate::Settings::flow_history).
@@ -16,9 +16,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::base::error::Result;
-use crate::base::flow::{
-    judge, FlowSample, PartitionFlow, QueueFlow, QueueSummary, Reading, Verdict,
-};
+use crate::base::flow::{judge, FlowSample, PartitionFlow, QueueFlow, QueueSummary, Reading};
 use crate::base::query::QueuePolicy;
 use crate::runtime::Runtime;
 use crate::store::ops::{minute_of, QueueNow, SampleRow};
@@ -55,7 +53,7 @@ impl Runtime {
     /// Queue `queue` now: its limits in force (set while running, else the builder's of
     /// this instance), what runs, waits and is due, how long the oldest due request has
     /// waited (`lag_ms`), the attempts started and finished over the last minute or two,
-    /// the [`Verdict`] with a sentence, and per partition (the `partitions` with the most
+    /// the [`Verdict`](crate::Verdict) with a sentence, and per partition (the `partitions` with the most
     /// waiting, at most 1,000) what runs and waits, its lag and whether it is at its
     /// limit. Reads the queue's live records only.
     ///
@@ -121,7 +119,7 @@ impl Runtime {
 
     /// Every queue of the application (those with a policy row, made when a service
     /// naming it starts, and this instance's), by name, each
-    /// with what it holds now and its [`Verdict`]. One grouped read of the live records,
+    /// with what it holds now and its [`Verdict`](crate::Verdict). One grouped read of the live records,
     /// one of the starts; a queue with a per-partition limit, due requests and room
     /// below its queue limit reads its partitions too.
     ///
@@ -256,6 +254,7 @@ impl Runtime {
         Ok(Some(at))
     }
 
+    #[cfg(feature = "console")]
     /// Whether `queue` names a queue of this application: a policy row (made when a
     /// service naming it starts) or this instance's.
     pub(crate) async fn is_queue(&self, queue: &str) -> Result<bool> {
@@ -410,8 +409,10 @@ fn reading(
     }
 }
 
+#[cfg(feature = "console")]
 /// The verdicts in the order the console lists them: the ones to look at first.
-pub(crate) fn urgency(verdict: Verdict) -> u8 {
+pub(crate) fn urgency(verdict: crate::Verdict) -> u8 {
+    use crate::Verdict;
     match verdict {
         Verdict::Stuck => 0,
         Verdict::Backlogged => 1,
